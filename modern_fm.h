@@ -1041,15 +1041,19 @@ static mfm_status mfm__check_csr(const mfm_csr *d, int need_fields, mfm__data_in
     for (r = 0; r < d->n_rows; r++) {
         for (j = d->row_offsets[r]; j < d->row_offsets[r + 1]; j++) {
             uint32_t f = d->features[j];
+            if (f == UINT32_MAX)
+                return mfm__fail(err, MFM_ERR_INVALID_DATA, "feature id 4294967295 in row %" PRIu64 " is out of range: ids must be below 2^32-1", r);
             if (d->n_features && f >= d->n_features)
                 return mfm__fail(err, MFM_ERR_INVALID_DATA, "feature id %u in row %" PRIu64 " is not below data.n_features = %u", (unsigned)f, r,
                                  (unsigned)d->n_features);
             if (f >= info->n_features) {
-                info->n_features = f + 1; /* f < UINT32_MAX: ids are < 2^32 - 1 by the model's shape */
+                info->n_features = f + 1;
                 info->feature_row = r;
             }
             if (need_fields) {
                 uint32_t g = d->fields[j];
+                if (g == UINT32_MAX)
+                    return mfm__fail(err, MFM_ERR_INVALID_DATA, "field id 4294967295 in row %" PRIu64 " is out of range: ids must be below 2^32-1", r);
                 if (d->n_fields && g >= d->n_fields)
                     return mfm__fail(err, MFM_ERR_INVALID_DATA, "field id %u in row %" PRIu64 " is not below data.n_fields = %u", (unsigned)g, r,
                                      (unsigned)d->n_fields);
@@ -1062,8 +1066,6 @@ static mfm_status mfm__check_csr(const mfm_csr *d, int need_fields, mfm__data_in
                 return mfm__fail(err, MFM_ERR_INVALID_DATA, "value %g of feature %u in row %" PRIu64 " is not finite", (double)d->values[j], (unsigned)f, r);
         }
     }
-    if (info->n_features == 0 && d->features[0] == UINT32_MAX)
-        return mfm__fail(err, MFM_ERR_INVALID_DATA, "feature id 4294967295 is out of range: ids must be below 2^32-1");
     return MFM_OK;
 }
 
@@ -1864,10 +1866,11 @@ MFMDEF mfm_status mfm_evaluate(const mfm_model *m, const mfm_csr *d, mfm_metrics
     out->n_rows = 0;
     out->logloss = out->auc = out->accuracy = out->rmse = NAN;
     if ((st = mfm__check_csr(d, m->params.model != MFM_MODEL_FM, &info, err)) != MFM_OK) return st;
+    if ((st = mfm__check_shape(m, d, &info, err)) != MFM_OK) return st;
     n_classes = C = m->n_classes;
     if ((st = mfm__check_targets(m->params.task, d, &n_classes, 0, err)) != MFM_OK) return st;
     n = out->n_rows = d->n_rows;
-    if (n == 0) return mfm__check_shape(m, d, &info, err) ? err->status : mfm__ok(err);
+    if (n == 0) return mfm__ok(err);
     scores = (float *)mfm__alloc(n * C, sizeof(float));
     if (!scores) return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for %" PRIu64 " scores", n * C);
     if ((st = mfm_predict(m, d, MFM_OUTPUT_SCORE, scores, (size_t)(n * C), err)) != MFM_OK) {
