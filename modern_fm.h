@@ -1479,7 +1479,8 @@ static void mfm__accumulate_task(void *ctx, int index) {
     uint64_t q, lo, hi;
     int t;
     if (index >= tr->n_chunks) return;
-    for (t = 0; t < MFM_TENSOR_COUNT; t++) memset(wk->g[t], 0, tr->m->n_classes * tr->n_touched[t] * tr->m->t[t].len * sizeof(float));
+    for (t = 0; t < MFM_TENSOR_COUNT; t++)
+        if (tr->n_touched[t]) memset(wk->g[t], 0, tr->m->n_classes * tr->n_touched[t] * tr->m->t[t].len * sizeof(float));
     mfm__share(tr->n_batch, tr->n_chunks, index, &lo, &hi);
     for (q = lo; q < hi; q++) mfm__train_row(tr, wk, tr->rows[q]);
 }
@@ -1770,6 +1771,7 @@ MFMDEF mfm_status mfm_predict(const mfm_model *m, const mfm_csr *d, mfm_output k
                          (uint64_t)capacity, d->n_rows, need);
     if (d->n_rows == 0) return mfm__ok(err);
     memset(&pr, 0, sizeof pr);
+    memset(&pool, 0, sizeof pool);
     pr.m = m;
     pr.d = d;
     pr.kind = kind;

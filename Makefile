@@ -1,0 +1,96 @@
+# modern_fm - build, test, benchmark and demo. Everything lands in build/.
+#   make          tests, bench and demo programs
+#   make test     compile checks, the tests, and the tests under ASan + UBSan and TSan (what CI runs)
+#   make check    only the sanitizer runs of the tests
+#   make demo     train linear / FM / FFM / FwFM on planted data and compare
+#   make bench    speed and quality table on Criteo-shaped data (BENCH_ARGS=--quick etc.)
+
+CC      ?= cc
+CXX     ?= c++
+CLANG   ?= clang
+MINGW   ?= x86_64-w64-mingw32-gcc
+MINGWXX ?= x86_64-w64-mingw32-g++
+CFLAGS  ?= -O2 -g
+WARN    := -Wall -Wextra -Wpedantic -Werror
+LDLIBS  := -pthread -lm
+SAN     := -fsanitize=address,undefined -fno-sanitize-recover=all
+HEADERS := modern_fm.h bench/synth.h bench/common.h
+
+TEST_SRC := $(wildcard tests/*.c)
+TEST_HDR := $(wildcard tests/*.h)
+
+# A half-written binary must not look up to date after a failed recipe.
+.DELETE_ON_ERROR:
+.PHONY: all test check compile-checks demo bench clean
+
+all: build/tests build/bench build/demo
+
+build:
+	mkdir -p build
+
+# ---- tests: every tests/*.c linked together (tests/impl.c holds the implementation) ----
+
+build/tests build/tests-asan build/tests-tsan: $(TEST_SRC) $(TEST_HDR) $(HEADERS) | build
+	$(CC) -std=c99 $(WARN) $(CFLAGS) $(EXTRA) -o $@ $(TEST_SRC) $(LDLIBS)
+build/tests-asan: EXTRA = $(SAN)
+build/tests-tsan: EXTRA = -fsanitize=thread
+
+# bench and demo are built (not run) so that CI sees them compile warning-free.
+# ThreadSanitizer runs the tests that use threads (their names contain "thread").
+test: compile-checks build/tests build/tests-asan build/tests-tsan build/bench build/demo
+	./build/tests-tsan thread
+	./build/tests
+	./build/tests-asan
+
+check: build/tests-asan build/tests-tsan
+	./build/tests-tsan thread
+	./build/tests-asan
+
+# ---- compile checks (tests/compile/): the header compiles warning-free in every setting ----
+# Native checks are linked and run (a tiny smoke run); the mingw-w64 ones compile only.
+# A compiler that is not installed is skipped with a message (.ci/run installs mingw-w64).
+
+have = $(shell command -v $(1) >/dev/null 2>&1 && echo yes)
+
+CHK_C   := tests/compile/check.c
+CHK_CXX := tests/compile/check.cpp
+NATIVE  := c99 c11 no-cuda static no-threads stdio-first cxx11 cxx17 $(if $(call have,$(CLANG)),c99-clang)
+CROSS   := $(if $(call have,$(MINGW)),mingw) $(if $(call have,$(MINGWXX)),mingw-cxx)
+MISSING := $(foreach c,$(CLANG) $(MINGW) $(MINGWXX),$(if $(call have,$(c)),,$(c)))
+
+build/check-c99:         CHK = $(CC) -std=c99 $(CHK_C)
+build/check-c99-clang:   CHK = $(CLANG) -std=c99 $(CHK_C)
+build/check-c11:         CHK = $(CC) -std=c11 $(CHK_C)
+build/check-no-cuda:     CHK = $(CC) -std=c99 -DMFM_NO_CUDA $(CHK_C)
+build/check-static:      CHK = $(CC) -std=c99 -DMFM_STATIC $(CHK_C)
+build/check-no-threads:  CHK = $(CC) -std=c99 -DMFM_NO_THREADS $(CHK_C)
+build/check-stdio-first: CHK = $(CC) -std=c99 -Werror=implicit-function-declaration tests/compile/stdio_first.c
+build/check-cxx11:       CHK = $(CXX) -std=c++11 $(CHK_CXX)
+build/check-cxx17:       CHK = $(CXX) -std=c++17 $(CHK_CXX)
+build/check-mingw.o:     CHK = $(MINGW) -std=c99 $(CHK_C)
+build/check-mingw-cxx.o: CHK = $(MINGWXX) -std=c++11 $(CHK_CXX)
+
+$(NATIVE:%=build/check-%): $(wildcard tests/compile/*) $(HEADERS) | build
+	$(CHK) $(WARN) $(CFLAGS) -o $@ $(LDLIBS)
+
+$(CROSS:%=build/check-%.o): $(wildcard tests/compile/*) $(HEADERS) | build
+	$(CHK) $(WARN) $(CFLAGS) -c -o $@
+
+compile-checks: $(NATIVE:%=build/check-%) $(CROSS:%=build/check-%.o)
+	@for c in $(NATIVE); do printf 'compile check %-12s ' $$c; ./build/check-$$c || exit 1; done
+	@for c in $(CROSS); do echo "compile check $$c (compile only) ok"; done
+	@for c in $(MISSING); do echo "compile check SKIPPED: $$c is not installed"; done
+
+# ---- benchmark and demo ----
+
+build/bench build/demo: build/%: bench/%.c $(HEADERS) | build
+	$(CC) -std=c99 $(WARN) $(CFLAGS) -o $@ $< $(LDLIBS)
+
+demo: build/demo
+	./build/demo
+
+bench: build/bench
+	./build/bench $(BENCH_ARGS)
+
+clean:
+	rm -rf build

@@ -1,0 +1,234 @@
+/* bench.c - training and prediction speed, and test quality, on Criteo-shaped synthetic data.
+
+   One table row per (model, k, batch size, threads): one AdaGrad run over the training rows,
+   then prediction (probabilities) and metrics on held-out rows. Data generation is timed on
+   its own and kept out of every rate. `bench --help` lists the options. */
+#define MODERN_FM_IMPLEMENTATION
+#include "../modern_fm.h"
+
+#include "common.h"
+#include "synth.h"
+
+#include <inttypes.h>
+#include <string.h>
+#include <sys/resource.h>
+
+enum { MAX_LIST = 8 };
+
+typedef struct list {
+    int n, v[MAX_LIST];
+} list;
+
+typedef struct options {
+    uint64_t rows; /* training rows; a quarter as many test rows */
+    uint32_t features;
+    int epochs;
+    double lr;
+    uint64_t seed;
+    list models, k, batch, threads;
+} options;
+
+/* One token of a comma list: a model name or a positive number; -1 when it is neither. */
+static int parse_model(const char *s) {
+    int m;
+    for (m = MFM_MODEL_FM; m < MFM_MODEL_COUNT; m++)
+        if (strcmp(s, bench_model_names[m]) == 0) return m;
+    return -1;
+}
+
+static int parse_number(const char *s) {
+    char *end;
+    long v = strtol(s, &end, 10);
+    return *s && !*end && v > 0 && v < 1000000 ? (int)v : -1;
+}
+
+static int parse_list(const char *arg, int (*parse)(const char *), list *out) {
+    char buf[256], *tok;
+    if (strlen(arg) >= sizeof buf) return 0;
+    strcpy(buf, arg);
+    out->n = 0;
+    for (tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+        if (out->n == MAX_LIST || (out->v[out->n] = parse(tok)) < 0) return 0;
+        out->n++;
+    }
+    return out->n > 0;
+}
+
+static void set_list(list *l, int n, const int *v) {
+    l->n = n;
+    memcpy(l->v, v, (size_t)n * sizeof *v);
+}
+
+static void usage(int code) {
+    printf("usage: bench [options]\n"
+           "  --rows N       training rows (default 50000; a quarter as many test rows)\n"
+           "  --features N   feature ids over all fields (default 262144)\n"
+           "  --epochs N     epochs per run (default 1)\n"
+           "  --lr X         AdaGrad learning rate (default 0.02)\n"
+           "  --models LIST  e.g. FM,FFM,FwFM (default all three)\n"
+           "  --k LIST       factors, e.g. 4,8,16 (default)\n"
+           "  --batch LIST   batch sizes, e.g. 1,256 (default)\n"
+           "  --threads LIST e.g. 1,2 (default)\n"
+           "  --seed N       data seed (default 1)\n"
+           "  --quick        a tiny smoke run: 5000 rows, 100000 features, k 4\n");
+    exit(code);
+}
+
+static void parse_options(int argc, char **argv, options *o) {
+    static const int models[] = {MFM_MODEL_FM, MFM_MODEL_FFM, MFM_MODEL_FWFM}, ks[] = {4, 8, 16}, batches[] = {1, 256}, threads[] = {1, 2};
+    int i, ok = 1;
+    o->rows = 50000; /* 200000 rows and 10^6 features take over 10 minutes on 2 cores */
+    o->features = 262144;
+    o->epochs = 1;
+    o->lr = 0.02; /* 0.05, the library's default, overfits FFM in one epoch on this data */
+    o->seed = 1;
+    set_list(&o->models, 3, models);
+    set_list(&o->k, 3, ks);
+    set_list(&o->batch, 2, batches);
+    set_list(&o->threads, 2, threads);
+    for (i = 1; i < argc && ok; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "--quick") == 0) {
+            o->rows = 5000;
+            o->features = 100000;
+            set_list(&o->k, 1, ks);
+            continue;
+        }
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) usage(0);
+        if (!v) usage(2);
+        i++;
+        if (strcmp(a, "--rows") == 0)
+            ok = (o->rows = strtoull(v, NULL, 10)) >= 10;
+        else if (strcmp(a, "--features") == 0)
+            ok = (o->features = (uint32_t)strtoul(v, NULL, 10)) >= 39;
+        else if (strcmp(a, "--epochs") == 0)
+            ok = (o->epochs = parse_number(v)) > 0;
+        else if (strcmp(a, "--lr") == 0)
+            ok = (o->lr = strtod(v, NULL)) > 0;
+        else if (strcmp(a, "--seed") == 0)
+            o->seed = strtoull(v, NULL, 10);
+        else if (strcmp(a, "--models") == 0)
+            ok = parse_list(v, parse_model, &o->models);
+        else if (strcmp(a, "--k") == 0)
+            ok = parse_list(v, parse_number, &o->k);
+        else if (strcmp(a, "--batch") == 0)
+            ok = parse_list(v, parse_number, &o->batch);
+        else if (strcmp(a, "--threads") == 0)
+            ok = parse_list(v, parse_number, &o->threads);
+        else
+            ok = 0;
+        if (!ok) fprintf(stderr, "bench: bad option %s %s\n", a, v);
+    }
+    if (!ok) usage(2);
+}
+
+/* "Intel(R) Xeon(R) ..., 2 cores" from /proc/cpuinfo (Linux); "unknown" elsewhere. */
+static void machine(char *out, size_t size) {
+    char line[512], model[256] = "unknown CPU";
+    int cores = 0;
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    while (f && fgets(line, sizeof line, f)) {
+        char *colon = strchr(line, ':');
+        if (strncmp(line, "processor", 9) == 0) cores++;
+        if (strncmp(line, "model name", 10) == 0 && colon) {
+            snprintf(model, sizeof model, "%s", colon + 2);
+            model[strcspn(model, "\n")] = '\0';
+        }
+    }
+    if (f) fclose(f);
+    snprintf(out, size, "%s, %d logical cores", model, cores);
+}
+
+/* Peak resident memory of this process so far (ru_maxrss is in KiB on Linux). */
+static double peak_rss_mb(void) {
+    struct rusage u;
+    getrusage(RUSAGE_SELF, &u);
+    return (double)u.ru_maxrss / 1024.0;
+}
+
+static void run_cell(const options *o, const mfm_csr *train, const mfm_csr *test, int model, int k, int batch, int threads, float *prob) {
+    mfm_params p = {0};
+    mfm_model *m = NULL;
+    mfm_model_info info;
+    mfm_metrics met;
+    mfm_error e;
+    double t0, t1, t2, t3;
+    p.model = (mfm_model_type)model;
+    p.optimizer = MFM_OPTIMIZER_ADAGRAD;
+    p.k = k;
+    p.batch_size = batch;
+    p.n_threads = threads;
+    p.n_epochs = o->epochs;
+    p.learning_rate = o->lr;
+    p.seed = 7;
+    t0 = bench_now();
+    bench_check(mfm_model_create(&p, train->n_features, train->n_fields, 1, &m, &e), &e, "mfm_model_create");
+    t1 = bench_now();
+    bench_check(mfm_fit(m, train, &e), &e, "mfm_fit");
+    t2 = bench_now();
+    bench_check(mfm_predict(m, test, MFM_OUTPUT_PROBABILITY, prob, test->n_rows, &e), &e, "mfm_predict");
+    t3 = bench_now();
+    bench_check(mfm_evaluate(m, test, &met, &e), &e, "mfm_evaluate");
+    mfm_model_get_info(m, &info);
+    printf("%-5s %3d %6d %4d %13.0f %15.0f %8.4f %7.4f %7.2f %9.0f %12.0f\n", bench_model_names[model], k, batch, threads,
+           (double)train->n_rows * o->epochs / (t2 - t1), (double)test->n_rows / (t3 - t2), met.logloss, met.auc, t1 - t0,
+           (double)info.n_parameters * (1 + info.n_state_slots) * sizeof(float) / 1048576.0, peak_rss_mb());
+    fflush(stdout);
+    mfm_model_free(m);
+}
+
+int main(int argc, char **argv) {
+    options o;
+    synth_spec s;
+    synth_data all, test_rows;
+    mfm_csr train, test;
+    char cpu[400];
+    double t0, gen_seconds, ctr = 0;
+    float *prob;
+    uint64_t r;
+    int a, b, c, d;
+    parse_options(argc, argv, &o);
+    memset(&s, 0, sizeof s);
+    s.n_rows = o.rows + o.rows / 4;
+    s.n_fields = 39; /* Criteo: 13 integer + 26 categorical fields, one id each */
+    s.n_features = o.features;
+    s.per_field = 1;
+    s.zipf_s = 1.1;
+    s.hidden_k = 4;
+    s.signal = 1.0;
+    s.base_rate = 0.22;
+    s.seed = o.seed;
+    t0 = bench_now();
+    if (synth_generate(&s, &all) != 0 || synth_split(&all, o.rows, all.n_rows, &test_rows) != 0) {
+        fprintf(stderr, "bench: could not generate the data (out of memory?)\n");
+        return 1;
+    }
+    gen_seconds = bench_now() - t0;
+    train = synth_view(&all, 0, o.rows); /* the first rows, borrowed; the rest copied out */
+    test = synth_csr(&test_rows);
+    for (r = 0; r < train.n_rows; r++) ctr += train.labels[r];
+    ctr /= (double)train.n_rows;
+    prob = (float *)malloc(test.n_rows * sizeof *prob);
+    if (!prob) return 1;
+
+    machine(cpu, sizeof cpu);
+    printf("modern_fm %s benchmark\n", mfm_version_string());
+    printf("machine   %s\n", cpu);
+    printf("data      %" PRIu64 " train + %" PRIu64 " test rows, %u fields, %.1f nnz/row, %u features (Zipf %.1f), CTR %.1f%%\n", train.n_rows,
+           test.n_rows, s.n_fields, (double)all.nnz / (double)all.n_rows, s.n_features, s.zipf_s, 100 * ctr);
+    printf("          generated in %.2f s (not part of any rate); constant-CTR logloss %.4f\n", gen_seconds,
+           -(ctr * log(ctr) + (1 - ctr) * log(1 - ctr)));
+    printf("training  AdaGrad, learning rate %g, %d epoch(s); rows/s = rows x epochs / wall seconds of mfm_fit\n", o.lr, o.epochs);
+    printf("          (init_s: mfm_model_create, i.e. allocating and seeding parameters and state, timed apart)\n");
+    printf("predict   probabilities for the test rows; logloss and AUC on them; peak RSS is the process's so far\n\n");
+    printf("%-5s %3s %6s %4s %13s %15s %8s %7s %7s %9s %12s\n", "model", "k", "batch", "thr", "train_rows/s", "predict_rows/s", "logloss",
+           "auc", "init_s", "model_MB", "peak_rss_MB");
+    for (a = 0; a < o.models.n; a++)
+        for (b = 0; b < o.k.n; b++)
+            for (c = 0; c < o.batch.n; c++)
+                for (d = 0; d < o.threads.n; d++) run_cell(&o, &train, &test, o.models.v[a], o.k.v[b], o.batch.v[c], o.threads.v[d], prob);
+    free(prob);
+    synth_free(&test_rows);
+    synth_free(&all);
+    return 0;
+}

@@ -1,0 +1,77 @@
+/* runner.h - the tests' tiny runner: checks that record a failure with file:line and a
+   message, and the table of every test function (main.c runs them). */
+#ifndef TESTS_RUNNER_H
+#define TESTS_RUNNER_H
+
+#if defined(__GNUC__) || defined(__clang__)
+#define RUNNER_PRINTF(fmt_index, first_arg) __attribute__((format(printf, fmt_index, first_arg)))
+#else
+#define RUNNER_PRINTF(fmt_index, first_arg)
+#endif
+
+/* Every test, in the order main runs them. A test is `void name(void)`. */
+#define TEST_LIST(X)                        \
+    X(test_score_hand_fm)                   \
+    X(test_score_hand_ffm)                  \
+    X(test_score_hand_fwfm)                 \
+    X(test_score_matches_reference)         \
+    X(test_score_values_absent_is_ones)     \
+    X(test_score_multiclass_per_class)      \
+    X(test_score_linear_only)               \
+    X(test_score_fwfm_unit_r_is_fm)         \
+    X(test_initialization)                  \
+    X(test_predict_probabilities)           \
+    X(test_predict_labels)                  \
+    X(test_gradients_finite_differences)    \
+    X(test_label_smoothing_binary)          \
+    X(test_label_smoothing_multiclass)      \
+    X(test_optimizer_first_step_sgd)        \
+    X(test_optimizer_first_step_adagrad)    \
+    X(test_optimizer_first_step_adam)       \
+    X(test_optimizer_first_step_ftrl)       \
+    X(test_optimizer_steps_match_reference) \
+    X(test_ftrl_l1_gives_exact_zeros)       \
+    X(test_batch_step_matches_reference)    \
+    X(test_batch_ffm_single_nonzero_row)    \
+    X(test_row_weight_scales_step)          \
+    X(test_class_weight_balanced)           \
+    X(test_class_weight_explicit)           \
+    X(test_determinism_same_seed)           \
+    X(test_determinism_fixed_threads)       \
+    X(test_threads_agree_within_tolerance)  \
+    X(test_train_is_create_plus_fit)        \
+    X(test_predict_from_many_threads)       \
+    X(test_predict_thread_count_invariant)  \
+    X(test_metric_auc)                      \
+    X(test_metric_logloss_rmse)             \
+    X(test_evaluate_matches_metrics)        \
+    X(test_invalid_params)                  \
+    X(test_invalid_data_at_fit)             \
+    X(test_invalid_data_at_predict)         \
+    X(test_invalid_data_at_train)           \
+    X(test_learn_binary_interactions)       \
+    X(test_learn_regression)                \
+    X(test_learn_multiclass)
+
+#define TEST_DECLARE(name) void name(void);
+TEST_LIST(TEST_DECLARE)
+#undef TEST_DECLARE
+
+/* Records a failure of the running test and prints file:line and the message. */
+void runner_fail(const char *file, int line, const char *fmt, ...) RUNNER_PRINTF(3, 4);
+
+/* |actual - expected| <= atol + rtol * |expected|, else a failure naming both numbers.
+   Returns 1 when it holds. NaN never holds. */
+int runner_near(const char *file, int line, double actual, double expected, double rtol, double atol, const char *fmt, ...)
+    RUNNER_PRINTF(7, 8);
+
+/* CHECK(cond, "format", ...) is an expression: 1 when cond holds, else 0 after recording. */
+#define CHECK(cond, ...) ((cond) ? 1 : (runner_fail(__FILE__, __LINE__, __VA_ARGS__), 0))
+#define CHECK_NEAR(actual, expected, rtol, atol, ...) runner_near(__FILE__, __LINE__, (actual), (expected), (rtol), (atol), __VA_ARGS__)
+/* Stops the test (returns from it) when cond fails: for set-up steps later checks rely on. */
+#define REQUIRE(cond, ...)                        \
+    do {                                          \
+        if (!CHECK(cond, __VA_ARGS__)) return;    \
+    } while (0)
+
+#endif

@@ -1,0 +1,466 @@
+/* test_batch.c - mini-batches (SPEC section 5), row and class weights (section 3),
+   determinism and threads. */
+#include "ref.h"
+#include "runner.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Gives every optimizer state slot a non-zero start, so that "the state of an untouched
+   coordinate does not advance" is visible: AdaGrad G = 0.5; Adam m = 0.05, v = 0.2, t = 3;
+   FTRL z = 0.1, n = 0.3. */
+static void preset_state(mfm_model *m, mfm_optimizer optimizer) {
+    if (optimizer == MFM_OPTIMIZER_ADAGRAD) model_fill_slot(m, 1, 0.5f);
+    if (optimizer == MFM_OPTIMIZER_ADAM) model_fill_slot(m, 1, 0.05f), model_fill_slot(m, 2, 0.2f), model_fill_slot(m, 3, 3.0f);
+    if (optimizer == MFM_OPTIMIZER_FTRL) model_fill_slot(m, 1, 0.1f), model_fill_slot(m, 2, 0.3f);
+}
+
+/* Trains one epoch with batch_size = all rows from random parameters (and preset state) and
+   compares every slot with one batch of ref_apply_batch over all rows with the given row
+   weights (NULL: from ref_row_weights). Tolerance: 1e-3 of the step + 2e-6 absolute (a mean of
+   float gradients); untouched coordinates and their state must be bit-identical.
+   Returns the number of untouched (W, V) coordinates through *untouched_w / *untouched_v. */
+static void check_full_batch(const mfm_params *params, const mfm_csr *d, uint32_t n_features, uint32_t n_fields, uint32_t n_classes,
+                             const double *weights, uint64_t seed, const char *what, size_t *untouched_w, size_t *untouched_v) {
+    mfm_params p = *params;
+    mfm_model *m;
+    ref_model before, expected;
+    unsigned char *mask[MFM_TENSOR_COUNT];
+    uint64_t *rows = (uint64_t *)malloc(d->n_rows * sizeof(uint64_t)), r;
+    double *w = (double *)malloc(d->n_rows * sizeof(double));
+    ref_opt opt = ref_opt_from_params(&p);
+    mfm_error e;
+    mfm_status st;
+    size_t i;
+    p.n_epochs = 1;
+    p.batch_size = (int)d->n_rows;
+    m = make_model(&p, n_features, n_fields, n_classes);
+    if (!m) {
+        free(rows), free(w);
+        return;
+    }
+    model_randomize(m, seed, 0.5);
+    preset_state(m, opt.kind);
+    for (r = 0; r < d->n_rows; r++) rows[r] = r;
+    if (weights)
+        memcpy(w, weights, d->n_rows * sizeof(double));
+    else
+        ref_row_weights(d, &p, n_classes, w);
+    ref_load(&before, m);
+    ref_copy(&expected, &before);
+    ref_apply_batch(&expected, &opt, d, rows, d->n_rows, w, p.label_smoothing);
+    ref_touched(&before, d, rows, d->n_rows, mask);
+    if (untouched_w)
+        for (*untouched_w = 0, i = 0; i < before.size[MFM_TENSOR_W]; i++) *untouched_w += !mask[MFM_TENSOR_W][i];
+    if (untouched_v)
+        for (*untouched_v = 0, i = 0; i < before.size[MFM_TENSOR_V]; i++) *untouched_v += !mask[MFM_TENSOR_V][i];
+    st = mfm_fit(m, d, &e);
+    if (CHECK(st == MFM_OK, "%s: mfm_fit failed with %d: %s", what, (int)st, st ? e.message : "")) check_model(m, &expected, &before, mask, 1e-3, 2e-6, what);
+    ref_mask_free(mask);
+    ref_free(&before);
+    ref_free(&expected);
+    mfm_model_free(m);
+    free(rows);
+    free(w);
+}
+
+static data_spec batch_data(mfm_task task, uint32_t n_classes, uint64_t seed) {
+    data_spec s;
+    memset(&s, 0, sizeof s);
+    s.n_rows = 12;
+    s.feature_range = 12; /* the models have 15 features: 12, 13, 14 never occur */
+    s.n_fields = 4;
+    s.min_nnz = 0;
+    s.max_nnz = 5;
+    s.with_values = 1;
+    s.with_weights = 1;
+    s.task = task;
+    s.n_classes = n_classes;
+    s.seed = seed;
+    return s;
+}
+
+/* One full-batch epoch (batch_size = n_rows) is one step with the mean gradient of the rows'
+   weighted gradients, all taken at the batch-start parameters, on exactly the touched
+   coordinates; for every optimizer x model (binary, row weights, L2 / L1), and multiclass. */
+void test_batch_step_matches_reference(void) {
+    static const mfm_optimizer optimizers[] = {MFM_OPTIMIZER_SGD, MFM_OPTIMIZER_ADAGRAD, MFM_OPTIMIZER_ADAM, MFM_OPTIMIZER_FTRL};
+    static const mfm_model_type models[] = {MFM_MODEL_FM, MFM_MODEL_FFM, MFM_MODEL_FWFM};
+    data_spec spec = batch_data(MFM_TASK_BINARY, 0, 71);
+    test_data td;
+    size_t oi, mi, untouched_w = 0, untouched_v = 0;
+    char what[96];
+    data_random(&td, &spec);
+    for (oi = 0; oi < 4; oi++)
+        for (mi = 0; mi < 3; mi++) {
+            mfm_params p;
+            memset(&p, 0, sizeof p);
+            p.model = models[mi];
+            p.optimizer = optimizers[oi];
+            p.k = 3;
+            p.learning_rate = 0.05;
+            if (optimizers[oi] == MFM_OPTIMIZER_FTRL) {
+                p.l1_linear = 0.01;
+                p.l1_factors = 0.001;
+            }
+            p.l2_linear = 0.05;
+            p.l2_factors = 0.1;
+            snprintf(what, sizeof what, "full batch, optimizer %d, %s", (int)optimizers[oi], model_name(models[mi]));
+            check_full_batch(&p, &td.csr, 15, 4, 1, NULL, 72 + oi * 3 + mi, what, &untouched_w, &untouched_v);
+            CHECK(untouched_w >= 3 && untouched_v >= 3, "%s: the data should leave coordinates untouched (%zu w, %zu V)", what, untouched_w, untouched_v);
+        }
+    data_free(&td);
+    spec = batch_data(MFM_TASK_MULTICLASS, 3, 73);
+    data_random(&td, &spec);
+    for (mi = 0; mi < 3; mi++) {
+        mfm_params p;
+        memset(&p, 0, sizeof p);
+        p.model = models[mi];
+        p.task = MFM_TASK_MULTICLASS;
+        p.optimizer = MFM_OPTIMIZER_ADAGRAD;
+        p.k = 3;
+        p.learning_rate = 0.05;
+        p.l2_linear = 0.05;
+        p.l2_factors = 0.1;
+        snprintf(what, sizeof what, "full batch, multiclass %s", model_name(models[mi]));
+        check_full_batch(&p, &td.csr, 15, 4, 3, NULL, 74 + mi, what, NULL, NULL);
+    }
+    data_free(&td);
+}
+
+/* FFM: a row with one non-zero has no pair, so it touches no V slot: with L2 > 0 on SGD and
+   AdaGrad, V and its state stay bit-identical while w0 and w of the feature move. FM by
+   contrast touches all k factors of a present feature: with a zero data gradient (one
+   non-zero), SGD still decays them by L2: v <- v (1 - lr l2). */
+void test_batch_ffm_single_nonzero_row(void) {
+    static const uint32_t feature[1] = {3}, field[1] = {1};
+    static const float value[1] = {1.5f};
+    int pass;
+    for (pass = 0; pass < 2; pass++) {
+        mfm_params p = sgd_step_params(MFM_MODEL_FFM, MFM_TASK_BINARY, 0.1);
+        mfm_model *m;
+        one_row row;
+        size_t nv;
+        float *v_before, *v_after, w_before[6], w_after[6];
+        int slot;
+        p.optimizer = pass ? MFM_OPTIMIZER_ADAGRAD : MFM_OPTIMIZER_SGD;
+        p.k = 4;
+        p.l2_linear = 0.1;
+        p.l2_factors = 0.1;
+        m = make_model(&p, 6, 3, 1);
+        if (!m) continue;
+        model_randomize(m, 81 + (uint64_t)pass, 0.5);
+        preset_state(m, p.optimizer);
+        one_row_init(&row, 1, feature, field, value, 1.0f);
+        nv = mfm_tensor_size(m, MFM_TENSOR_V);
+        v_before = (float *)malloc(2 * nv * sizeof(float));
+        v_after = (float *)malloc(2 * nv * sizeof(float));
+        for (slot = 0; slot <= pass; slot++) mfm_model_read(m, MFM_TENSOR_V, slot, 0, v_before + slot * nv, nv, NULL);
+        mfm_model_read(m, MFM_TENSOR_W, 0, 0, w_before, 6, NULL);
+        CHECK(mfm_fit(m, &row.csr, NULL) == MFM_OK, "mfm_fit failed");
+        for (slot = 0; slot <= pass; slot++) mfm_model_read(m, MFM_TENSOR_V, slot, 0, v_after + slot * nv, nv, NULL);
+        mfm_model_read(m, MFM_TENSOR_W, 0, 0, w_after, 6, NULL);
+        CHECK(memcmp(v_before, v_after, (size_t)(pass + 1) * nv * sizeof(float)) == 0, "optimizer %d: a one-non-zero FFM row moved V or its state",
+              (int)p.optimizer);
+        CHECK(w_after[3] != w_before[3], "optimizer %d: w of the present feature did not move", (int)p.optimizer);
+        CHECK(w_after[2] == w_before[2], "optimizer %d: w of an absent feature moved", (int)p.optimizer);
+        free(v_before);
+        free(v_after);
+        mfm_model_free(m);
+    }
+    { /* FM: V of the present feature decays by L2 although its data gradient is 0 */
+        mfm_params p = sgd_step_params(MFM_MODEL_FM, MFM_TASK_BINARY, 0.1);
+        mfm_model *m;
+        one_row row;
+        float v_before[24], v_after[24];
+        int i;
+        p.k = 4;
+        p.l2_factors = 0.1;
+        m = make_model(&p, 6, 0, 1);
+        if (!m) return;
+        model_randomize(m, 83, 0.5);
+        one_row_init(&row, 1, feature, NULL, value, 1.0f);
+        mfm_model_read(m, MFM_TENSOR_V, 0, 0, v_before, 24, NULL);
+        CHECK(mfm_fit(m, &row.csr, NULL) == MFM_OK, "mfm_fit failed");
+        mfm_model_read(m, MFM_TENSOR_V, 0, 0, v_after, 24, NULL);
+        for (i = 0; i < 24; i++) {
+            double want = i / 4 == 3 ? v_before[i] * (1 - 0.1 * 0.1) : v_before[i];
+            CHECK_NEAR(v_after[i], want, 1e-6, 1e-8, "FM single non-zero: V[%d]", i);
+        }
+        mfm_model_free(m);
+    }
+}
+
+/* A row weight of 2 doubles every parameter's step of a 1-row SGD problem (the weight
+   multiplies dL/ds). Tolerance 1e-4 relative + 2e-7 absolute (differences of floats). */
+void test_row_weight_scales_step(void) {
+    static const uint32_t features[3] = {0, 2, 3}, fields[3] = {0, 1, 1};
+    static const float values[3] = {1.0f, 0.5f, -1.0f};
+    static const mfm_model_type models[] = {MFM_MODEL_FM, MFM_MODEL_FFM, MFM_MODEL_FWFM};
+    size_t mi, i;
+    for (mi = 0; mi < 3; mi++) {
+        snapshot start, step[2];
+        int pass;
+        for (pass = 0; pass < 2; pass++) {
+            mfm_params p = sgd_step_params(models[mi], MFM_TASK_BINARY, 0.1);
+            mfm_model *m;
+            one_row row;
+            p.k = 3;
+            m = make_model(&p, 5, 2, 1);
+            if (!m) return;
+            model_randomize(m, 91 + mi, 0.5);
+            if (pass == 0) snapshot_take(&start, m);
+            one_row_init(&row, 3, features, fields, values, 1.0f);
+            row.weight = pass ? 2.0f : 1.0f;
+            row.csr.weights = &row.weight;
+            CHECK(mfm_fit(m, &row.csr, NULL) == MFM_OK, "mfm_fit failed");
+            snapshot_take(&step[pass], m);
+            mfm_model_free(m);
+        }
+        for (i = 0; i < start.n; i++) {
+            double d1 = (double)step[0].data[i] - start.data[i], d2 = (double)step[1].data[i] - start.data[i];
+            CHECK_NEAR(d2, 2 * d1, 1e-4, 2e-7, "%s value %zu: step with weight 2 vs twice the step with weight 1", model_name(models[mi]), i);
+        }
+        snapshot_free(&start), snapshot_free(&step[0]), snapshot_free(&step[1]);
+    }
+}
+
+/* Labels and sample weights of the class-weight tests. Binary: classes 1,1,1,0 (counts 1 and
+   3); multiclass: 0,0,0,1,2,2 (counts 3, 1, 2). */
+static const float binary_labels[4] = {1, 1, 1, 0}, binary_sample[4] = {1, 0.5f, 2, 1.5f};
+static const float multi_labels[6] = {0, 0, 0, 1, 2, 2}, multi_sample[6] = {1, 1, 0.5f, 2, 1, 1.5f};
+
+/* Random rows with the given labels and sample weights; binary uses FFM, multiclass FwFM. */
+static void class_weight_case(mfm_task task, mfm_class_weight kind, const float *class_weights, const double *hand_class_weight, const char *what) {
+    const int binary = task == MFM_TASK_BINARY;
+    const uint64_t n = binary ? 4 : 6;
+    data_spec spec = batch_data(task, binary ? 0 : 3, binary ? 101 : 102);
+    test_data td;
+    mfm_params p;
+    double weights[6], from_ref[6];
+    uint64_t r;
+    spec.n_rows = n;
+    spec.min_nnz = 2;
+    data_random(&td, &spec);
+    for (r = 0; r < n; r++) {
+        td.labels[r] = binary ? binary_labels[r] : multi_labels[r];
+        td.weights[r] = binary ? binary_sample[r] : multi_sample[r];
+        weights[r] = td.weights[r] * hand_class_weight[(int)td.labels[r]];
+    }
+    memset(&p, 0, sizeof p);
+    p.model = binary ? MFM_MODEL_FFM : MFM_MODEL_FWFM;
+    p.task = task;
+    p.optimizer = MFM_OPTIMIZER_SGD;
+    p.k = 3;
+    p.learning_rate = 0.2;
+    p.class_weight = kind;
+    p.class_weights = class_weights;
+    ref_row_weights(&td.csr, &p, binary ? 2 : 3, from_ref); /* the reference's own formula agrees with the hand numbers */
+    for (r = 0; r < n; r++) CHECK_NEAR(from_ref[r], weights[r], 1e-12, 0, "%s: ref_row_weights row %u", what, (unsigned)r);
+    check_full_batch(&p, &td.csr, 15, 4, binary ? 1 : 3, weights, 103, what, NULL, NULL);
+    data_free(&td);
+}
+
+/* class_weight BALANCED: class c weighs n_rows / (C max(count_c, 1)), times the sample weight.
+   Binary (n 4, C 2, counts 1 and 3): class 0 = 4/2 = 2, class 1 = 4/6 = 2/3.
+   Multiclass (n 6, C 3, counts 3, 1, 2): 6/9 = 2/3, 6/3 = 2, 6/6 = 1. */
+void test_class_weight_balanced(void) {
+    static const double binary[2] = {2.0, 2.0 / 3}, multi[3] = {2.0 / 3, 2.0, 1.0};
+    class_weight_case(MFM_TASK_BINARY, MFM_CLASS_WEIGHT_BALANCED, NULL, binary, "balanced binary");
+    class_weight_case(MFM_TASK_MULTICLASS, MFM_CLASS_WEIGHT_BALANCED, NULL, multi, "balanced multiclass");
+}
+
+/* class_weight EXPLICIT: class_weights[label] times the sample weight. */
+void test_class_weight_explicit(void) {
+    static const float binary_f[2] = {0.5f, 3.0f}, multi_f[3] = {1.0f, 0.25f, 4.0f};
+    static const double binary[2] = {0.5, 3.0}, multi[3] = {1.0, 0.25, 4.0};
+    class_weight_case(MFM_TASK_BINARY, MFM_CLASS_WEIGHT_EXPLICIT, binary_f, binary, "explicit binary");
+    class_weight_case(MFM_TASK_MULTICLASS, MFM_CLASS_WEIGHT_EXPLICIT, multi_f, multi, "explicit multiclass");
+}
+
+/* ---- determinism and threads ---- */
+
+static data_spec train_data(mfm_task task, uint32_t n_classes, uint64_t n_rows, uint64_t seed) {
+    data_spec s;
+    memset(&s, 0, sizeof s);
+    s.n_rows = n_rows;
+    s.feature_range = 60;
+    s.n_fields = 5;
+    s.min_nnz = 1;
+    s.max_nnz = 8;
+    s.with_values = 1;
+    s.task = task;
+    s.n_classes = n_classes;
+    s.seed = seed;
+    return s;
+}
+
+/* Trains with mfm_train; the snapshot of the result goes to *out (NULL on failure). */
+static int train_snapshot(const mfm_params *p, const mfm_csr *d, snapshot *out) {
+    mfm_model *m = NULL;
+    mfm_error e;
+    mfm_status st = mfm_train(p, d, &m, &e);
+    out->data = NULL;
+    out->n = 0;
+    if (!CHECK(st == MFM_OK && m, "mfm_train failed with %d: %s", (int)st, st ? e.message : "")) return 0;
+    snapshot_take(out, m);
+    mfm_model_free(m);
+    return 1;
+}
+
+/* The cases of the determinism tests: three models binary, and FM multiclass. */
+static void determinism_params(int which, mfm_params *p, mfm_task *task) {
+    static const mfm_model_type models[] = {MFM_MODEL_FM, MFM_MODEL_FFM, MFM_MODEL_FWFM, MFM_MODEL_FM};
+    memset(p, 0, sizeof *p);
+    p->model = models[which];
+    p->task = *task = which == 3 ? MFM_TASK_MULTICLASS : MFM_TASK_BINARY;
+    p->k = 4;
+    p->n_epochs = 2;
+    p->seed = 7;
+}
+
+/* The same seed gives bit-identical parameters and state (memcmp), with batch 1 and with
+   batch 4; another seed gives others, and that also through the row order alone: two models
+   of seeds 7 and 8 given the same starting parameters end apart after an epoch. */
+void test_determinism_same_seed(void) {
+    int which;
+    for (which = 0; which < 4; which++) {
+        mfm_params p;
+        mfm_task task;
+        test_data td;
+        data_spec spec;
+        snapshot a, b, c;
+        determinism_params(which, &p, &task);
+        spec = train_data(task, 3, 300, 111);
+        data_random(&td, &spec);
+        p.batch_size = which == 1 ? 4 : 1;
+        if (train_snapshot(&p, &td.csr, &a) && train_snapshot(&p, &td.csr, &b)) {
+            CHECK(snapshot_equal(&a, &b), "case %d: two runs with the same seed differ", which);
+            p.seed = 8;
+            if (train_snapshot(&p, &td.csr, &c)) CHECK(!snapshot_equal(&a, &c), "case %d: seeds 7 and 8 gave identical models", which);
+            snapshot_free(&c);
+        }
+        snapshot_free(&a), snapshot_free(&b);
+        if (which == 0) { /* the seed drives the row order */
+            mfm_model *m7, *m8;
+            p.seed = 7;
+            m7 = make_model(&p, 60, 5, 1);
+            p.seed = 8;
+            m8 = make_model(&p, 60, 5, 1);
+            if (m7 && m8) {
+                model_randomize(m7, 115, 0.3);
+                model_randomize(m8, 115, 0.3);
+                CHECK(mfm_fit(m7, &td.csr, NULL) == MFM_OK && mfm_fit(m8, &td.csr, NULL) == MFM_OK, "mfm_fit failed");
+                snapshot_take(&a, m7);
+                snapshot_take(&b, m8);
+                CHECK(!snapshot_equal(&a, &b), "seeds 7 and 8 visit the rows in the same order");
+                snapshot_free(&a), snapshot_free(&b);
+            }
+            mfm_model_free(m7), mfm_model_free(m8);
+        }
+        data_free(&td);
+    }
+}
+
+/* A fixed thread count is bit-reproducible: n_threads = 2, batch 32, twice. */
+void test_determinism_fixed_threads(void) {
+    int which;
+    for (which = 0; which < 4; which++) {
+        mfm_params p;
+        mfm_task task;
+        test_data td;
+        data_spec spec;
+        snapshot a, b;
+        determinism_params(which, &p, &task);
+        spec = train_data(task, 3, 600, 112);
+        data_random(&td, &spec);
+        p.batch_size = 32;
+        p.n_threads = 2;
+        if (train_snapshot(&p, &td.csr, &a) && train_snapshot(&p, &td.csr, &b))
+            CHECK(snapshot_equal(&a, &b), "case %d: two runs with n_threads = 2 differ", which);
+        snapshot_free(&a), snapshot_free(&b);
+        data_free(&td);
+    }
+}
+
+/* n_threads 2 and 3 differ from 1 only by float summation order: with SGD (whose step is
+   linear in the gradient, so no sign-of-tiny-gradient amplification as in AdaGrad's first
+   step), batch 64, 2 epochs over 1000 rows, every parameter agrees within 1e-4 relative +
+   1e-6 absolute. */
+void test_threads_agree_within_tolerance(void) {
+    int which, threads;
+    for (which = 0; which < 4; which++) {
+        mfm_params p;
+        mfm_task task;
+        test_data td;
+        data_spec spec;
+        snapshot one, many;
+        size_t i;
+        determinism_params(which, &p, &task);
+        spec = train_data(task, 3, 1000, 113);
+        data_random(&td, &spec);
+        p.optimizer = MFM_OPTIMIZER_SGD;
+        p.learning_rate = 0.1;
+        p.batch_size = 64;
+        p.n_threads = 1;
+        if (train_snapshot(&p, &td.csr, &one))
+            for (threads = 2; threads <= 3; threads++) {
+                p.n_threads = threads;
+                if (!train_snapshot(&p, &td.csr, &many)) continue;
+                if (CHECK(many.n == one.n, "sizes differ"))
+                    for (i = 0; i < one.n; i++)
+                        if (!CHECK_NEAR(many.data[i], one.data[i], 1e-4, 1e-6, "case %d, value %zu: %d threads vs 1", which, i, threads)) break;
+                snapshot_free(&many);
+            }
+        snapshot_free(&one);
+        data_free(&td);
+    }
+}
+
+/* mfm_train is mfm_model_create with the data's shape (max id + 1 for features and fields,
+   max label + 1 classes for multiclass with n_classes 0) followed by mfm_fit: bit-identical.
+   data.n_features, when set, gives the model's feature count. */
+void test_train_is_create_plus_fit(void) {
+    int which;
+    for (which = 0; which < 4; which++) {
+        mfm_params p;
+        mfm_task task;
+        test_data td;
+        data_spec spec;
+        snapshot trained, fitted;
+        mfm_model *m = NULL;
+        uint32_t max_feature = 0, max_field = 0, max_label = 0;
+        uint64_t j, r;
+        determinism_params(which, &p, &task);
+        spec = train_data(task, 4, 200, 114);
+        data_random(&td, &spec);
+        for (j = 0; j < td.offsets[td.csr.n_rows]; j++) {
+            max_feature = td.features[j] > max_feature ? td.features[j] : max_feature;
+            max_field = td.fields[j] > max_field ? td.fields[j] : max_field;
+        }
+        for (r = 0; r < td.csr.n_rows; r++) max_label = (uint32_t)td.labels[r] > max_label ? (uint32_t)td.labels[r] : max_label;
+        if (train_snapshot(&p, &td.csr, &trained)) {
+            m = make_model(&p, max_feature + 1, max_field + 1, max_label + 1);
+            if (m && CHECK(mfm_fit(m, &td.csr, NULL) == MFM_OK, "mfm_fit failed")) {
+                snapshot_take(&fitted, m);
+                CHECK(snapshot_equal(&trained, &fitted), "case %d: mfm_train differs from mfm_model_create + mfm_fit", which);
+                snapshot_free(&fitted);
+            }
+            mfm_model_free(m);
+            m = NULL;
+        }
+        snapshot_free(&trained);
+        td.csr.n_features = 100;
+        if (CHECK(mfm_train(&p, &td.csr, &m, NULL) == MFM_OK && m, "mfm_train with data.n_features = 100 failed")) {
+            mfm_model_info info;
+            mfm_model_get_info(m, &info);
+            CHECK(info.n_features == 100, "case %d: data.n_features = 100 gave a model of %u features", which, (unsigned)info.n_features);
+            CHECK(info.n_classes == (task == MFM_TASK_MULTICLASS ? max_label + 1 : 1u), "case %d: %u classes", which, (unsigned)info.n_classes);
+            CHECK(info.epochs_trained == 2, "case %d: epochs_trained = %u after 2 epochs", which, (unsigned)info.epochs_trained);
+        }
+        mfm_model_free(m);
+        data_free(&td);
+    }
+}

@@ -1,0 +1,111 @@
+/* test_concurrency.c - one trained model predicting from many threads at once, and predictions
+   that do not depend on the thread count. */
+#if !defined(_POSIX_C_SOURCE)
+#define _POSIX_C_SOURCE 200809L
+#endif
+#include "../modern_fm.h"
+#include "ref.h"
+#include "runner.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { CALLERS = 4, ROUNDS = 8 };
+
+typedef struct caller {
+    const mfm_model *model;
+    const mfm_csr *data;
+    float *out;
+    size_t n;
+    int failures;
+} caller;
+
+static void *predict_repeatedly(void *arg) {
+    caller *c = (caller *)arg;
+    int round;
+    for (round = 0; round < ROUNDS; round++)
+        if (mfm_predict(c->model, c->data, MFM_OUTPUT_SCORE, c->out, c->n, NULL) != MFM_OK) c->failures++;
+    return NULL;
+}
+
+static void trained_ffm(test_data *td, mfm_model **model, int n_threads) {
+    data_spec spec;
+    mfm_params p = {0};
+    memset(&spec, 0, sizeof spec);
+    spec.n_rows = 400;
+    spec.feature_range = 50;
+    spec.n_fields = 5;
+    spec.min_nnz = 0;
+    spec.max_nnz = 9;
+    spec.with_values = 1;
+    spec.task = MFM_TASK_MULTICLASS;
+    spec.n_classes = 3;
+    spec.seed = 11;
+    data_random(td, &spec);
+    p.model = MFM_MODEL_FFM;
+    p.task = MFM_TASK_MULTICLASS;
+    p.k = 4;
+    p.n_epochs = 2;
+    p.n_threads = n_threads; /* batch_size 1: training runs on one thread whatever this says */
+    p.seed = 5;
+    *model = NULL;
+    mfm_train(&p, &td->csr, model, NULL);
+}
+
+/* Four threads predict with one model at the same time; every output equals a lone call's. */
+void test_predict_from_many_threads(void) {
+    test_data td;
+    mfm_model *m;
+    pthread_t threads[CALLERS];
+    caller callers[CALLERS];
+    float *expected;
+    size_t n;
+    int i;
+    trained_ffm(&td, &m, 1);
+    REQUIRE(m != NULL, "training failed");
+    n = (size_t)td.csr.n_rows * mfm_output_width(m, MFM_OUTPUT_SCORE);
+    expected = (float *)malloc(n * sizeof(float));
+    CHECK(mfm_predict(m, &td.csr, MFM_OUTPUT_SCORE, expected, n, NULL) == MFM_OK, "lone prediction failed");
+    for (i = 0; i < CALLERS; i++) {
+        callers[i].model = m;
+        callers[i].data = &td.csr;
+        callers[i].out = (float *)malloc(n * sizeof(float));
+        callers[i].n = n;
+        callers[i].failures = 0;
+        CHECK(pthread_create(&threads[i], NULL, predict_repeatedly, &callers[i]) == 0, "pthread_create %d", i);
+    }
+    for (i = 0; i < CALLERS; i++) {
+        pthread_join(threads[i], NULL);
+        CHECK(callers[i].failures == 0, "caller %d: %d failed predictions", i, callers[i].failures);
+        CHECK(memcmp(callers[i].out, expected, n * sizeof(float)) == 0, "caller %d: predictions differ from the lone call", i);
+        free(callers[i].out);
+    }
+    free(expected);
+    mfm_model_free(m);
+    data_free(&td);
+}
+
+/* Prediction splits rows, never a row's sums, and batch_size 1 has nothing to split: models with
+   1 and 3 threads predict the same bits. */
+void test_predict_thread_count_invariant(void) {
+    test_data a, b;
+    mfm_model *one, *three;
+    float *pa, *pb;
+    size_t n;
+    trained_ffm(&a, &one, 1);
+    trained_ffm(&b, &three, 3);
+    REQUIRE(one && three, "training failed");
+    n = (size_t)a.csr.n_rows * mfm_output_width(one, MFM_OUTPUT_PROBABILITY);
+    pa = (float *)malloc(n * sizeof(float));
+    pb = (float *)malloc(n * sizeof(float));
+    CHECK(mfm_predict(one, &a.csr, MFM_OUTPUT_PROBABILITY, pa, n, NULL) == MFM_OK, "predict with 1 thread");
+    CHECK(mfm_predict(three, &a.csr, MFM_OUTPUT_PROBABILITY, pb, n, NULL) == MFM_OK, "predict with 3 threads");
+    CHECK(memcmp(pa, pb, n * sizeof(float)) == 0, "1 and 3 threads predict different bits");
+    free(pa);
+    free(pb);
+    mfm_model_free(one);
+    mfm_model_free(three);
+    data_free(&a);
+    data_free(&b);
+}
