@@ -15,7 +15,7 @@
    for binary classification (logistic loss), regression (squared loss) and multiclass
    (softmax, one parameter set per class), with SGD, AdaGrad, lazy Adam or FTRL-Proximal,
    mini-batches, row and class weights, label smoothing and deterministic multi-threading.
-   The exact contract is SPEC.md of the project; the README says where we chose defaults.
+   README.md says exactly what is computed and which defaults we chose where others differ.
 
    Configuration (define before the implementation include)
    ---------------------------------------------------------
