@@ -362,6 +362,10 @@ MFMDEF double mfm_rmse(const float *labels, const float *predictions, size_t n);
 #endif
 
 #if defined(_WIN32)
+#if !defined(_WIN32_WINNT) || _WIN32_WINNT < 0x0600 /* condition variables arrived with Vista */
+#undef _WIN32_WINNT
+#define _WIN32_WINNT 0x0600
+#endif
 #ifndef WIN32_LEAN_AND_MEAN
 #define WIN32_LEAN_AND_MEAN
 #endif
@@ -917,9 +921,9 @@ MFMDEF mfm_status mfm_model_create(const mfm_params *params, uint32_t n_features
         tab->n_blocks = blocks[t];
         tab->len = lens[t];
         tab->stride = lens[t] * (uint32_t)m->n_slots;
-        floats = tab->n_blocks * n_classes;
-        if (floats && floats > UINT64_MAX / tab->stride) floats = UINT64_MAX; /* makes the allocation fail */
-        else floats *= tab->stride;
+        /* blocks x classes x stride, saturating so that an impossible size fails to allocate */
+        floats = tab->n_blocks && n_classes > UINT64_MAX / tab->n_blocks ? UINT64_MAX : tab->n_blocks * n_classes;
+        floats = floats && tab->stride > UINT64_MAX / floats ? UINT64_MAX : floats * tab->stride;
         tab->data = (float *)mfm__calloc(floats, sizeof(float));
         if (!tab->data) {
             mfm_model_free(m);
@@ -1362,7 +1366,7 @@ static int mfm__collect_touched(mfm__trainer *tr) {
             for (a = 0; a < row.z; a++)
                 for (b = a + 1; b < row.z; b++) {
                     uint32_t fa = row.field[a], fb = row.field[b];
-                    if (!mfm__touch(tr, MFM_TENSOR_R, fa < fb ? fa * F + fb : fb * F + fa)) return 0;
+                    if (!mfm__touch(tr, MFM_TENSOR_R, fa < fb ? (uint64_t)fa * F + fb : (uint64_t)fb * F + fa)) return 0;
                 }
         }
     }
@@ -1415,7 +1419,7 @@ static void mfm__accumulate_row(const mfm__trainer *tr, mfm__worker *wk, uint32_
                     ga[t] += coef_r * vb[t];
                     gb[t] += coef_r * va[t];
                 }
-                gr[rmap[fa < fb ? fa * F + fb : fb * F + fa]] += coef * dot;
+                gr[rmap[fa < fb ? (uint64_t)fa * F + fb : (uint64_t)fb * F + fa]] += coef * dot;
             }
         break;
     default: /* FM: ds/dv_it = x_i (sum_t - v_it x_i) */
@@ -1577,11 +1581,12 @@ static int mfm__trainer_init(mfm__trainer *tr, mfm_model *m, const mfm_csr *d, c
         if (p->class_weight == MFM_CLASS_WEIGHT_EXPLICIT) {
             memcpy(tr->class_weights, p->class_weights, n_weights * sizeof(float));
         } else { /* balanced: n_rows / (C * max(count_c, 1)), counted on this data */
-            for (r = 0; r < d->n_rows; r++) tr->class_weights[(uint32_t)d->labels[r]] += 1.0f;
-            for (c = 0; c < n_weights; c++) {
-                float count = tr->class_weights[c] > 1.0f ? tr->class_weights[c] : 1.0f;
-                tr->class_weights[c] = (float)((double)d->n_rows / ((double)n_weights * count));
-            }
+            uint64_t *count = (uint64_t *)mfm__calloc(n_weights, sizeof(uint64_t));
+            if (!count) return 0;
+            for (r = 0; r < d->n_rows; r++) count[(uint32_t)d->labels[r]]++;
+            for (c = 0; c < n_weights; c++)
+                tr->class_weights[c] = (float)((double)d->n_rows / ((double)n_weights * (double)(count[c] > 1 ? count[c] : 1)));
+            MFM_FREE(count);
         }
     }
     tr->touched[MFM_TENSOR_W0] = (uint64_t *)mfm__calloc(1, sizeof(uint64_t)); /* w0 is always touched */

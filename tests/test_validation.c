@@ -359,3 +359,15 @@ void test_invalid_data_at_train(void) {
         mfm_model_free(m);
     }
 }
+
+/* A shape whose size overflows 64 bits (FwFM R: (2^31)^2 blocks x 4 classes = 2^64) is refused
+   as out of memory, never allocated short. */
+void test_create_impossible_size(void) {
+    mfm_params p = {0};
+    mfm_model *m = NULL;
+    mfm_error e;
+    p.model = MFM_MODEL_FWFM;
+    p.task = MFM_TASK_MULTICLASS;
+    CHECK(mfm_model_create(&p, 1, 1u << 31, 4, &m, &e) == MFM_ERR_OUT_OF_MEMORY, "status %d: %s", (int)e.status, e.message);
+    CHECK(m == NULL, "no model on failure");
+}
