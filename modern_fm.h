@@ -1867,6 +1867,7 @@ MFMDEF mfm_status mfm_evaluate(const mfm_model *m, const mfm_csr *d, mfm_metrics
     mfm__data_info info;
     mfm_status st;
     float *scores;
+    double *prob;
     uint64_t r, n;
     double loss = 0, hits = 0;
     if (!m || !out) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_evaluate: the model or the output is NULL");
@@ -1879,9 +1880,12 @@ MFMDEF mfm_status mfm_evaluate(const mfm_model *m, const mfm_csr *d, mfm_metrics
     n = out->n_rows = d->n_rows;
     if (n == 0) return mfm__ok(err);
     scores = (float *)mfm__alloc(n * C, sizeof(float));
-    if (!scores) return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for %" PRIu64 " scores", n * C);
-    if ((st = mfm_predict(m, d, MFM_OUTPUT_SCORE, scores, (size_t)(n * C), err)) != MFM_OK) {
+    prob = (double *)mfm__alloc(C, sizeof(double));
+    st = scores && prob ? mfm_predict(m, d, MFM_OUTPUT_SCORE, scores, (size_t)(n * C), err)
+                        : mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for %" PRIu64 " scores", n * C);
+    if (st != MFM_OK) {
         MFM_FREE(scores);
+        MFM_FREE(prob);
         return st;
     }
     if (m->params.task == MFM_TASK_REGRESSION) {
@@ -1891,12 +1895,10 @@ MFMDEF mfm_status mfm_evaluate(const mfm_model *m, const mfm_csr *d, mfm_metrics
             const float *s = scores + r * C;
             uint32_t y = (uint32_t)d->labels[r], best = 0, c;
             if (multiclass) {
-                double top = s[0], total = 0;
                 for (c = 1; c < C; c++)
                     if (s[c] > s[best]) best = c;
-                top = s[best];
-                for (c = 0; c < C; c++) total += exp((double)s[c] - top);
-                loss -= log(mfm__clip(exp((double)s[y] - top) / total));
+                mfm__softmax(s, C, prob);
+                loss -= log(mfm__clip(prob[y]));
             } else {
                 double p = mfm__clip(mfm__sigmoid(s[0]));
                 best = s[0] >= 0;
@@ -1909,6 +1911,7 @@ MFMDEF mfm_status mfm_evaluate(const mfm_model *m, const mfm_csr *d, mfm_metrics
         if (!multiclass) out->auc = mfm_auc(d->labels, scores, (size_t)n);
     }
     MFM_FREE(scores);
+    MFM_FREE(prob);
     return mfm__ok(err);
 }
 
