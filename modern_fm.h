@@ -94,7 +94,9 @@ extern "C" {
     X(MFM_ERR_SHAPE_MISMATCH, 4, "data and model shapes differ")                                  \
     X(MFM_ERR_OUT_OF_MEMORY, 5, "out of memory")                                                  \
     X(MFM_ERR_THREAD, 6, "could not start a thread")                                              \
-    X(MFM_ERR_CANCELLED, 7, "cancelled by the caller")
+    X(MFM_ERR_CANCELLED, 7, "cancelled by the caller")                                            \
+    X(MFM_ERR_IO, 8, "a file could not be read or written")                                       \
+    X(MFM_ERR_BAD_FILE, 9, "not a valid modern_fm file")
 
 typedef enum mfm_status {
 #define MFM__STATUS_ENUM(name, value, text) name = value,
@@ -253,6 +255,8 @@ typedef struct mfm_model_info {
     int n_state_slots;  /* optimizer state slots per parameter */
     uint64_t epochs_trained;
     uint64_t n_parameters; /* learned values of all classes, state not counted */
+    int has_state;         /* 0 only for a model loaded from a file saved without its optimizer
+                              state (the state is zero until the next mfm_fit) */
 } mfm_model_info;
 
 MFMDEF const char *mfm_version_string(void);
@@ -264,6 +268,9 @@ MFMDEF mfm_params mfm_params_resolve(const mfm_params *params);
 /* A fresh, seeded model of the given shape (n_classes is used for multiclass only). */
 MFMDEF mfm_status mfm_model_create(const mfm_params *params, uint32_t n_features, uint32_t n_fields,
                                    uint32_t n_classes, mfm_model **out, mfm_error *err);
+
+/* A deep copy (parameters, optimizer state, params, epochs trained). */
+MFMDEF mfm_status mfm_model_clone(const mfm_model *model, mfm_model **out, mfm_error *err);
 
 /* Creates a model shaped by the data and params, then trains it: mfm_model_create + mfm_fit. */
 MFMDEF mfm_status mfm_train(const mfm_params *params, const mfm_csr *data, mfm_model **out,
@@ -325,6 +332,93 @@ MFMDEF double mfm_logloss(const float *labels, const float *probabilities, size_
 MFMDEF double mfm_auc(const float *labels, const float *scores, size_t n);
 MFMDEF double mfm_rmse(const float *labels, const float *predictions, size_t n);
 
+
+/* ============================================================================================
+   >>public-files  Data files (libffm, libsvm, binary) and model files
+   ============================================================================================ */
+
+typedef enum mfm_format {
+    MFM_FORMAT_AUTO = 0, /* reading: binary by its magic, else libffm or libsvm by the first row */
+    MFM_FORMAT_LIBFFM,   /* text: label field:feature:value ... */
+    MFM_FORMAT_LIBSVM,   /* text: label feature:value ... (libFM reads the same) */
+    MFM_FORMAT_BINARY,   /* modern_fm's dataset file: little-endian, checksummed, loaded by mmap */
+    MFM_FORMAT_COUNT,
+    MFM_FORMAT_FORCE_U32 = 0x7FFFFFFF
+} mfm_format;
+
+/* bytes_total is 0 when the size is unknown (a pipe). Called from the reading thread. */
+typedef void (*mfm_progress_fn)(void *user, uint64_t bytes_done, uint64_t bytes_total);
+
+/* All zero means: detect the format, binary labels, every core. */
+typedef struct mfm_read_options {
+    mfm_format format;  /* AUTO */
+    mfm_task task;      /* how labels read: binary 0/1 or -1/+1 (stored 0/1); regression any
+                           finite real; multiclass class ids 0, 1, 2, ... */
+    int n_threads;      /* 0 = every core: big text files are parsed in parallel; the result
+                           never depends on the number */
+    mfm_progress_fn on_progress; /* NULL */
+    void *user;
+} mfm_read_options;
+
+/* A dataset the library owns: parsed text, or a binary file mapped into memory. */
+typedef struct mfm_dataset mfm_dataset;
+
+typedef struct mfm_dataset_info {
+    mfm_format format;       /* what was read (libffm, libsvm or binary) */
+    uint64_t n_rows, nnz;
+    uint32_t n_features;     /* max feature id + 1 (0 without non-zeros) */
+    uint32_t n_fields;       /* max field id + 1 (0 for libsvm) */
+    int has_labels;          /* text rows may all leave out the label (data to predict) */
+    int has_weights, has_fields, has_values; /* values absent: every value is 1 */
+    uint64_t source_bytes;   /* binary cache of a text file: that file's size and */
+    int64_t source_mtime;    /* modification time (seconds); 0 otherwise */
+} mfm_dataset_info;
+
+/* Reads a libffm, libsvm or binary dataset from a path, or "-" for standard input. A malformed
+   token fails the whole read with "path:line:column: what was expected"; blank lines, CRLF
+   line ends, trailing blanks and a last line without newline are fine. */
+MFMDEF mfm_status mfm_dataset_read(const char *path, const mfm_read_options *options, mfm_dataset **out,
+                                   mfm_error *err);
+/* The same from text in memory (binary data too); name is what errors call the input. */
+MFMDEF mfm_status mfm_dataset_parse(const void *bytes, size_t size, const char *name,
+                                    const mfm_read_options *options, mfm_dataset **out, mfm_error *err);
+/* A view of the dataset's arrays, valid until mfm_dataset_free. */
+MFMDEF mfm_csr mfm_dataset_csr(const mfm_dataset *dataset);
+MFMDEF void mfm_dataset_get_info(const mfm_dataset *dataset, mfm_dataset_info *out);
+MFMDEF void mfm_dataset_free(mfm_dataset *dataset);
+
+/* Writes data as libffm or libsvm text (path "-" = standard output) or as a binary dataset
+   file. Text round-trips exactly: every float is printed with the fewest digits that read
+   back to the same bits. Files are written to a temporary name and renamed into place. */
+MFMDEF mfm_status mfm_dataset_write(const mfm_csr *data, const char *path, mfm_format format,
+                                    mfm_error *err);
+/* The binary file of a text file's dataset: records the text's size and mtime so a cache can
+   tell that it is stale (mfm_dataset_info.source_*). */
+MFMDEF mfm_status mfm_dataset_write_cache(const mfm_csr *data, const char *path, const char *source_path,
+                                          mfm_error *err);
+
+/* Model files: magic, format version, endianness, the params that shaped the model, shapes,
+   parameters, optionally the optimizer state (so that training resumes exactly), checksum.
+   Saving writes a temporary file and renames it over `path`: a failed or interrupted save
+   leaves the old file as it was. */
+#define MFM_MODEL_FILE_VERSION 1
+MFMDEF mfm_status mfm_model_save(const mfm_model *model, const char *path, int with_state, mfm_error *err);
+/* Refuses a truncated, corrupt, foreign or newer-version file with a sentence saying which. */
+MFMDEF mfm_status mfm_model_load(const char *path, mfm_model **out, mfm_error *err);
+MFMDEF mfm_status mfm_model_load_memory(const void *bytes, size_t size, mfm_model **out, mfm_error *err);
+
+typedef struct mfm_model_file_info {
+    uint32_t format_version;
+    uint32_t writer_version; /* MFM_VERSION_NUMBER of the library that wrote it */
+    uint64_t file_bytes;
+    int has_state;
+    mfm_model_info model;
+    mfm_params params;       /* as trained; callbacks and class_weights are NULL */
+} mfm_model_file_info;
+
+/* Checks a model file completely (checksum included) and describes it without loading it. */
+MFMDEF mfm_status mfm_model_file_inspect(const char *path, mfm_model_file_info *out, mfm_error *err);
+
 #ifdef __cplusplus
 }
 #endif
@@ -372,6 +466,17 @@ MFMDEF double mfm_rmse(const float *labels, const float *predictions, size_t n);
 #include <windows.h>
 #elif !defined(MFM_NO_THREADS)
 #include <pthread.h>
+#endif
+
+#include <errno.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#if defined(_WIN32)
+#include <io.h>
+#else
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #endif
 
 #ifdef __cplusplus
@@ -683,6 +788,300 @@ static void mfm__pool_run(mfm__pool *p, mfm__task_fn fn, void *ctx) {
 #endif /* MFM_NO_THREADS */
 
 /* ============================================================================================
+   >>files  Files: checksums, little-endian bytes, read-only mappings, write-then-rename
+   ============================================================================================ */
+
+/* Every binary file (datasets, models) is little-endian and ends with an 8-byte checksum of
+   everything before it. The checksum runs four independent lanes over 32-byte blocks so that it
+   keeps up with memory; it is not cryptographic, it catches truncation, bit rot and edits. */
+typedef struct mfm__hash {
+    uint64_t lane[4];
+    unsigned char pending[32];
+    unsigned n_pending;
+    uint64_t total;
+} mfm__hash;
+
+#define MFM__HASH_MUL 0x9E3779B97F4A7C15ull
+#define MFM__HASH_MUL2 0xC2B2AE3D27D4EB4Full
+
+static uint64_t mfm__load_le64(const unsigned char *p) {
+    uint64_t x;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    int i;
+    for (x = 0, i = 7; i >= 0; i--) x = x << 8 | p[i];
+#else
+    memcpy(&x, p, 8);
+#endif
+    return x;
+}
+
+static uint32_t mfm__load_le32(const unsigned char *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24; }
+
+static void mfm__store_le(unsigned char *p, uint64_t x, int bytes) {
+    int i;
+    for (i = 0; i < bytes; i++) p[i] = (unsigned char)(x >> (8 * i));
+}
+
+static uint64_t mfm__rotl(uint64_t x, int r) { return x << r | x >> (64 - r); }
+
+static void mfm__hash_init(mfm__hash *h) {
+    memset(h, 0, sizeof *h);
+    h->lane[0] = 0x243F6A8885A308D3ull; /* digits of pi: four different starting points */
+    h->lane[1] = 0x13198A2E03707344ull;
+    h->lane[2] = 0xA4093822299F31D0ull;
+    h->lane[3] = 0x082EFA98EC4E6C89ull;
+}
+
+static void mfm__hash_blocks(mfm__hash *h, const unsigned char *p, size_t n_blocks) {
+    uint64_t a = h->lane[0], b = h->lane[1], c = h->lane[2], d = h->lane[3];
+    size_t i;
+    for (i = 0; i < n_blocks; i++, p += 32) { /* xor, rotate, odd multiply: each step a bijection */
+        a = mfm__rotl(a ^ mfm__load_le64(p), 29) * MFM__HASH_MUL;
+        b = mfm__rotl(b ^ mfm__load_le64(p + 8), 29) * MFM__HASH_MUL;
+        c = mfm__rotl(c ^ mfm__load_le64(p + 16), 29) * MFM__HASH_MUL;
+        d = mfm__rotl(d ^ mfm__load_le64(p + 24), 29) * MFM__HASH_MUL;
+    }
+    h->lane[0] = a, h->lane[1] = b, h->lane[2] = c, h->lane[3] = d;
+}
+
+static void mfm__hash_update(mfm__hash *h, const void *data, size_t n) {
+    const unsigned char *p = (const unsigned char *)data;
+    h->total += n;
+    if (h->n_pending) {
+        size_t take = 32 - h->n_pending < n ? 32 - h->n_pending : n;
+        memcpy(h->pending + h->n_pending, p, take);
+        h->n_pending += (unsigned)take;
+        p += take;
+        n -= take;
+        if (h->n_pending < 32) return;
+        mfm__hash_blocks(h, h->pending, 1);
+        h->n_pending = 0;
+    }
+    mfm__hash_blocks(h, p, n / 32);
+    memcpy(h->pending, p + n / 32 * 32, n % 32);
+    h->n_pending = (unsigned)(n % 32);
+}
+
+static uint64_t mfm__hash_final(const mfm__hash *h) {
+    uint64_t x = h->total * MFM__HASH_MUL2;
+    unsigned i;
+    for (i = 0; i < 4; i++) x = mfm__rotl(x ^ h->lane[i] * MFM__HASH_MUL2, 31) * MFM__HASH_MUL;
+    for (i = 0; i < h->n_pending; i++) x = mfm__rotl(x ^ h->pending[i], 11) * MFM__HASH_MUL;
+    x ^= x >> 33; /* final avalanche so that every input bit reaches every output bit */
+    x *= MFM__HASH_MUL2;
+    return x ^ x >> 29;
+}
+
+static uint64_t mfm__checksum(const void *data, size_t n) {
+    mfm__hash h;
+    mfm__hash_init(&h);
+    mfm__hash_update(&h, data, n);
+    return mfm__hash_final(&h);
+}
+
+/* The last error of the C library or the system, as a phrase. */
+static const char *mfm__os_error(void) { return strerror(errno); }
+
+/* A whole file mapped read-only (an empty file maps to no bytes). */
+typedef struct mfm__mapping {
+    const unsigned char *bytes;
+    uint64_t size;
+#if defined(_WIN32)
+    HANDLE file, map;
+#endif
+} mfm__mapping;
+
+static mfm_status mfm__map(const char *path, mfm__mapping *m, mfm_error *err) {
+    memset(m, 0, sizeof *m);
+#if defined(_WIN32)
+    {
+        LARGE_INTEGER size;
+        m->file = CreateFileA(path, GENERIC_READ, FILE_SHARE_READ, NULL, OPEN_EXISTING, FILE_ATTRIBUTE_NORMAL, NULL);
+        if (m->file == INVALID_HANDLE_VALUE) return mfm__fail(err, MFM_ERR_IO, "cannot open %s (Windows error %lu)", path, (unsigned long)GetLastError());
+        if (!GetFileSizeEx(m->file, &size)) {
+            CloseHandle(m->file);
+            return mfm__fail(err, MFM_ERR_IO, "cannot get the size of %s (Windows error %lu)", path, (unsigned long)GetLastError());
+        }
+        m->size = (uint64_t)size.QuadPart;
+        if (m->size == 0) return MFM_OK;
+        m->map = CreateFileMappingA(m->file, NULL, PAGE_READONLY, 0, 0, NULL);
+        m->bytes = m->map ? (const unsigned char *)MapViewOfFile(m->map, FILE_MAP_READ, 0, 0, 0) : NULL;
+        if (!m->bytes) {
+            unsigned long code = (unsigned long)GetLastError();
+            if (m->map) CloseHandle(m->map);
+            CloseHandle(m->file);
+            return mfm__fail(err, MFM_ERR_IO, "cannot map %s into memory (Windows error %lu)", path, code);
+        }
+    }
+#else
+    {
+        struct stat st;
+        int fd = open(path, O_RDONLY);
+        void *p;
+        if (fd < 0) return mfm__fail(err, MFM_ERR_IO, "cannot open %s: %s", path, mfm__os_error());
+        if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+            close(fd);
+            return mfm__fail(err, MFM_ERR_IO, "%s is not a regular file", path);
+        }
+        m->size = (uint64_t)st.st_size;
+        if (m->size == 0 || m->size > (uint64_t)SIZE_MAX) {
+            close(fd);
+            return m->size ? mfm__fail(err, MFM_ERR_IO, "%s is too large to map on this machine", path) : MFM_OK;
+        }
+        p = mmap(NULL, (size_t)m->size, PROT_READ, MAP_PRIVATE, fd, 0);
+        close(fd); /* the mapping keeps the file */
+        if (p == MAP_FAILED) return mfm__fail(err, MFM_ERR_IO, "cannot map %s into memory: %s", path, mfm__os_error());
+        m->bytes = (const unsigned char *)p;
+    }
+#endif
+    return MFM_OK;
+}
+
+static void mfm__unmap(mfm__mapping *m) {
+#if defined(_WIN32)
+    if (m->bytes) UnmapViewOfFile(m->bytes);
+    if (m->map) CloseHandle(m->map);
+    if (m->file && m->file != INVALID_HANDLE_VALUE) CloseHandle(m->file);
+#else
+    if (m->bytes) munmap((void *)m->bytes, (size_t)m->size);
+#endif
+    memset(m, 0, sizeof *m);
+}
+
+/* Writes go to "<path>.tmp-<pid>-<address>" and are renamed over path only once everything reached
+   the disk, so a crash or a failed write never leaves a half-written file where a good one was.
+   "-" writes to standard output instead. The checksum of everything written is kept. */
+typedef struct mfm__writer {
+    FILE *f;
+    const char *path;
+    char *temp;
+    int failed; /* a write came up short: the error is reported at commit */
+    int failed_errno;
+    mfm__hash hash;
+} mfm__writer;
+
+static mfm_status mfm__writer_open(mfm__writer *w, const char *path, mfm_error *err) {
+    size_t len;
+    memset(w, 0, sizeof *w);
+    mfm__hash_init(&w->hash);
+    w->path = path;
+    if (!path || !*path) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "the output path is NULL or empty");
+    if (strcmp(path, "-") == 0) {
+        w->f = stdout;
+        return MFM_OK;
+    }
+    len = strlen(path) + 64;
+    w->temp = (char *)mfm__alloc(len, 1);
+    if (!w->temp) return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for a file name");
+    /* process id and this writer's address: unique among saves running at the same time */
+#if defined(_WIN32)
+    snprintf(w->temp, len, "%s.tmp-%lu-%p", path, (unsigned long)GetCurrentProcessId(), (void *)w);
+#else
+    snprintf(w->temp, len, "%s.tmp-%ld-%p", path, (long)getpid(), (void *)w);
+#endif
+    w->f = fopen(w->temp, "wb");
+    if (!w->f) {
+        mfm_status st = mfm__fail(err, MFM_ERR_IO, "cannot write %s (creating %s): %s", path, w->temp, mfm__os_error());
+        MFM_FREE(w->temp);
+        w->temp = NULL;
+        return st;
+    }
+    return MFM_OK;
+}
+
+static void mfm__write(mfm__writer *w, const void *p, size_t n) {
+    if (w->failed || n == 0) return;
+    mfm__hash_update(&w->hash, p, n);
+    if (fwrite(p, 1, n, w->f) != n) {
+        w->failed = 1;
+        w->failed_errno = errno;
+    }
+}
+
+/* Leaves any old file at path untouched. */
+static void mfm__writer_abort(mfm__writer *w) {
+    if (w->temp) {
+        if (w->f) fclose(w->f);
+        remove(w->temp);
+        MFM_FREE(w->temp);
+    }
+    memset(w, 0, sizeof *w);
+}
+
+static mfm_status mfm__writer_commit(mfm__writer *w, mfm_error *err) {
+    int ok = !w->failed && fflush(w->f) == 0;
+    if (!w->failed && !ok) w->failed_errno = errno;
+    if (ok && w->temp) {
+#if defined(_WIN32)
+        ok = FlushFileBuffers((HANDLE)_get_osfhandle(_fileno(w->f))) != 0;
+#else
+        ok = fsync(fileno(w->f)) == 0;
+#endif
+        if (!ok) w->failed_errno = errno;
+        ok = fclose(w->f) == 0 && ok;
+        w->f = NULL;
+#if defined(_WIN32)
+        ok = ok && MoveFileExA(w->temp, w->path, MOVEFILE_REPLACE_EXISTING | MOVEFILE_WRITE_THROUGH);
+#else
+        ok = ok && rename(w->temp, w->path) == 0;
+#endif
+        if (!ok && !w->failed_errno) w->failed_errno = errno;
+    }
+    if (!ok) {
+        mfm_status st = mfm__fail(err, MFM_ERR_IO, "writing %s failed: %s; %s", w->path, strerror(w->failed_errno ? w->failed_errno : EIO),
+                                  w->temp ? "any earlier file there is unchanged" : "the output is incomplete");
+        mfm__writer_abort(w);
+        return st;
+    }
+    MFM_FREE(w->temp);
+    memset(w, 0, sizeof *w);
+    return MFM_OK;
+}
+
+/* Ends a binary file: the checksum of everything before it. */
+static void mfm__write_checksum(mfm__writer *w) {
+    unsigned char b[8];
+    mfm__store_le(b, mfm__hash_final(&w->hash), 8);
+    mfm__write(w, b, 8);
+}
+
+static void mfm__read_floats(const unsigned char *p, float *x, uint64_t n) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    uint64_t i;
+    for (i = 0; i < n; i++) {
+        uint32_t u = mfm__load_le32(p + 4 * i);
+        memcpy(x + i, &u, 4);
+    }
+#else
+    memcpy(x, p, (size_t)n * sizeof(float));
+#endif
+}
+
+/* Size and modification time of a file (0, 0 when it cannot be read). */
+static void mfm__file_stamp(const char *path, uint64_t *size, int64_t *mtime) {
+    struct stat st;
+    *size = 0;
+    *mtime = 0;
+    if (path && stat(path, &st) == 0) {
+        *size = (uint64_t)st.st_size;
+        *mtime = (int64_t)st.st_mtime;
+    }
+}
+
+static int mfm__cores(void) {
+#if defined(_WIN32)
+    SYSTEM_INFO si;
+    GetSystemInfo(&si);
+    return si.dwNumberOfProcessors > 0 ? (int)si.dwNumberOfProcessors : 1;
+#elif defined(_SC_NPROCESSORS_ONLN)
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (n > 256 ? 256 : (int)n) : 1;
+#else
+    return 1;
+#endif
+}
+
+/* ============================================================================================
    >>params  Defaults and validation of mfm_params
    ============================================================================================ */
 
@@ -833,6 +1232,7 @@ struct mfm_model {
     int k;
     int n_slots; /* 1 + optimizer state slots */
     uint64_t epochs_trained;
+    int has_state; /* 0 after loading a file saved without the optimizer state, until a fit */
     mfm__table t[MFM_TENSOR_COUNT];
 };
 
@@ -944,8 +1344,24 @@ MFMDEF mfm_status mfm_model_create(const mfm_params *params, uint32_t n_features
         p.class_weights = NULL;
     }
     m->params = p;
+    m->has_state = 1;
     mfm__init_parameters(m);
     *out = m;
+    return mfm__ok(err);
+}
+
+MFMDEF mfm_status mfm_model_clone(const mfm_model *m, mfm_model **out, mfm_error *err) {
+    mfm_model *c;
+    mfm_status st;
+    int t;
+    if (!m || !out) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_model_clone: the model or the output pointer is NULL");
+    *out = NULL;
+    if ((st = mfm_model_create(&m->params, m->n_features, m->n_fields, m->n_classes, &c, err)) != MFM_OK) return st;
+    for (t = 0; t < MFM_TENSOR_COUNT; t++)
+        memcpy(c->t[t].data, m->t[t].data, (size_t)(m->t[t].n_blocks * m->n_classes * m->t[t].stride) * sizeof(float));
+    c->epochs_trained = m->epochs_trained;
+    c->has_state = m->has_state;
+    *out = c;
     return mfm__ok(err);
 }
 
@@ -961,6 +1377,7 @@ MFMDEF void mfm_model_get_info(const mfm_model *m, mfm_model_info *out) {
     out->k = m->k;
     out->n_state_slots = m->n_slots - 1;
     out->epochs_trained = m->epochs_trained;
+    out->has_state = m->has_state;
     for (t = 0; t < MFM_TENSOR_COUNT; t++) out->n_parameters += m->t[t].n_blocks * m->t[t].len * m->n_classes;
 }
 
@@ -1124,6 +1541,935 @@ static mfm_status mfm__check_targets(mfm_task task, const mfm_csr *d, uint32_t *
         if (d->n_rows && weight_sum == 0) return mfm__fail(err, MFM_ERR_INVALID_DATA, "all %" PRIu64 " row weights are zero", d->n_rows);
     }
     return MFM_OK;
+}
+
+/* ============================================================================================
+   >>text-data  Reading libffm and libsvm text: strict, exact, in parallel
+   ============================================================================================ */
+
+/* A dataset the library owns: its arrays come either from the parser (owned) or from a mapped
+   binary file (borrowed from the mapping). */
+struct mfm_dataset {
+    mfm_csr csr;
+    mfm_dataset_info info;
+    mfm__mapping mapping;
+    void *owned[6]; /* offsets, labels, weights, features, fields, values (or a binary copy) */
+};
+
+MFMDEF void mfm_dataset_free(mfm_dataset *ds) {
+    int i;
+    if (!ds) return;
+    for (i = 0; i < 6; i++) MFM_FREE(ds->owned[i]);
+    mfm__unmap(&ds->mapping);
+    MFM_FREE(ds);
+}
+
+MFMDEF mfm_csr mfm_dataset_csr(const mfm_dataset *ds) {
+    mfm_csr none;
+    if (ds) return ds->csr;
+    memset(&none, 0, sizeof none);
+    return none;
+}
+
+MFMDEF void mfm_dataset_get_info(const mfm_dataset *ds, mfm_dataset_info *out) {
+    if (ds)
+        *out = ds->info;
+    else
+        memset(out, 0, sizeof *out);
+}
+
+/* Growing columns of parsed rows. offsets[0] = 0 and offsets[r + 1] ends row r. */
+typedef struct mfm__columns {
+    uint64_t *offsets;
+    float *labels;
+    uint32_t *features, *fields;
+    float *values;
+    uint64_t n_rows, nnz, cap_rows, cap_nnz;
+    uint32_t n_features, n_fields; /* max id + 1 */
+    int all_ones;                  /* every value so far is exactly 1 */
+    uint64_t lines;                /* lines consumed, blank ones included */
+    /* the first error: line (1-based within this part), column (1-based) and sentence */
+    uint64_t error_line, error_column;
+    char error[300];
+} mfm__columns;
+
+/* What every part of one input shares: decided from the first rows, then fixed. */
+typedef struct mfm__text {
+    const char *name;
+    mfm_task task;
+    mfm_format format; /* AUTO while no feature token has been seen */
+    int has_labels;    /* -1 while no row has been seen */
+} mfm__text;
+
+static int mfm__columns_init(mfm__columns *c) {
+    memset(c, 0, sizeof *c);
+    c->all_ones = 1;
+    c->offsets = (uint64_t *)mfm__calloc(1, sizeof(uint64_t));
+    return c->offsets != NULL;
+}
+
+static void mfm__columns_free(mfm__columns *c) {
+    MFM_FREE(c->offsets);
+    MFM_FREE(c->labels);
+    MFM_FREE(c->features);
+    MFM_FREE(c->fields);
+    MFM_FREE(c->values);
+    memset(c, 0, sizeof *c);
+}
+
+/* Resizes *p to count elements; 0 (and *p unchanged) when memory is short. */
+static int mfm__resize(void **p, uint64_t count, size_t size) {
+    void *q;
+    if (count > (uint64_t)SIZE_MAX / size) return 0;
+    q = MFM_REALLOC(*p, (size_t)(count ? count : 1) * size);
+    if (q) *p = q;
+    return q != NULL;
+}
+
+/* Room for `rows` rows and `nnz` non-zeros (fields only for libffm), growing by doubling. */
+static int mfm__columns_reserve(mfm__columns *c, uint64_t rows, uint64_t nnz, int with_fields) {
+    if (rows > c->cap_rows) {
+        uint64_t want = c->cap_rows ? c->cap_rows : 256;
+        while (want < rows) want *= 2;
+        if (!mfm__resize((void **)&c->labels, want, sizeof(float)) || !mfm__resize((void **)&c->offsets, want + 1, sizeof(uint64_t))) return 0;
+        c->cap_rows = want;
+    }
+    if (nnz > c->cap_nnz || (with_fields && !c->fields)) {
+        uint64_t want = c->cap_nnz ? c->cap_nnz : 1024;
+        while (want < nnz) want *= 2;
+        if (!mfm__resize((void **)&c->features, want, sizeof(uint32_t)) || !mfm__resize((void **)&c->values, want, sizeof(float)) ||
+            (with_fields && !mfm__resize((void **)&c->fields, want, sizeof(uint32_t))))
+            return 0;
+        c->cap_nnz = want;
+    }
+    return 1;
+}
+
+#define MFM__IS_BLANK(ch) ((ch) == ' ' || (ch) == '\t')
+#define MFM__IS_DIGIT(ch) ((unsigned)((ch) - '0') < 10u)
+
+/* At a line end: '\n', "\r\n", a '\r' that ends the input, or the end itself. */
+static int mfm__at_line_end(const char *p, const char *end) { return p == end || *p == '\n' || (*p == '\r' && (p + 1 == end || p[1] == '\n')); }
+
+/* A word of the input for an error message, quoted and cut short. */
+static const char *mfm__word(const char *p, const char *end, char *buf, size_t size) {
+    size_t n = 0;
+    if (p >= end || *p == '\n' || *p == '\r') return "the end of the line";
+    buf[n++] = '\'';
+    while (p < end && n + 5 < size && !MFM__IS_BLANK(*p) && *p != '\n' && *p != '\r') buf[n++] = (char)((unsigned char)*p < 32 ? '?' : *p), p++;
+    if (p < end && !MFM__IS_BLANK(*p) && *p != '\n' && *p != '\r') buf[n++] = '.', buf[n++] = '.', buf[n++] = '.';
+    buf[n++] = '\'';
+    buf[n] = '\0';
+    return buf;
+}
+
+static int mfm__text_error(mfm__columns *c, const char *line, const char *at, const char *fmt, ...) {
+    va_list ap;
+    c->error_line = c->lines;
+    c->error_column = (uint64_t)(at - line) + 1;
+    va_start(ap, fmt);
+    vsnprintf(c->error, sizeof c->error, fmt, ap);
+    va_end(ap);
+    return 0;
+}
+
+/* A feature or field id: digits only, below 2^32 - 1 (so that "max id + 1" fits 32 bits). */
+static const char *mfm__parse_id(const char *p, const char *end, uint32_t *out) {
+    uint64_t v = 0;
+    const char *start = p;
+    while (p < end && MFM__IS_DIGIT(*p)) {
+        v = v * 10 + (uint64_t)(*p - '0');
+        if (v >= 0xFFFFFFFFull) return NULL;
+        p++;
+    }
+    *out = (uint32_t)v;
+    return p == start ? NULL : p;
+}
+
+/* Powers of ten that doubles hold exactly. */
+static const double mfm__pow10[23] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11,
+                                      1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+
+/* A decimal number to the nearest float, exactly as strtof would round it. The common case
+   (at most 19 significant digits, exponent within +-22) takes one exact double operation
+   (Clinger's fast path); that double rounds to the right float unless it sits exactly halfway
+   between two floats, which goes to strtof with the rest. Returns the end, or NULL. */
+static const char *mfm__parse_number(const char *p, const char *end, float *out, int *not_finite) {
+    const char *start = p;
+    uint64_t mantissa = 0;
+    int digits = 0, exp10 = 0, any = 0, slow = 0, negative = 0;
+    *not_finite = 0;
+    if (p < end && (*p == '+' || *p == '-')) negative = *p++ == '-';
+    for (; p < end && MFM__IS_DIGIT(*p); p++, any = 1) {
+        if (mantissa == 0 && *p == '0') continue;
+        if (digits < 19) mantissa = mantissa * 10 + (uint64_t)(*p - '0'), digits++;
+        else exp10++, slow |= *p != '0';
+    }
+    if (p < end && *p == '.') {
+        for (p++; p < end && MFM__IS_DIGIT(*p); p++, any = 1) {
+            if (mantissa == 0 && *p == '0') {
+                exp10--;
+                continue;
+            }
+            if (digits < 19) mantissa = mantissa * 10 + (uint64_t)(*p - '0'), digits++, exp10--;
+            else slow |= *p != '0';
+        }
+    }
+    if (!any) {
+        const char *q = p;
+        while (q < end && ((*q | 32) >= 'a' && (*q | 32) <= 'z')) q++;
+        *not_finite = q - p >= 3 && ((p[0] | 32) == 'n' || (p[0] | 32) == 'i'); /* nan, inf, infinity */
+        return NULL;
+    }
+    if (p < end && (*p == 'e' || *p == 'E')) {
+        int e = 0, e_negative = 0;
+        p++;
+        if (p < end && (*p == '+' || *p == '-')) e_negative = *p++ == '-';
+        if (p == end || !MFM__IS_DIGIT(*p)) return NULL;
+        for (; p < end && MFM__IS_DIGIT(*p); p++)
+            if (e < 100000) e = e * 10 + (*p - '0');
+        exp10 += e_negative ? -e : e;
+    }
+    if (!slow && mantissa == 0) {
+        *out = negative ? -0.0f : 0.0f;
+        return p;
+    }
+    if (!slow && mantissa <= (1ull << 53) && exp10 >= -22 && exp10 <= 22) {
+        double d = exp10 < 0 ? (double)mantissa / mfm__pow10[-exp10] : (double)mantissa * mfm__pow10[exp10];
+        uint64_t bits;
+        memcpy(&bits, &d, 8);
+        if ((bits & 0x1FFFFFFFull) != 0x10000000ull) { /* not halfway between two floats */
+            *out = (float)(negative ? -d : d);
+            return p;
+        }
+    }
+    { /* the rare rest: strtof on a copy (the input is not NUL-terminated) */
+        char buf[128], *stop;
+        size_t n = (size_t)(p - start);
+        double check;
+        float f;
+        if (n >= sizeof buf) return NULL;
+        memcpy(buf, start, n);
+        buf[n] = '\0';
+        f = strtof(buf, &stop);
+        if (stop != buf + n) return NULL;
+        check = f;
+        if (!mfm__finite(check)) {
+            *not_finite = 1;
+            return NULL;
+        }
+        *out = f;
+        return p;
+    }
+}
+
+/* Parses the lines of [p, end) into c; every line is complete (the last may lack its newline).
+   Returns 0 at the first error, recorded in c. */
+static int mfm__parse_lines(const mfm__text *t, const char *p, const char *end, mfm__columns *c) {
+    const int ffm = t->format == MFM_FORMAT_LIBFFM;
+    char word[48];
+    while (p < end) {
+        const char *line = p;
+        uint64_t row = c->n_rows, nnz = c->nnz;
+        c->lines++;
+        while (p < end && MFM__IS_BLANK(*p)) p++;
+        if (mfm__at_line_end(p, end)) { /* a blank line */
+            while (p < end && *p != '\n') p++;
+            p += p < end;
+            continue;
+        }
+        if (row + 1 > c->cap_rows && !mfm__columns_reserve(c, row + 1, 0, ffm))
+            return mfm__text_error(c, line, p, "out of memory after %" PRIu64 " rows", row);
+        c->labels[row] = 0;
+        if (t->has_labels) {
+            const char *q;
+            float y;
+            int inf;
+            q = mfm__parse_number(p, end, &y, &inf);
+            if (!q || !(q == end || MFM__IS_BLANK(*q) || mfm__at_line_end(q, end))) {
+                if (q && *q == ':')
+                    return mfm__text_error(c, line, p, "expected a label, found %s (the first row has a label, so every row needs one)",
+                                           mfm__word(p, end, word, sizeof word));
+                return mfm__text_error(c, line, p, inf ? "the label %s is not a finite number" : "expected a label (a number), found %s",
+                                       mfm__word(p, end, word, sizeof word));
+            }
+            if (t->task == MFM_TASK_BINARY) {
+                if (y != 0 && y != 1 && y != -1)
+                    return mfm__text_error(c, line, p, "a binary label must be 0, 1, -1 or +1, found %s", mfm__word(p, end, word, sizeof word));
+                y = y == 1 ? 1.0f : 0.0f;
+            } else if (t->task == MFM_TASK_MULTICLASS && (y < 0 || y != floorf(y) || y >= 16777216.0f)) {
+                return mfm__text_error(c, line, p, "a multiclass label must be a class id 0, 1, 2, ..., found %s", mfm__word(p, end, word, sizeof word));
+            }
+            c->labels[row] = y;
+            p = q;
+        }
+        for (;;) { /* tokens */
+            const char *token, *q;
+            uint32_t a, b = 0;
+            float x;
+            int inf;
+            while (p < end && MFM__IS_BLANK(*p)) p++;
+            if (mfm__at_line_end(p, end)) break;
+            token = p;
+            if (!(q = mfm__parse_id(p, end, &a))) {
+                if (p < end && *p == '-') return mfm__text_error(c, line, p, "ids must not be negative, found %s", mfm__word(p, end, word, sizeof word));
+                if (p < end && MFM__IS_DIGIT(*p))
+                    return mfm__text_error(c, line, p, "the id in %s is too large: ids go up to 4294967294", mfm__word(p, end, word, sizeof word));
+                if (p < end && *p == '\r') return mfm__text_error(c, line, p, "a carriage return in the middle of a line");
+                return mfm__text_error(c, line, p, "expected %s, found %s", ffm ? "field:feature:value" : "feature:value", mfm__word(p, end, word, sizeof word));
+            }
+            if (q == end || *q != ':')
+                return mfm__text_error(c, line, token, "expected %s, found %s%s", ffm ? "field:feature:value" : "feature:value",
+                                       mfm__word(token, end, word, sizeof word),
+                                       t->has_labels ? "" : " (the first row has no label, so no row may have one)");
+            p = q + 1;
+            if (ffm) {
+                b = a;
+                if (!(q = mfm__parse_id(p, end, &a))) {
+                    if (p < end && *p == '-') return mfm__text_error(c, line, p, "ids must not be negative, found %s", mfm__word(p, end, word, sizeof word));
+                    if (p < end && MFM__IS_DIGIT(*p))
+                        return mfm__text_error(c, line, p, "the feature id in %s is too large: ids go up to 4294967294", mfm__word(token, end, word, sizeof word));
+                    return mfm__text_error(c, line, p, "expected a feature id after the field in %s", mfm__word(token, end, word, sizeof word));
+                }
+                if (q == end || *q != ':')
+                    return mfm__text_error(c, line, q, "expected ':' and a value after field:feature in %s (libffm tokens are field:feature:value)",
+                                           mfm__word(token, end, word, sizeof word));
+                p = q + 1;
+            }
+            if (!(q = mfm__parse_number(p, end, &x, &inf)))
+                return mfm__text_error(c, line, p, inf ? "the value in %s is not a finite number" : "expected a number as the value in %s",
+                                       mfm__word(token, end, word, sizeof word));
+            if (!(q == end || MFM__IS_BLANK(*q) || mfm__at_line_end(q, end))) {
+                if (*q == ':' && !ffm)
+                    return mfm__text_error(c, line, token, "expected feature:value, found %s (this input is libsvm, as its first token showed)",
+                                           mfm__word(token, end, word, sizeof word));
+                return mfm__text_error(c, line, q, "expected a blank or the end of the line after %s", mfm__word(token, end, word, sizeof word));
+            }
+            p = q;
+            if (nnz + 1 > c->cap_nnz && !mfm__columns_reserve(c, 0, nnz + 1, ffm))
+                return mfm__text_error(c, line, token, "out of memory after %" PRIu64 " non-zeros", nnz);
+            c->features[nnz] = a;
+            c->values[nnz] = x;
+            c->all_ones &= x == 1.0f;
+            if (a >= c->n_features) c->n_features = a + 1;
+            if (ffm) {
+                c->fields[nnz] = b;
+                if (b >= c->n_fields) c->n_fields = b + 1;
+            }
+            nnz++;
+        }
+        if (nnz - c->offsets[row] > UINT32_MAX) return mfm__text_error(c, line, line, "the row has more than 2^32-1 non-zeros");
+        c->offsets[row + 1] = c->nnz = nnz;
+        c->n_rows = row + 1;
+        while (p < end && *p != '\n') p++;
+        p += p < end;
+    }
+    return 1;
+}
+
+/* Fixes whether rows have labels and which format the tokens are, from the first row with a
+   token. Lines before it are blank or hold only a label, so they parse the same either way. */
+static void mfm__text_decide(mfm__text *t, const char *p, const char *end) {
+    while (p < end && (t->has_labels < 0 || t->format == MFM_FORMAT_AUTO)) {
+        const char *q;
+        int colons = 0;
+        while (p < end && (MFM__IS_BLANK(*p) || *p == '\r')) p++;
+        if (p < end && *p != '\n') {
+            for (q = p; q < end && !MFM__IS_BLANK(*q) && *q != '\n' && *q != '\r'; q++) colons += *q == ':';
+            if (t->has_labels < 0) t->has_labels = colons == 0;
+            if (colons == 0) { /* the label: the first token is next */
+                for (p = q; p < end && MFM__IS_BLANK(*p); p++) {}
+                for (q = p, colons = 0; q < end && !MFM__IS_BLANK(*q) && *q != '\n' && *q != '\r'; q++) colons += *q == ':';
+            }
+            if (colons && t->format == MFM_FORMAT_AUTO) t->format = colons >= 2 ? MFM_FORMAT_LIBFFM : MFM_FORMAT_LIBSVM;
+        }
+        while (p < end && *p != '\n') p++;
+        p += p < end;
+    }
+}
+
+/* Appends part b to a (b's rows after a's). */
+static int mfm__columns_append(mfm__columns *a, const mfm__columns *b) {
+    uint64_t r;
+    if (!mfm__columns_reserve(a, a->n_rows + b->n_rows, a->nnz + b->nnz, b->fields != NULL)) return 0;
+    memcpy(a->labels + a->n_rows, b->labels, (size_t)b->n_rows * sizeof(float));
+    for (r = 1; r <= b->n_rows; r++) a->offsets[a->n_rows + r] = a->nnz + b->offsets[r];
+    memcpy(a->features + a->nnz, b->features, (size_t)b->nnz * sizeof(uint32_t));
+    if (b->fields) memcpy(a->fields + a->nnz, b->fields, (size_t)b->nnz * sizeof(uint32_t));
+    memcpy(a->values + a->nnz, b->values, (size_t)b->nnz * sizeof(float));
+    a->n_rows += b->n_rows;
+    a->nnz += b->nnz;
+    a->all_ones &= b->all_ones;
+    if (b->n_features > a->n_features) a->n_features = b->n_features;
+    if (b->n_fields > a->n_fields) a->n_fields = b->n_fields;
+    a->lines += b->lines;
+    return 1;
+}
+
+/* One chunk of whole lines, cut at newlines into parts that the pool parses in parallel: part 0
+   straight into the result, the others into scratch columns appended in order afterwards. */
+#define MFM__MAX_PARTS 64
+#define MFM__MIN_PART_BYTES (1u << 20)
+
+typedef struct mfm__chunk_job {
+    const mfm__text *text;
+    const char *begin[MFM__MAX_PARTS], *end[MFM__MAX_PARTS];
+    mfm__columns *cols[MFM__MAX_PARTS];
+    int ok[MFM__MAX_PARTS];
+} mfm__chunk_job;
+
+static void mfm__parse_task(void *ctx, int i) {
+    mfm__chunk_job *job = (mfm__chunk_job *)ctx;
+    job->ok[i] = mfm__parse_lines(job->text, job->begin[i], job->end[i], job->cols[i]);
+}
+
+typedef struct mfm__text_reader {
+    mfm__text text;
+    mfm__columns result;
+    mfm__columns scratch[MFM__MAX_PARTS];
+    mfm__pool pool;
+    int n_parts;
+} mfm__text_reader;
+
+static mfm_status mfm__parse_chunk(mfm__text_reader *rd, const char *p, const char *end, mfm_error *err) {
+    mfm__chunk_job job;
+    int n = 1, i;
+    mfm__text_decide(&rd->text, p, end);
+    if ((uint64_t)(end - p) >= 2ull * MFM__MIN_PART_BYTES) n = (int)((uint64_t)(end - p) / MFM__MIN_PART_BYTES);
+    if (n > rd->n_parts) n = rd->n_parts;
+    memset(&job, 0, sizeof job);
+    job.text = &rd->text;
+    for (i = 0; i < n; i++) { /* part i ends just after the first newline at or past i+1 shares */
+        const char *lo = i ? job.end[i - 1] : p;
+        const char *cut = i == n - 1 ? end : p + (uint64_t)(end - p) * (uint64_t)(i + 1) / (uint64_t)n;
+        if (cut < lo) cut = lo;
+        while (cut < end && cut > lo && cut[-1] != '\n') cut++;
+        job.begin[i] = lo;
+        job.end[i] = cut;
+        job.cols[i] = i ? &rd->scratch[i] : &rd->result;
+        if (i) { /* emptied, not freed: fresh pages would cost the kernel a zeroing each */
+            mfm__columns *c = &rd->scratch[i];
+            if (!c->offsets && !mfm__columns_init(c)) return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory while reading %s", rd->text.name);
+            c->n_rows = c->nnz = c->lines = 0;
+            c->n_features = c->n_fields = 0;
+            c->all_ones = 1;
+        }
+    }
+    mfm__pool_run(&rd->pool, mfm__parse_task, &job);
+    for (i = 0; i < n; i++) { /* part 0 counts lines from the start; the others from their own */
+        const mfm__columns *c = job.cols[i];
+        uint64_t before = i ? rd->result.lines : 0;
+        if (!job.ok[i])
+            return mfm__fail(err, MFM_ERR_INVALID_DATA, "%s:%" PRIu64 ":%" PRIu64 ": %s", rd->text.name, before + c->error_line, c->error_column, c->error);
+        if (i && !mfm__columns_append(&rd->result, c)) return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory while reading %s", rd->text.name);
+    }
+    return MFM_OK;
+}
+
+/* Reading a whole input: the format decided from the options or the first rows, chunks of whole
+   lines parsed in parallel, the columns handed to a dataset at the end. */
+#define MFM__CHUNK_BYTES (32u << 20)
+
+static mfm_status mfm__reader_start(mfm__text_reader *rd, const char *name, const mfm_read_options *o, mfm_error *err) {
+    memset(rd, 0, sizeof *rd);
+    rd->text.name = name;
+    rd->text.task = o->task == MFM_TASK_DEFAULT ? MFM_TASK_BINARY : o->task;
+    rd->text.format = o->format == MFM_FORMAT_BINARY ? MFM_FORMAT_AUTO : o->format;
+    rd->text.has_labels = -1;
+    rd->n_parts = o->n_threads > 0 ? o->n_threads : mfm__cores();
+    if (rd->n_parts > MFM__MAX_PARTS) rd->n_parts = MFM__MAX_PARTS;
+    if (!mfm__columns_init(&rd->result)) return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory while reading %s", name);
+    return mfm__pool_start(&rd->pool, rd->n_parts, err);
+}
+
+static void mfm__reader_free(mfm__text_reader *rd) {
+    int i;
+    mfm__pool_stop(&rd->pool);
+    mfm__columns_free(&rd->result);
+    for (i = 0; i < MFM__MAX_PARTS; i++) mfm__columns_free(&rd->scratch[i]);
+}
+
+/* Moves the parsed columns into a new dataset (dropping what the text did not have). */
+static mfm_status mfm__reader_finish(mfm__text_reader *rd, mfm_dataset **out, mfm_error *err) {
+    mfm__columns *c = &rd->result;
+    mfm_dataset *ds = (mfm_dataset *)mfm__calloc(1, sizeof *ds);
+    if (!ds) return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for a dataset");
+    ds->info.format = rd->text.format == MFM_FORMAT_AUTO ? MFM_FORMAT_LIBSVM : rd->text.format;
+    ds->info.n_rows = c->n_rows;
+    ds->info.nnz = c->nnz;
+    ds->info.n_features = c->n_features;
+    ds->info.n_fields = c->n_fields;
+    ds->info.has_labels = rd->text.has_labels == 1 && c->n_rows > 0;
+    ds->info.has_fields = ds->info.format == MFM_FORMAT_LIBFFM && c->fields != NULL;
+    ds->info.has_values = !c->all_ones;
+    ds->owned[0] = c->offsets;
+    if (ds->info.has_labels) ds->owned[1] = c->labels;
+    else MFM_FREE(c->labels);
+    ds->owned[3] = c->features;
+    if (ds->info.has_fields) ds->owned[4] = c->fields;
+    else MFM_FREE(c->fields);
+    if (ds->info.has_values) ds->owned[5] = c->values;
+    else MFM_FREE(c->values);
+    memset(c, 0, sizeof *c);
+    ds->csr.n_rows = ds->info.n_rows;
+    ds->csr.row_offsets = (const uint64_t *)ds->owned[0];
+    ds->csr.labels = (const float *)ds->owned[1];
+    ds->csr.features = (const uint32_t *)ds->owned[3];
+    ds->csr.fields = (const uint32_t *)ds->owned[4];
+    ds->csr.values = (const float *)ds->owned[5];
+    ds->csr.n_features = ds->info.n_features;
+    ds->csr.n_fields = ds->info.n_fields;
+    *out = ds;
+    return mfm__ok(err);
+}
+
+/* Text from a stream, chunk by chunk; `first` holds bytes already read from it. */
+static mfm_status mfm__read_text_stream(mfm__text_reader *rd, FILE *f, const unsigned char *first, size_t n_first, uint64_t total,
+                                        const mfm_read_options *o, mfm_error *err) {
+    uint64_t cap = MFM__CHUNK_BYTES, used = n_first, done = 0;
+    char *buf = (char *)mfm__alloc(cap, 1);
+    mfm_status st = MFM_OK;
+    if (!buf) return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for a read buffer");
+    memcpy(buf, first, n_first);
+    for (;;) {
+        size_t got = fread(buf + used, 1, (size_t)(cap - used), f);
+        int eof = got < cap - used;
+        char *last;
+        used += got;
+        if (eof && ferror(f)) {
+            st = mfm__fail(err, MFM_ERR_IO, "reading %s failed after %" PRIu64 " bytes: %s", rd->text.name, done + used, mfm__os_error());
+            break;
+        }
+        if (eof) {
+            st = mfm__parse_chunk(rd, buf, buf + used, err);
+            break;
+        }
+        for (last = buf + used; last > buf && last[-1] != '\n'; last--) {}
+        if (last == buf) { /* one line fills the buffer: make room for more of it */
+            char *bigger = cap * 2 <= (uint64_t)SIZE_MAX ? (char *)MFM_REALLOC(buf, (size_t)(cap * 2)) : NULL;
+            if (!bigger) {
+                st = mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "%s:%" PRIu64 ": the line is longer than the memory available (more than %" PRIu64 " bytes)",
+                               rd->text.name, rd->result.lines + 1, used);
+                break;
+            }
+            buf = bigger;
+            cap *= 2;
+            continue;
+        }
+        if ((st = mfm__parse_chunk(rd, buf, last, err)) != MFM_OK) break;
+        done += (uint64_t)(last - buf);
+        used -= (uint64_t)(last - buf);
+        memmove(buf, last, (size_t)used);
+        if (o->on_progress) o->on_progress(o->user, done, total);
+    }
+    if (st == MFM_OK && o->on_progress) o->on_progress(o->user, done + used, total);
+    MFM_FREE(buf);
+    return st;
+}
+
+/* ============================================================================================
+   >>binary-data  Binary dataset files: a header, 64-byte aligned arrays, a checksum
+   ============================================================================================ */
+
+/* Layout (all little-endian):
+     0  "MFM-DATA"          24  u64 n_rows          48  u64 source size (a cache's text)
+     8  u32 version (1)     32  u64 nnz             56  i64 source mtime
+    12  u32 0x01020304      40  u32 n_features      64  zero up to byte 128
+    16  u32 flags           44  u32 n_fields
+    20  u32 header bytes (128)
+   then, each starting at a multiple of 64: row offsets (u64 x rows+1), labels, weights (f32 x
+   rows), features, fields (u32 x nnz), values (f32 x nnz), present per flags; then the
+   checksum of everything before it (u64). Arrays are used in place from the mapping. */
+#define MFM__DATA_MAGIC "MFM-DATA"
+#define MFM__DATA_VERSION 1u
+#define MFM__DATA_HEADER 128u
+#define MFM__ENDIAN_MARK 0x01020304u
+enum { MFM__HAS_LABELS = 1, MFM__HAS_WEIGHTS = 2, MFM__HAS_FIELDS = 4, MFM__HAS_VALUES = 8 };
+enum { MFM__SEC_OFFSETS, MFM__SEC_LABELS, MFM__SEC_WEIGHTS, MFM__SEC_FEATURES, MFM__SEC_FIELDS, MFM__SEC_VALUES, MFM__SECTIONS };
+
+/* Where each section starts (0 = absent) and the total file size. Callers check that n_rows and
+   nnz are plausible for the file first, so nothing here overflows. */
+static uint64_t mfm__data_layout(uint64_t n_rows, uint64_t nnz, uint32_t flags, uint64_t start[MFM__SECTIONS], uint64_t bytes[MFM__SECTIONS]) {
+    static const uint32_t needs[MFM__SECTIONS] = {0, MFM__HAS_LABELS, MFM__HAS_WEIGHTS, 0, MFM__HAS_FIELDS, MFM__HAS_VALUES};
+    uint64_t at = MFM__DATA_HEADER;
+    int s;
+    for (s = 0; s < MFM__SECTIONS; s++) {
+        int per_row = s <= MFM__SEC_WEIGHTS;
+        bytes[s] = needs[s] && !(flags & needs[s]) ? 0 : s == MFM__SEC_OFFSETS ? (n_rows + 1) * 8 : (per_row ? n_rows : nnz) * 4;
+        start[s] = bytes[s] ? (at + 63) / 64 * 64 : 0;
+        if (bytes[s]) at = start[s] + bytes[s];
+    }
+    return (at + 7) / 8 * 8 + 8;
+}
+
+/* "name: message" for an error raised about a named input. */
+static mfm_status mfm__name_error(mfm_error *err, mfm_status st, const char *name) {
+    size_t n = strlen(name), len, room = err ? sizeof err->message - 1 : 0;
+    if (!err || st == MFM_OK || n + 2 > room) return st;
+    len = strlen(err->message);
+    if (len > room - n - 2) len = room - n - 2;
+    memmove(err->message + n + 2, err->message, len);
+    memcpy(err->message, name, n);
+    err->message[n] = ':';
+    err->message[n + 1] = ' ';
+    err->message[n + 2 + len] = '\0';
+    err->status = st;
+    return st;
+}
+
+/* Checks a binary dataset in memory completely and points the dataset's view at its arrays. */
+static mfm_status mfm__data_from_binary(mfm_dataset *ds, const unsigned char *b, uint64_t size, const char *name, mfm_task task, mfm_error *err) {
+    uint64_t start[MFM__SECTIONS], bytes[MFM__SECTIONS], n_rows, nnz, total;
+    uint32_t version, flags;
+    mfm__data_info info;
+    mfm_csr *d = &ds->csr;
+    mfm_status st;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    (void)b, (void)size, (void)task;
+    return mfm__fail(err, MFM_ERR_BAD_FILE, "%s: binary dataset files are little-endian and are used in place; this big-endian machine cannot use them (convert the text instead)", name);
+#endif
+    if (size < MFM__DATA_HEADER + 8 || memcmp(b, MFM__DATA_MAGIC, 8) != 0)
+        return mfm__fail(err, MFM_ERR_BAD_FILE, "%s is not a modern_fm binary dataset (%s)", name, size < 8 || memcmp(b, MFM__DATA_MAGIC, 8) ? "no MFM-DATA magic" : "shorter than its header");
+    version = mfm__load_le32(b + 8);
+    if (version > MFM__DATA_VERSION)
+        return mfm__fail(err, MFM_ERR_BAD_FILE, "%s is a binary dataset of format version %u, newer than this library reads (%u): update modern_fm", name, (unsigned)version,
+                         MFM__DATA_VERSION);
+    flags = mfm__load_le32(b + 16);
+    if (version == 0 || mfm__load_le32(b + 12) != MFM__ENDIAN_MARK || mfm__load_le32(b + 20) != MFM__DATA_HEADER || flags > 15)
+        return mfm__fail(err, MFM_ERR_BAD_FILE, "%s: the binary dataset header is corrupt (version, byte-order mark, header size or flags)", name);
+    n_rows = mfm__load_le64(b + 24);
+    nnz = mfm__load_le64(b + 32);
+    if (n_rows >= size / 8 || nnz >= size / 4)
+        return mfm__fail(err, MFM_ERR_BAD_FILE, "%s is truncated: its header announces %" PRIu64 " rows and %" PRIu64 " non-zeros, more than %" PRIu64 " bytes hold", name,
+                         n_rows, nnz, size);
+    total = mfm__data_layout(n_rows, nnz, flags, start, bytes);
+    if (total != size)
+        return mfm__fail(err, MFM_ERR_BAD_FILE, "%s is %s: %" PRIu64 " bytes where its header needs %" PRIu64, name, size < total ? "truncated" : "too long", size, total);
+    if (mfm__checksum(b, (size_t)size - 8) != mfm__load_le64(b + size - 8))
+        return mfm__fail(err, MFM_ERR_BAD_FILE, "%s is corrupt: its checksum does not match its contents", name);
+    memset(d, 0, sizeof *d);
+    d->n_rows = n_rows;
+    d->row_offsets = (const uint64_t *)(const void *)(b + start[MFM__SEC_OFFSETS]);
+    d->labels = bytes[MFM__SEC_LABELS] ? (const float *)(const void *)(b + start[MFM__SEC_LABELS]) : NULL;
+    d->weights = bytes[MFM__SEC_WEIGHTS] ? (const float *)(const void *)(b + start[MFM__SEC_WEIGHTS]) : NULL;
+    d->features = (const uint32_t *)(const void *)(b + start[MFM__SEC_FEATURES]);
+    d->fields = bytes[MFM__SEC_FIELDS] ? (const uint32_t *)(const void *)(b + start[MFM__SEC_FIELDS]) : NULL;
+    d->values = bytes[MFM__SEC_VALUES] ? (const float *)(const void *)(b + start[MFM__SEC_VALUES]) : NULL;
+    d->n_features = mfm__load_le32(b + 40);
+    d->n_fields = mfm__load_le32(b + 44);
+    /* A checksum guards against accidents, not against a crafted file: check the structure too. */
+    if (d->row_offsets[n_rows] != nnz)
+        return mfm__fail(err, MFM_ERR_BAD_FILE, "%s: the last row offset is %" PRIu64 " but the header says %" PRIu64 " non-zeros", name, d->row_offsets[n_rows], nnz);
+    if ((st = mfm__check_csr(d, d->fields != NULL, &info, err)) != MFM_OK) return mfm__name_error(err, st, name);
+    if (d->labels) {
+        uint32_t n_classes = 0;
+        mfm_csr labels_only = *d;
+        labels_only.weights = NULL; /* weights are checked where they are used */
+        if ((st = mfm__check_targets(task, &labels_only, &n_classes, 0, err)) != MFM_OK) return mfm__name_error(err, st, name);
+    }
+    ds->info.format = MFM_FORMAT_BINARY;
+    ds->info.n_rows = n_rows;
+    ds->info.nnz = nnz;
+    ds->info.n_features = d->n_features;
+    ds->info.n_fields = d->n_fields;
+    ds->info.has_labels = d->labels != NULL;
+    ds->info.has_weights = d->weights != NULL;
+    ds->info.has_fields = d->fields != NULL;
+    ds->info.has_values = d->values != NULL;
+    ds->info.source_bytes = mfm__load_le64(b + 48);
+    ds->info.source_mtime = (int64_t)mfm__load_le64(b + 56);
+    return MFM_OK;
+}
+
+/* Words (4 or 8 bytes) as little-endian, through a small buffer when the machine is not. */
+static void mfm__write_words(mfm__writer *w, const void *x, uint64_t n, int size) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    unsigned char b[4096];
+    const unsigned char *p = (const unsigned char *)x;
+    uint64_t i;
+    size_t used = 0;
+    for (i = 0; i < n; i++, p += size) {
+        uint64_t v = 0;
+        if (size == 4) { uint32_t u; memcpy(&u, p, 4); v = u; } else memcpy(&v, p, 8);
+        mfm__store_le(b + used, v, size);
+        used += (size_t)size;
+        if (used == sizeof b) {
+            mfm__write(w, b, used);
+            used = 0;
+        }
+    }
+    mfm__write(w, b, used);
+#else
+    mfm__write(w, x, (size_t)n * (size_t)size);
+#endif
+}
+
+static mfm_status mfm__write_binary(const mfm_csr *d, const char *path, uint64_t source_bytes, int64_t source_mtime, mfm_error *err) {
+    static const unsigned char zeros[64] = {0};
+    unsigned char h[MFM__DATA_HEADER];
+    uint64_t start[MFM__SECTIONS], bytes[MFM__SECTIONS], at = MFM__DATA_HEADER, nnz, total;
+    const void *arrays[MFM__SECTIONS];
+    mfm__data_info info;
+    mfm__writer w;
+    mfm_status st;
+    uint32_t flags = 0;
+    int s;
+    if ((st = mfm__check_csr(d, d && d->fields != NULL, &info, err)) != MFM_OK) return st;
+    nnz = info.nnz;
+    flags |= d->labels ? MFM__HAS_LABELS : 0;
+    flags |= d->weights ? MFM__HAS_WEIGHTS : 0;
+    flags |= d->fields && nnz ? MFM__HAS_FIELDS : 0;
+    flags |= d->values && nnz ? MFM__HAS_VALUES : 0;
+    total = mfm__data_layout(d->n_rows, nnz, flags, start, bytes);
+    (void)total;
+    memset(h, 0, sizeof h);
+    memcpy(h, MFM__DATA_MAGIC, 8);
+    mfm__store_le(h + 8, MFM__DATA_VERSION, 4);
+    mfm__store_le(h + 12, MFM__ENDIAN_MARK, 4);
+    mfm__store_le(h + 16, flags, 4);
+    mfm__store_le(h + 20, MFM__DATA_HEADER, 4);
+    mfm__store_le(h + 24, d->n_rows, 8);
+    mfm__store_le(h + 32, nnz, 8);
+    mfm__store_le(h + 40, d->n_features ? d->n_features : info.n_features, 4);
+    mfm__store_le(h + 44, d->n_fields ? d->n_fields : info.n_fields, 4);
+    mfm__store_le(h + 48, source_bytes, 8);
+    mfm__store_le(h + 56, (uint64_t)source_mtime, 8);
+    arrays[MFM__SEC_OFFSETS] = d->row_offsets;
+    arrays[MFM__SEC_LABELS] = d->labels;
+    arrays[MFM__SEC_WEIGHTS] = d->weights;
+    arrays[MFM__SEC_FEATURES] = d->features;
+    arrays[MFM__SEC_FIELDS] = d->fields;
+    arrays[MFM__SEC_VALUES] = d->values;
+    if ((st = mfm__writer_open(&w, path, err)) != MFM_OK) return st;
+    mfm__write(&w, h, sizeof h);
+    for (s = 0; s < MFM__SECTIONS; s++) {
+        static const uint64_t zero_offset = 0;
+        if (!bytes[s]) continue;
+        mfm__write(&w, zeros, (size_t)(start[s] - at));
+        if (s == MFM__SEC_OFFSETS && d->n_rows == 0)
+            mfm__write_words(&w, &zero_offset, 1, 8); /* an empty view may have no offsets array */
+        else
+            mfm__write_words(&w, arrays[s], bytes[s] / (s == MFM__SEC_OFFSETS ? 8 : 4), s == MFM__SEC_OFFSETS ? 8 : 4);
+        at = start[s] + bytes[s];
+    }
+    mfm__write(&w, zeros, (size_t)((at + 7) / 8 * 8 - at));
+    mfm__write_checksum(&w);
+    return mfm__writer_commit(&w, err);
+}
+
+/* ============================================================================================
+   >>data-io  Reading any dataset, and writing text
+   ============================================================================================ */
+
+static mfm_status mfm__dataset_from_memory(const unsigned char *b, uint64_t size, const char *name, const mfm_read_options *o, mfm_dataset **out,
+                                           mfm_error *err) {
+    mfm__text_reader rd;
+    mfm_status st;
+    int binary = size >= 8 && memcmp(b, MFM__DATA_MAGIC, 8) == 0;
+    if (binary && o->format != MFM_FORMAT_LIBFFM && o->format != MFM_FORMAT_LIBSVM) {
+        mfm_dataset *ds = (mfm_dataset *)mfm__calloc(1, sizeof *ds);
+        unsigned char *copy = (unsigned char *)mfm__alloc(size, 1); /* aligned for the arrays, and ours */
+        if (!ds || !copy) {
+            MFM_FREE(ds);
+            MFM_FREE(copy);
+            return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for %s (%" PRIu64 " bytes)", name, size);
+        }
+        memcpy(copy, b, (size_t)size);
+        ds->owned[0] = copy;
+        if ((st = mfm__data_from_binary(ds, copy, size, name, o->task == MFM_TASK_DEFAULT ? MFM_TASK_BINARY : o->task, err)) != MFM_OK) {
+            mfm_dataset_free(ds);
+            return st;
+        }
+        *out = ds;
+        return mfm__ok(err);
+    }
+    if (o->format == MFM_FORMAT_BINARY) return mfm__fail(err, MFM_ERR_BAD_FILE, "%s is not a modern_fm binary dataset (no MFM-DATA magic)", name);
+    if ((st = mfm__reader_start(&rd, name, o, err)) == MFM_OK && (st = mfm__parse_chunk(&rd, (const char *)b, (const char *)b + size, err)) == MFM_OK)
+        st = mfm__reader_finish(&rd, out, err);
+    mfm__reader_free(&rd);
+    return st;
+}
+
+static mfm_status mfm__check_read_args(const mfm_read_options **o, mfm_read_options *defaults, mfm_dataset **out, mfm_error *err) {
+    if (!out) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "the dataset output pointer is NULL");
+    *out = NULL;
+    if (!*o) {
+        memset(defaults, 0, sizeof *defaults);
+        *o = defaults;
+    }
+    if ((unsigned)(*o)->format >= MFM_FORMAT_COUNT) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "read options: format %d is not a known format", (int)(*o)->format);
+    if ((unsigned)(*o)->task >= MFM_TASK_COUNT) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "read options: task %d is not a known task", (int)(*o)->task);
+    return MFM_OK;
+}
+
+MFMDEF mfm_status mfm_dataset_parse(const void *bytes, size_t size, const char *name, const mfm_read_options *o, mfm_dataset **out, mfm_error *err) {
+    mfm_read_options defaults;
+    mfm_status st = mfm__check_read_args(&o, &defaults, out, err);
+    if (st != MFM_OK) return st;
+    if (!bytes && size) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_dataset_parse: the bytes are NULL");
+    return mfm__dataset_from_memory((const unsigned char *)(bytes ? bytes : ""), size, name ? name : "<memory>", o, out, err);
+}
+
+MFMDEF mfm_status mfm_dataset_read(const char *path, const mfm_read_options *o, mfm_dataset **out, mfm_error *err) {
+    mfm_read_options defaults;
+    mfm__text_reader rd;
+    unsigned char first[8];
+    size_t n_first;
+    uint64_t total;
+    int64_t mtime;
+    int from_stdin;
+    FILE *f;
+    mfm_status st = mfm__check_read_args(&o, &defaults, out, err);
+    if (st != MFM_OK) return st;
+    if (!path) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_dataset_read: the path is NULL");
+    from_stdin = strcmp(path, "-") == 0;
+    f = from_stdin ? stdin : fopen(path, "rb");
+    if (!f) return mfm__fail(err, MFM_ERR_IO, "cannot open %s: %s", path, mfm__os_error());
+    if (from_stdin) path = "<stdin>";
+    n_first = fread(first, 1, sizeof first, f);
+    if (n_first == sizeof first && memcmp(first, MFM__DATA_MAGIC, 8) == 0 && o->format != MFM_FORMAT_LIBFFM && o->format != MFM_FORMAT_LIBSVM) {
+        mfm_dataset *ds;
+        if (from_stdin) { /* a pipe cannot be mapped: read it all, then use the bytes */
+            uint64_t cap = 1u << 20, used = 8;
+            unsigned char *b = (unsigned char *)mfm__alloc(cap, 1);
+            int short_of_memory = !b;
+            while (!short_of_memory) {
+                size_t got;
+                if (used == cap) {
+                    if (!mfm__resize((void **)&b, cap * 2, 1)) short_of_memory = 1;
+                    else cap *= 2;
+                    continue;
+                }
+                if ((got = fread(b + used, 1, (size_t)(cap - used), f)) == 0) break;
+                used += got;
+            }
+            if (short_of_memory) {
+                MFM_FREE(b);
+                return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory reading a binary dataset from standard input (%" PRIu64 " bytes so far)", used);
+            }
+            memcpy(b, first, 8);
+            st = mfm__dataset_from_memory(b, used, path, o, out, err);
+            MFM_FREE(b);
+            return st;
+        }
+        fclose(f);
+        ds = (mfm_dataset *)mfm__calloc(1, sizeof *ds);
+        if (!ds) return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for a dataset");
+        if ((st = mfm__map(path, &ds->mapping, err)) == MFM_OK)
+            st = mfm__data_from_binary(ds, ds->mapping.bytes, ds->mapping.size, path, o->task == MFM_TASK_DEFAULT ? MFM_TASK_BINARY : o->task, err);
+        if (st != MFM_OK) {
+            mfm_dataset_free(ds);
+            return st;
+        }
+        *out = ds;
+        return mfm__ok(err);
+    }
+    if (o->format == MFM_FORMAT_BINARY) {
+        if (!from_stdin) fclose(f);
+        return mfm__fail(err, MFM_ERR_BAD_FILE, "%s is not a modern_fm binary dataset (no MFM-DATA magic)", path);
+    }
+    mfm__file_stamp(from_stdin ? NULL : path, &total, &mtime);
+    if ((st = mfm__reader_start(&rd, path, o, err)) == MFM_OK && (st = mfm__read_text_stream(&rd, f, first, n_first, total, o, err)) == MFM_OK)
+        st = mfm__reader_finish(&rd, out, err);
+    mfm__reader_free(&rd);
+    if (!from_stdin) fclose(f);
+    return st;
+}
+
+/* The fewest significant digits that read back to the same float ("1", "0.5", "0.1"). */
+static int mfm__format_float(char *buf, float x) {
+    int digits, n = 0;
+    if (x > -1e7f && x < 1e7f && x == (float)(int32_t)x && !(x == 0 && 1 / x < 0)) return sprintf(buf, "%ld", (long)x);
+    for (digits = 6; digits <= 9; digits++) {
+        char *stop;
+        n = sprintf(buf, "%.*g", digits, (double)x);
+        if (strtof(buf, &stop) == x) break;
+    }
+    return n;
+}
+
+static char *mfm__put_u32(char *p, uint32_t x) {
+    char tmp[10];
+    int n = 0;
+    do tmp[n++] = (char)('0' + x % 10);
+    while (x /= 10);
+    while (n) *p++ = tmp[--n];
+    return p;
+}
+
+static mfm_status mfm__write_text(const mfm_csr *d, const char *path, int ffm, mfm_error *err) {
+    enum { FLUSH_AT = 1 << 16 };
+    char *buf;
+    mfm__data_info info;
+    mfm__writer w;
+    mfm_status st;
+    uint64_t r, j;
+    size_t used = 0;
+    if ((st = mfm__check_csr(d, ffm, &info, err)) != MFM_OK) return st;
+    if (ffm && !d->fields && info.nnz) return mfm__fail(err, MFM_ERR_INVALID_DATA, "libffm text needs a field for every non-zero, but data.fields is NULL");
+    if (d->labels)
+        for (r = 0; r < d->n_rows; r++)
+            if (!mfm__finite(d->labels[r])) return mfm__fail(err, MFM_ERR_INVALID_DATA, "the label of row %" PRIu64 " is not a finite number", r);
+    buf = (char *)mfm__alloc(FLUSH_AT + 64, 1);
+    if (!buf) return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for a write buffer");
+    if ((st = mfm__writer_open(&w, path, err)) != MFM_OK) {
+        MFM_FREE(buf);
+        return st;
+    }
+    for (r = 0; r < d->n_rows; r++) {
+        int sep = 0;
+        if (used >= FLUSH_AT) { /* a label, a token or a newline each fit in the slack */
+            mfm__write(&w, buf, used);
+            used = 0;
+        }
+        if (d->labels) {
+            used += (size_t)mfm__format_float(buf + used, d->labels[r]);
+            sep = 1;
+        }
+        for (j = d->row_offsets[r]; j < d->row_offsets[r + 1]; j++) {
+            char *p = buf + used;
+            if (sep) *p++ = ' ';
+            sep = 1;
+            if (ffm) {
+                p = mfm__put_u32(p, d->fields[j]);
+                *p++ = ':';
+            }
+            p = mfm__put_u32(p, d->features[j]);
+            *p++ = ':';
+            if (d->values)
+                p += mfm__format_float(p, d->values[j]);
+            else
+                *p++ = '1';
+            used = (size_t)(p - buf);
+            if (used >= FLUSH_AT) {
+                mfm__write(&w, buf, used);
+                used = 0;
+            }
+        }
+        buf[used++] = '\n';
+    }
+    mfm__write(&w, buf, used);
+    MFM_FREE(buf);
+    return mfm__writer_commit(&w, err);
+}
+
+MFMDEF mfm_status mfm_dataset_write(const mfm_csr *d, const char *path, mfm_format format, mfm_error *err) {
+    switch (format) {
+    case MFM_FORMAT_LIBFFM:
+    case MFM_FORMAT_LIBSVM:
+        return mfm__write_text(d, path, format == MFM_FORMAT_LIBFFM, err);
+    case MFM_FORMAT_BINARY:
+        return mfm__write_binary(d, path, 0, 0, err);
+    default:
+        return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_dataset_write: format %d is not libffm, libsvm or binary", (int)format);
+    }
+}
+
+MFMDEF mfm_status mfm_dataset_write_cache(const mfm_csr *d, const char *path, const char *source_path, mfm_error *err) {
+    uint64_t size;
+    int64_t mtime;
+    mfm__file_stamp(source_path, &size, &mtime);
+    return mfm__write_binary(d, path, size, mtime, err);
 }
 
 /* ============================================================================================
@@ -1666,6 +3012,7 @@ MFMDEF mfm_status mfm_fit(mfm_model *m, const mfm_csr *d, mfm_error *err) {
         }
         if (st != MFM_OK) break;
         m->epochs_trained++;
+        m->has_state = 1;
         for (w = 0; w < tr.n_workers; w++) { /* in worker order: the same bits every run */
             loss += tr.workers[w].loss;
             weight += tr.workers[w].weight;
@@ -1912,6 +3259,265 @@ MFMDEF mfm_status mfm_evaluate(const mfm_model *m, const mfm_csr *d, mfm_metrics
     }
     MFM_FREE(scores);
     MFM_FREE(prob);
+    return mfm__ok(err);
+}
+
+/* ============================================================================================
+   >>model-files  Saving and loading models: header, params, tensors, optional state, checksum
+   ============================================================================================ */
+
+/* Layout (little-endian): "MFMMODEL", then the fields of mfm__model_header in table order (u32
+   or u64/f64), then the explicit class weights (f32), then every tensor W0, W, V, R class by
+   class, slot by slot (slot 0 = parameters, then the optimizer state when saved), each slot
+   mfm_tensor_size floats; last the checksum of everything before it. The format version comes
+   first after the magic, so any later version can still be recognised and refused. */
+#define MFM__MODEL_MAGIC "MFMMODEL"
+
+typedef struct mfm__model_header {
+    uint32_t format_version, endian_mark, writer_version, flags;
+    uint32_t model, task, optimizer, k, n_features, n_fields, n_classes, n_slots;
+    uint32_t linear_only, class_weight, n_class_weights, n_epochs, batch_size, n_threads;
+    uint64_t epochs_trained, seed;
+    double learning_rate, l2_linear, l2_factors, l1_linear, l1_factors, init_scale;
+    double adam_beta1, adam_beta2, adam_epsilon, ftrl_beta, label_smoothing;
+} mfm__model_header;
+
+#define MFM__FIELD(name) {offsetof(mfm__model_header, name), sizeof(((mfm__model_header *)0)->name)}
+static const struct {
+    size_t offset, size;
+} mfm__model_fields[] = {
+    MFM__FIELD(format_version), MFM__FIELD(endian_mark),     MFM__FIELD(writer_version), MFM__FIELD(flags),         MFM__FIELD(model),
+    MFM__FIELD(task),           MFM__FIELD(optimizer),       MFM__FIELD(k),              MFM__FIELD(n_features),    MFM__FIELD(n_fields),
+    MFM__FIELD(n_classes),      MFM__FIELD(n_slots),         MFM__FIELD(linear_only),    MFM__FIELD(class_weight),  MFM__FIELD(n_class_weights),
+    MFM__FIELD(n_epochs),       MFM__FIELD(batch_size),      MFM__FIELD(n_threads),      MFM__FIELD(epochs_trained), MFM__FIELD(seed),
+    MFM__FIELD(learning_rate),  MFM__FIELD(l2_linear),       MFM__FIELD(l2_factors),     MFM__FIELD(l1_linear),     MFM__FIELD(l1_factors),
+    MFM__FIELD(init_scale),     MFM__FIELD(adam_beta1),      MFM__FIELD(adam_beta2),     MFM__FIELD(adam_epsilon),  MFM__FIELD(ftrl_beta),
+    MFM__FIELD(label_smoothing)};
+#undef MFM__FIELD
+#define MFM__N_MODEL_FIELDS (sizeof mfm__model_fields / sizeof mfm__model_fields[0])
+enum { MFM__MODEL_STATE = 1 };
+
+static size_t mfm__model_header_bytes(void) {
+    size_t i, n = 8;
+    for (i = 0; i < MFM__N_MODEL_FIELDS; i++) n += mfm__model_fields[i].size;
+    return n;
+}
+
+static void mfm__header_from_model(const mfm_model *m, int with_state, mfm__model_header *h) {
+    const mfm_params *p = &m->params;
+    memset(h, 0, sizeof *h);
+    h->format_version = MFM_MODEL_FILE_VERSION;
+    h->endian_mark = MFM__ENDIAN_MARK;
+    h->writer_version = MFM_VERSION_NUMBER;
+    h->flags = with_state ? MFM__MODEL_STATE : 0;
+    h->model = (uint32_t)p->model, h->task = (uint32_t)p->task, h->optimizer = (uint32_t)p->optimizer, h->k = (uint32_t)m->k;
+    h->n_features = m->n_features, h->n_fields = m->n_fields, h->n_classes = m->n_classes, h->n_slots = (uint32_t)m->n_slots;
+    h->linear_only = (uint32_t)p->linear_only, h->class_weight = (uint32_t)p->class_weight;
+    h->n_class_weights = m->class_weight_values ? (p->task == MFM_TASK_BINARY ? 2 : m->n_classes) : 0;
+    h->n_epochs = (uint32_t)p->n_epochs, h->batch_size = (uint32_t)p->batch_size, h->n_threads = (uint32_t)p->n_threads;
+    h->epochs_trained = m->epochs_trained, h->seed = p->seed;
+    h->learning_rate = p->learning_rate, h->l2_linear = p->l2_linear, h->l2_factors = p->l2_factors;
+    h->l1_linear = p->l1_linear, h->l1_factors = p->l1_factors, h->init_scale = p->init_scale;
+    h->adam_beta1 = p->adam_beta1, h->adam_beta2 = p->adam_beta2, h->adam_epsilon = p->adam_epsilon;
+    h->ftrl_beta = p->ftrl_beta, h->label_smoothing = p->label_smoothing;
+}
+
+static mfm_params mfm__params_from_header(const mfm__model_header *h) {
+    mfm_params p;
+    memset(&p, 0, sizeof p);
+    p.model = (mfm_model_type)h->model, p.task = (mfm_task)h->task, p.optimizer = (mfm_optimizer)h->optimizer, p.k = (int)h->k;
+    p.n_classes = (int)h->n_classes, p.n_epochs = (int)h->n_epochs, p.batch_size = (int)h->batch_size, p.n_threads = (int)h->n_threads;
+    p.learning_rate = h->learning_rate, p.l2_linear = h->l2_linear, p.l2_factors = h->l2_factors;
+    p.l1_linear = h->l1_linear, p.l1_factors = h->l1_factors, p.init_scale = h->init_scale;
+    p.adam_beta1 = h->adam_beta1, p.adam_beta2 = h->adam_beta2, p.adam_epsilon = h->adam_epsilon;
+    p.ftrl_beta = h->ftrl_beta, p.label_smoothing = h->label_smoothing;
+    p.class_weight = (mfm_class_weight)h->class_weight, p.seed = h->seed, p.linear_only = (int)h->linear_only;
+    return p;
+}
+
+/* Floats in the tensor part of a file: per tensor, class and saved slot, one tensor's worth. */
+static uint64_t mfm__model_payload_floats(const mfm__model_header *h, const uint64_t tensor_floats[MFM_TENSOR_COUNT]) {
+    uint64_t total = h->n_class_weights, slots = h->flags & MFM__MODEL_STATE ? h->n_slots : 1;
+    int t;
+    for (t = 0; t < MFM_TENSOR_COUNT; t++) total += tensor_floats[t] * h->n_classes * slots;
+    return total;
+}
+
+MFMDEF mfm_status mfm_model_save(const mfm_model *m, const char *path, int with_state, mfm_error *err) {
+    unsigned char header[512];
+    mfm__model_header h;
+    mfm__writer w;
+    mfm_status st;
+    size_t i, at = 8;
+    int t, slot;
+    uint32_t cls;
+    if (!m || !path) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_model_save: the model or the path is NULL");
+    mfm__header_from_model(m, with_state, &h);
+    memcpy(header, MFM__MODEL_MAGIC, 8);
+    for (i = 0; i < MFM__N_MODEL_FIELDS; i++) {
+        uint64_t v = 0;
+        if (mfm__model_fields[i].size == 4) {
+            uint32_t u;
+            memcpy(&u, (const char *)&h + mfm__model_fields[i].offset, 4);
+            v = u;
+        } else {
+            memcpy(&v, (const char *)&h + mfm__model_fields[i].offset, 8); /* u64 or the bits of an f64 */
+        }
+        mfm__store_le(header + at, v, (int)mfm__model_fields[i].size);
+        at += mfm__model_fields[i].size;
+    }
+    if ((st = mfm__writer_open(&w, path, err)) != MFM_OK) return st;
+    mfm__write(&w, header, at);
+    mfm__write_words(&w, m->class_weight_values, h.n_class_weights, 4);
+    for (t = 0; t < MFM_TENSOR_COUNT; t++) {
+        const mfm__table *tab = &m->t[t];
+        for (cls = 0; cls < m->n_classes; cls++)
+            for (slot = 0; slot < (with_state ? m->n_slots : 1); slot++) {
+                uint64_t b;
+                for (b = 0; b < tab->n_blocks; b++) mfm__write_words(&w, mfm__block(m, (mfm_tensor)t, cls, b) + (uint32_t)slot * tab->len, tab->len, 4);
+            }
+    }
+    mfm__write_checksum(&w);
+    return mfm__writer_commit(&w, err);
+}
+
+/* Checks a model file in memory completely; fills the header and where the floats start. */
+static mfm_status mfm__model_decode(const unsigned char *b, uint64_t size, const char *name, mfm__model_header *h, uint64_t tensor_floats[MFM_TENSOR_COUNT],
+                                    mfm_error *err) {
+    const size_t header_bytes = mfm__model_header_bytes();
+    uint64_t need;
+    size_t i, at = 8;
+    int t;
+    if (size < 12 || memcmp(b, MFM__MODEL_MAGIC, 8) != 0)
+        return mfm__fail(err, MFM_ERR_BAD_FILE, "%s is not a modern_fm model file (%s)", name, size < 8 || memcmp(b, MFM__MODEL_MAGIC, 8) ? "no MFMMODEL magic" : "too short");
+    if (mfm__load_le32(b + 8) > MFM_MODEL_FILE_VERSION)
+        return mfm__fail(err, MFM_ERR_BAD_FILE, "%s is a model of file format version %u, newer than this library reads (%u): update modern_fm", name,
+                         (unsigned)mfm__load_le32(b + 8), (unsigned)MFM_MODEL_FILE_VERSION);
+    if (size < header_bytes + 8) return mfm__fail(err, MFM_ERR_BAD_FILE, "%s is truncated: %" PRIu64 " bytes, shorter than a model header", name, size);
+    memset(h, 0, sizeof *h);
+    for (i = 0; i < MFM__N_MODEL_FIELDS; i++) {
+        uint64_t v = mfm__model_fields[i].size == 4 ? mfm__load_le32(b + at) : mfm__load_le64(b + at);
+        if (mfm__model_fields[i].size == 4) {
+            uint32_t u = (uint32_t)v;
+            memcpy((char *)h + mfm__model_fields[i].offset, &u, 4);
+        } else {
+            memcpy((char *)h + mfm__model_fields[i].offset, &v, 8);
+        }
+        at += mfm__model_fields[i].size;
+    }
+    if (h->format_version == 0 || h->endian_mark != MFM__ENDIAN_MARK || h->flags > MFM__MODEL_STATE || h->model == 0 || h->model > MFM_MODEL_FWFM ||
+        h->task == 0 || h->task > MFM_TASK_MULTICLASS || h->optimizer == 0 || h->optimizer > MFM_OPTIMIZER_FTRL || h->k == 0 || h->k > 65536 ||
+        h->n_classes == 0 || (h->task != MFM_TASK_MULTICLASS && h->n_classes != 1) || h->n_slots != 1u + (uint32_t)mfm__state_slots((mfm_optimizer)h->optimizer) ||
+        (h->model == MFM_MODEL_FM) != (h->n_fields == 0) || h->n_class_weights > h->n_classes + 1)
+        return mfm__fail(err, MFM_ERR_BAD_FILE, "%s: the model header is corrupt (an impossible model type, task, optimizer, k, class or slot count)", name);
+    /* Sizes from the header, saturating: a huge claim must read as "truncated", not wrap. */
+    tensor_floats[MFM_TENSOR_W0] = 1;
+    tensor_floats[MFM_TENSOR_W] = h->n_features;
+    tensor_floats[MFM_TENSOR_V] = (uint64_t)h->n_features * (h->model == MFM_MODEL_FFM ? h->n_fields : 1);
+    tensor_floats[MFM_TENSOR_V] = tensor_floats[MFM_TENSOR_V] > UINT64_MAX / h->k ? UINT64_MAX : tensor_floats[MFM_TENSOR_V] * h->k;
+    tensor_floats[MFM_TENSOR_R] = h->model == MFM_MODEL_FWFM ? (uint64_t)h->n_fields * h->n_fields : 0;
+    need = header_bytes + 8;
+    for (t = 0; t < MFM_TENSOR_COUNT; t++)
+        if (tensor_floats[t] > size / 4 / h->n_classes) need = UINT64_MAX;
+    if (need != UINT64_MAX) need += 4 * mfm__model_payload_floats(h, tensor_floats);
+    if (need != size)
+        return mfm__fail(err, MFM_ERR_BAD_FILE, "%s is %s: %" PRIu64 " bytes where its header needs %s%" PRIu64, name, size < need ? "truncated" : "too long", size,
+                         need == UINT64_MAX ? "more than " : "", need == UINT64_MAX ? size : need);
+    if (mfm__checksum(b, (size_t)size - 8) != mfm__load_le64(b + size - 8))
+        return mfm__fail(err, MFM_ERR_BAD_FILE, "%s is corrupt: its checksum does not match its contents", name);
+    return MFM_OK;
+}
+
+static mfm_status mfm__model_from_bytes(const unsigned char *b, uint64_t size, const char *name, mfm_model **out, mfm_error *err) {
+    mfm__model_header h;
+    uint64_t floats[MFM_TENSOR_COUNT], at = mfm__model_header_bytes(), largest = 0;
+    float class_weights[64], *buf = NULL;
+    mfm_params p;
+    mfm_model *m;
+    mfm_status st;
+    int t, slot;
+    uint32_t cls;
+    if (!out) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "the model output pointer is NULL");
+    *out = NULL;
+    if ((st = mfm__model_decode(b, size, name, &h, floats, err)) != MFM_OK) return st;
+    p = mfm__params_from_header(&h);
+    if (h.n_class_weights) {
+        float *w = h.n_class_weights <= 64 ? class_weights : (float *)mfm__alloc(h.n_class_weights, sizeof(float));
+        if (!w) return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory loading %s", name);
+        mfm__read_floats(b + at, w, h.n_class_weights);
+        at += 4ull * h.n_class_weights;
+        p.class_weights = w;
+    }
+    st = mfm_model_create(&p, h.n_features, h.n_fields, h.n_classes, &m, err);
+    if (p.class_weights && p.class_weights != class_weights) MFM_FREE((void *)p.class_weights);
+    if (st != MFM_OK) return mfm__name_error(err, st == MFM_ERR_OUT_OF_MEMORY ? st : MFM_ERR_BAD_FILE, name);
+    for (t = 0; t < MFM_TENSOR_COUNT; t++)
+        if (floats[t] > largest) largest = floats[t];
+    buf = (float *)mfm__alloc(largest, sizeof(float));
+    if (!buf) st = mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory loading %s", name);
+    for (t = 0; t < MFM_TENSOR_COUNT && st == MFM_OK; t++)
+        for (cls = 0; cls < h.n_classes && st == MFM_OK; cls++)
+            for (slot = 0; slot < (h.flags & MFM__MODEL_STATE ? m->n_slots : 1) && st == MFM_OK; slot++) {
+                if (!floats[t]) continue;
+                mfm__read_floats(b + at, buf, floats[t]);
+                at += 4 * floats[t];
+                st = mfm_model_write(m, (mfm_tensor)t, slot, cls, buf, (size_t)floats[t], err);
+            }
+    MFM_FREE(buf);
+    if (st != MFM_OK) {
+        mfm_model_free(m);
+        return mfm__name_error(err, st == MFM_ERR_OUT_OF_MEMORY ? st : MFM_ERR_BAD_FILE, name);
+    }
+    m->epochs_trained = h.epochs_trained;
+    m->has_state = (h.flags & MFM__MODEL_STATE) != 0;
+    *out = m;
+    return mfm__ok(err);
+}
+
+MFMDEF mfm_status mfm_model_load_memory(const void *bytes, size_t size, mfm_model **out, mfm_error *err) {
+    if (!bytes && size) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_model_load_memory: the bytes are NULL");
+    return mfm__model_from_bytes((const unsigned char *)(bytes ? bytes : ""), size, "<memory>", out, err);
+}
+
+MFMDEF mfm_status mfm_model_load(const char *path, mfm_model **out, mfm_error *err) {
+    mfm__mapping map;
+    mfm_status st;
+    if (out) *out = NULL;
+    if (!path) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_model_load: the path is NULL");
+    if ((st = mfm__map(path, &map, err)) != MFM_OK) return st;
+    st = mfm__model_from_bytes(map.bytes ? map.bytes : (const unsigned char *)"", map.size, path, out, err);
+    mfm__unmap(&map);
+    return st;
+}
+
+MFMDEF mfm_status mfm_model_file_inspect(const char *path, mfm_model_file_info *out, mfm_error *err) {
+    mfm__model_header h;
+    uint64_t floats[MFM_TENSOR_COUNT];
+    mfm__mapping map;
+    mfm_status st;
+    int t;
+    if (!path || !out) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_model_file_inspect: the path or the output is NULL");
+    memset(out, 0, sizeof *out);
+    if ((st = mfm__map(path, &map, err)) != MFM_OK) return st;
+    st = mfm__model_decode(map.bytes ? map.bytes : (const unsigned char *)"", map.size, path, &h, floats, err);
+    out->file_bytes = map.size;
+    mfm__unmap(&map);
+    if (st != MFM_OK) return st;
+    out->format_version = h.format_version;
+    out->writer_version = h.writer_version;
+    out->has_state = (h.flags & MFM__MODEL_STATE) != 0;
+    out->params = mfm__params_from_header(&h);
+    out->model.model = out->params.model;
+    out->model.task = out->params.task;
+    out->model.optimizer = out->params.optimizer;
+    out->model.n_features = h.n_features;
+    out->model.n_fields = h.n_fields;
+    out->model.n_classes = h.n_classes;
+    out->model.k = (int)h.k;
+    out->model.n_state_slots = (int)h.n_slots - 1;
+    out->model.epochs_trained = h.epochs_trained;
+    out->model.has_state = out->has_state;
+    for (t = 0; t < MFM_TENSOR_COUNT; t++) out->model.n_parameters += floats[t] * h.n_classes;
     return mfm__ok(err);
 }
 

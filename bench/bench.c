@@ -1,6 +1,9 @@
-/* bench.c - training and prediction speed, and test quality, on Criteo-shaped synthetic data.
+/* bench.c - data file speed, training and prediction speed, and test quality, on Criteo-shaped
+   synthetic data.
 
-   One table row per (model, k, batch size, threads): one AdaGrad run over the training rows,
+   First a data-file table: the rows written as libffm text, parsed back with one thread and
+   with every core, written as a binary dataset file and loaded back (mmap + checksum). Then
+   one table row per (model, k, batch size, threads): one AdaGrad run over the training rows,
    then prediction (probabilities) and metrics on held-out rows. Data generation is timed on
    its own and kept out of every rate. `bench --help` lists the options. */
 #define MODERN_FM_IMPLEMENTATION
@@ -20,6 +23,8 @@ typedef struct list {
 } list;
 
 typedef struct options {
+    uint64_t io_rows; /* rows of the data-file table (0: skip it) */
+    int io_only;
     uint64_t rows; /* training rows; a quarter as many test rows */
     uint32_t features;
     int epochs;
@@ -70,13 +75,17 @@ static void usage(int code) {
            "  --batch LIST   batch sizes, e.g. 1,256 (default)\n"
            "  --threads LIST e.g. 1,2 (default)\n"
            "  --seed N       data seed (default 1)\n"
-           "  --quick        a tiny smoke run: 5000 rows, 100000 features, k 4\n");
+           "  --io-rows N    rows of the data-file table (default 500000, about 230 MB of text; 0 skips it)\n"
+           "  --io-only      only the data-file table\n"
+           "  --quick        a tiny smoke run: 5000 rows, 100000 features, k 4, 20000 data-file rows\n");
     exit(code);
 }
 
 static void parse_options(int argc, char **argv, options *o) {
     static const int models[] = {MFM_MODEL_FM, MFM_MODEL_FFM, MFM_MODEL_FWFM}, ks[] = {4, 8, 16}, batches[] = {1, 256}, threads[] = {1, 2};
     int i, ok = 1;
+    o->io_rows = 500000;
+    o->io_only = 0;
     o->rows = 50000; /* 200000 rows and 10^6 features take over 10 minutes on 2 cores */
     o->features = 262144;
     o->epochs = 1;
@@ -91,7 +100,12 @@ static void parse_options(int argc, char **argv, options *o) {
         if (strcmp(a, "--quick") == 0) {
             o->rows = 5000;
             o->features = 100000;
+            o->io_rows = 20000;
             set_list(&o->k, 1, ks);
+            continue;
+        }
+        if (strcmp(a, "--io-only") == 0) {
+            o->io_only = 1;
             continue;
         }
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) usage(0);
@@ -99,6 +113,8 @@ static void parse_options(int argc, char **argv, options *o) {
         i++;
         if (strcmp(a, "--rows") == 0)
             ok = (o->rows = strtoull(v, NULL, 10)) >= 10;
+        else if (strcmp(a, "--io-rows") == 0)
+            o->io_rows = strtoull(v, NULL, 10);
         else if (strcmp(a, "--features") == 0)
             ok = (o->features = (uint32_t)strtoul(v, NULL, 10)) >= 39;
         else if (strcmp(a, "--epochs") == 0)
@@ -177,6 +193,69 @@ static void run_cell(const options *o, const mfm_csr *train, const mfm_csr *test
     mfm_model_free(m);
 }
 
+
+/* The fastest of three reads of path: seconds, and the dataset of the last read in *out. */
+static double time_read(const char *path, int threads, mfm_dataset **out) {
+    mfm_read_options ro = {0};
+    mfm_error e;
+    double best = 1e30;
+    int rep;
+    ro.n_threads = threads;
+    *out = NULL;
+    for (rep = 0; rep < 3; rep++) {
+        double t0 = bench_now(), t;
+        mfm_dataset_free(*out);
+        bench_check(mfm_dataset_read(path, &ro, out, &e), &e, "mfm_dataset_read");
+        t = bench_now() - t0;
+        if (t < best) best = t;
+    }
+    return best;
+}
+
+static double file_mb(const char *path) {
+    FILE *f = fopen(path, "rb");
+    long n = -1;
+    if (f && fseek(f, 0, SEEK_END) == 0) n = ftell(f);
+    if (f) fclose(f);
+    return (double)n / 1e6;
+}
+
+/* Writes the rows as libffm text and as a binary file, reads both back, prints the rates. */
+static void io_table(const synth_data *d) {
+    const char *text = "build/bench-io.ffm", *binary = "build/bench-io.mfmd";
+    mfm_csr c = synth_csr(d);
+    mfm_dataset *ds;
+    mfm_error e;
+    double t0, write_text, write_binary, parse1, parse_all, load, text_mb, binary_mb;
+    t0 = bench_now();
+    bench_check(mfm_dataset_write(&c, text, MFM_FORMAT_LIBFFM, &e), &e, "writing libffm text");
+    write_text = bench_now() - t0;
+    t0 = bench_now();
+    bench_check(mfm_dataset_write(&c, binary, MFM_FORMAT_BINARY, &e), &e, "writing a binary dataset");
+    write_binary = bench_now() - t0;
+    text_mb = file_mb(text);
+    binary_mb = file_mb(binary);
+    parse1 = time_read(text, 1, &ds);
+    mfm_dataset_free(ds);
+    parse_all = time_read(text, 0, &ds); /* 0: every core */
+    if (mfm_dataset_csr(ds).n_rows != d->n_rows) {
+        fprintf(stderr, "bench: the text read back has %" PRIu64 " rows, not %" PRIu64 "\n", mfm_dataset_csr(ds).n_rows, d->n_rows);
+        exit(1);
+    }
+    mfm_dataset_free(ds);
+    load = time_read(binary, 1, &ds);
+    mfm_dataset_free(ds);
+    printf("data files: %" PRIu64 " rows; text %.1f MB, binary %.1f MB (page cache warm; best of 3 reads)\n", d->n_rows, text_mb, binary_mb);
+    printf("  %-34s %8.3f s %9.1f MB/s %12.0f rows/s\n", "write libffm text", write_text, text_mb / write_text, (double)d->n_rows / write_text);
+    printf("  %-34s %8.3f s %9.1f MB/s %12.0f rows/s\n", "parse libffm text, 1 thread", parse1, text_mb / parse1, (double)d->n_rows / parse1);
+    printf("  %-34s %8.3f s %9.1f MB/s %12.0f rows/s\n", "parse libffm text, every core", parse_all, text_mb / parse_all, (double)d->n_rows / parse_all);
+    printf("  %-34s %8.3f s %9.1f MB/s %12.0f rows/s\n", "write binary dataset", write_binary, binary_mb / write_binary, (double)d->n_rows / write_binary);
+    printf("  %-34s %8.3f s %9.1f MB/s %12.0f rows/s\n\n", "load binary (mmap, checksum, check)", load, binary_mb / load, (double)d->n_rows / load);
+    fflush(stdout);
+    remove(text);
+    remove(binary);
+}
+
 int main(int argc, char **argv) {
     options o;
     synth_spec s;
@@ -198,6 +277,20 @@ int main(int argc, char **argv) {
     s.signal = 1.0;
     s.base_rate = 0.22;
     s.seed = o.seed;
+    machine(cpu, sizeof cpu);
+    printf("modern_fm %s benchmark\n", mfm_version_string());
+    printf("machine   %s\n\n", cpu);
+    if (o.io_rows) {
+        synth_spec io = s;
+        io.n_rows = o.io_rows;
+        if (synth_generate(&io, &all) != 0) {
+            fprintf(stderr, "bench: could not generate the data (out of memory?)\n");
+            return 1;
+        }
+        io_table(&all);
+        synth_free(&all);
+    }
+    if (o.io_only) return 0;
     t0 = bench_now();
     if (synth_generate(&s, &all) != 0 || synth_split(&all, o.rows, all.n_rows, &test_rows) != 0) {
         fprintf(stderr, "bench: could not generate the data (out of memory?)\n");
@@ -211,9 +304,6 @@ int main(int argc, char **argv) {
     prob = (float *)malloc(test.n_rows * sizeof *prob);
     if (!prob) return 1;
 
-    machine(cpu, sizeof cpu);
-    printf("modern_fm %s benchmark\n", mfm_version_string());
-    printf("machine   %s\n", cpu);
     printf("data      %" PRIu64 " train + %" PRIu64 " test rows, %u fields, %.1f nnz/row, %u features (Zipf %.1f), CTR %.1f%%\n", train.n_rows,
            test.n_rows, s.n_fields, (double)all.nnz / (double)all.n_rows, s.n_features, s.zipf_s, 100 * ctr);
     printf("          generated in %.2f s (not part of any rate); constant-CTR logloss %.4f\n", gen_seconds,
