@@ -1,9 +1,10 @@
 # modern_fm - build, test, benchmark and demo. Everything lands in build/.
-#   make          tests, bench and demo programs
+#   make          tests, bench and demo programs, and the mfm command-line tool (build/mfm)
 #   make test     compile checks, the tests, and the tests under ASan + UBSan and TSan (what CI runs)
 #   make check    only the sanitizer runs of the tests
-#   make demo     train linear / FM / FFM / FwFM on planted data and compare
+#   make demo     train linear / FM / FFM / FwFM on planted data with build/mfm and compare
 #   make bench    speed and quality table on Criteo-shaped data (BENCH_ARGS=--quick etc.)
+#   make fuzz     the libFuzzer targets, FUZZ_SECONDS (20) each (make test runs them when clang is there)
 
 CC      ?= cc
 CXX     ?= c++
@@ -23,7 +24,7 @@ TEST_HDR := $(wildcard tests/*.h)
 .DELETE_ON_ERROR:
 .PHONY: all test check compile-checks demo bench clean
 
-all: build/tests build/bench build/demo
+all: build/tests build/bench build/demo-data build/mfm
 
 build:
 	mkdir -p build
@@ -33,14 +34,17 @@ build:
 build/tests build/tests-asan build/tests-tsan: $(TEST_SRC) $(TEST_HDR) $(HEADERS) | build
 	$(CC) -std=c99 $(WARN) $(CFLAGS) $(EXTRA) -o $@ $(TEST_SRC) $(LDLIBS)
 build/tests-asan: EXTRA = $(SAN)
+# the tool's end-to-end tests run ./build/mfm
+build/tests build/tests-asan build/tests-tsan: | build/mfm
 build/tests-tsan: EXTRA = -fsanitize=thread
 
-# bench and demo are built (not run) so that CI sees them compile warning-free.
+# bench, the demo's data generator and mfm are built (not run) so that CI sees them compile warning-free.
 # ThreadSanitizer runs the tests that use threads (their names contain "thread").
-test: compile-checks build/tests build/tests-asan build/tests-tsan build/bench build/demo
+test: compile-checks build/tests build/tests-asan build/tests-tsan build/bench build/demo-data build/mfm
 	./build/tests-tsan thread
 	./build/tests
 	./build/tests-asan
+	@$(MAKE) --no-print-directory fuzz
 
 check: build/tests-asan build/tests-tsan
 	./build/tests-tsan thread
@@ -55,7 +59,7 @@ have = $(shell command -v $(1) >/dev/null 2>&1 && echo yes)
 CHK_C   := tests/compile/check.c
 CHK_CXX := tests/compile/check.cpp
 NATIVE  := c99 c11 no-cuda static no-threads stdio-first cxx11 cxx17 $(if $(call have,$(CLANG)),c99-clang)
-CROSS   := $(if $(call have,$(MINGW)),mingw) $(if $(call have,$(MINGWXX)),mingw-cxx)
+CROSS   := $(if $(call have,$(MINGW)),mingw mingw-mfm) $(if $(call have,$(MINGWXX)),mingw-cxx)
 MISSING := $(foreach c,$(CLANG) $(MINGW) $(MINGWXX),$(if $(call have,$(c)),,$(c)))
 
 build/check-c99:         CHK = $(CC) -std=c99 $(CHK_C)
@@ -69,6 +73,8 @@ build/check-cxx11:       CHK = $(CXX) -std=c++11 $(CHK_CXX)
 build/check-cxx17:       CHK = $(CXX) -std=c++17 $(CHK_CXX)
 build/check-mingw.o:     CHK = $(MINGW) -std=c99 $(CHK_C)
 build/check-mingw-cxx.o: CHK = $(MINGWXX) -std=c++11 $(CHK_CXX)
+build/check-mingw-mfm.o: CHK = $(MINGW) -std=c99 tools/mfm.c
+build/check-mingw-mfm.o: tools/mfm.c
 
 $(NATIVE:%=build/check-%): $(wildcard tests/compile/*) $(HEADERS) | build
 	$(CHK) $(WARN) $(CFLAGS) -o $@ $(LDLIBS)
@@ -81,13 +87,41 @@ compile-checks: $(NATIVE:%=build/check-%) $(CROSS:%=build/check-%.o)
 	@for c in $(CROSS); do echo "compile check $$c (compile only) ok"; done
 	@for c in $(MISSING); do echo "compile check SKIPPED: $$c is not installed"; done
 
-# ---- benchmark and demo ----
+# ---- fuzzing (clang's libFuzzer): each target runs FUZZ_SECONDS on a copy of its seed corpus ----
+# Seeds: tests/fuzz/corpus_* (tests/fuzz/make_corpus.c wrote them). New inputs go to
+# build/fuzz-corpus-*, a crash's input to build/fuzz-*-crash-*, the output to build/fuzz-*.log.
 
-build/bench build/demo: build/%: bench/%.c $(HEADERS) | build
-	$(CC) -std=c99 $(WARN) $(CFLAGS) -o $@ $< $(LDLIBS)
+FUZZ_SECONDS ?= 20
+FUZZERS      := dataset model
 
-demo: build/demo
-	./build/demo
+$(FUZZERS:%=build/fuzz-%): build/fuzz-%: tests/fuzz/fuzz_%.c modern_fm.h | build
+	$(CLANG) -std=c99 $(WARN) -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -o $@ $< $(LDLIBS)
+
+.PHONY: fuzz
+ifeq ($(call have,$(CLANG)),yes)
+fuzz: $(FUZZERS:%=build/fuzz-%)
+	@for f in $(FUZZERS); do \
+	    rm -rf build/fuzz-corpus-$$f && mkdir -p build/fuzz-corpus-$$f && cp tests/fuzz/corpus_$$f/* build/fuzz-corpus-$$f/ || exit 1; \
+	    printf 'fuzz %-8s %s s: ' $$f $(FUZZ_SECONDS); \
+	    ./build/fuzz-$$f -max_total_time=$(FUZZ_SECONDS) -timeout=30 -artifact_prefix=build/fuzz-$$f- build/fuzz-corpus-$$f \
+	        >build/fuzz-$$f.log 2>&1 || { echo FAILED; tail -n 40 build/fuzz-$$f.log; exit 1; }; \
+	    grep '^Done' build/fuzz-$$f.log; \
+	done
+else
+fuzz:
+	@echo "fuzz SKIPPED: $(CLANG) is not installed"
+endif
+
+# ---- benchmark, demo and the mfm tool ----
+
+build/bench: bench/bench.c
+build/demo-data: bench/demo.c
+build/mfm: tools/mfm.c
+build/bench build/demo-data build/mfm: $(HEADERS) | build
+	$(CC) -std=c99 $(WARN) $(CFLAGS) -o $@ $(filter %.c,$^) $(LDLIBS)
+
+demo: build/demo-data build/mfm
+	sh bench/demo.sh
 
 bench: build/bench
 	./build/bench $(BENCH_ARGS)

@@ -282,6 +282,11 @@ MFMDEF mfm_status mfm_fit(mfm_model *model, const mfm_csr *data, mfm_error *err)
 
 MFMDEF void mfm_model_free(mfm_model *model);
 
+/* Threads for the model's next mfm_fit and mfm_predict calls (params.n_threads; 0 = every
+   core). Training results depend on the number; predictions do not. Not while another call
+   uses the model. */
+MFMDEF mfm_status mfm_model_set_threads(mfm_model *model, int n_threads, mfm_error *err);
+
 MFMDEF void mfm_model_get_info(const mfm_model *model, mfm_model_info *out);
 MFMDEF const mfm_params *mfm_model_params(const mfm_model *model);
 
@@ -353,7 +358,8 @@ typedef void (*mfm_progress_fn)(void *user, uint64_t bytes_done, uint64_t bytes_
 typedef struct mfm_read_options {
     mfm_format format;  /* AUTO */
     mfm_task task;      /* how labels read: binary 0/1 or -1/+1 (stored 0/1); regression any
-                           finite real; multiclass class ids 0, 1, 2, ... */
+                           finite real; multiclass class ids 0, 1, 2, ... DEFAULT: binary for
+                           text, the recorded task for a binary file */
     int n_threads;      /* 0 = every core: big text files are parsed in parallel; the result
                            never depends on the number */
     mfm_progress_fn on_progress; /* NULL */
@@ -370,6 +376,9 @@ typedef struct mfm_dataset_info {
     uint32_t n_fields;       /* max field id + 1 (0 for libsvm) */
     int has_labels;          /* text rows may all leave out the label (data to predict) */
     int has_weights, has_fields, has_values; /* values absent: every value is 1 */
+    mfm_task labels_task;    /* the task the labels were read for (binary maps -1 to 0, so the
+                                same file means other labels under another task); DEFAULT
+                                for a binary file written from a plain CSR */
     uint64_t source_bytes;   /* binary cache of a text file: that file's size and */
     int64_t source_mtime;    /* modification time (seconds); 0 otherwise */
 } mfm_dataset_info;
@@ -392,9 +401,10 @@ MFMDEF void mfm_dataset_free(mfm_dataset *dataset);
    back to the same bits. Files are written to a temporary name and renamed into place. */
 MFMDEF mfm_status mfm_dataset_write(const mfm_csr *data, const char *path, mfm_format format,
                                     mfm_error *err);
-/* The binary file of a text file's dataset: records the text's size and mtime so a cache can
-   tell that it is stale (mfm_dataset_info.source_*). */
-MFMDEF mfm_status mfm_dataset_write_cache(const mfm_csr *data, const char *path, const char *source_path,
+/* The binary file of a dataset read from a text file: records the text's size and mtime, so a
+   cache can tell that it is stale (mfm_dataset_info.source_*), and the task its labels were
+   read for (reading it back for another task is refused). */
+MFMDEF mfm_status mfm_dataset_write_cache(const mfm_dataset *dataset, const char *path, const char *source_path,
                                           mfm_error *err);
 
 /* Model files: magic, format version, endianness, the params that shaped the model, shapes,
@@ -954,11 +964,52 @@ static void mfm__unmap(mfm__mapping *m) {
 typedef struct mfm__writer {
     FILE *f;
     const char *path;
-    char *temp;
+    char *temp;     /* NULL when writing straight into path (standard output, a device) */
+    char *resolved; /* the file a symbolic link names */
     int failed; /* a write came up short: the error is reported at commit */
     int failed_errno;
     mfm__hash hash;
 } mfm__writer;
+
+/* lstat and readlink are POSIX 2001; glibc hides them when a strict -std=c99 system header came
+   before this one (then a link is replaced by the file instead of the file it names). */
+#if !defined(_WIN32) && (!defined(__GLIBC__) || defined(__USE_XOPEN2K))
+#define MFM__FOLLOW_LINKS 1
+/* The path a chain of symbolic links ends at, or NULL when path is no link (or memory is
+   short, or the chain is absurdly long). */
+static char *mfm__follow_links(const char *path) {
+    char *cur = NULL;
+    int hops;
+    for (hops = 0; hops < 32; hops++) {
+        const char *p = cur ? cur : path, *slash;
+        struct stat st;
+        char target[4096], *next;
+        ssize_t n;
+        size_t dir;
+        if (lstat(p, &st) != 0 || !S_ISLNK(st.st_mode)) return cur;
+        if ((n = readlink(p, target, sizeof target - 1)) <= 0) break;
+        target[n] = '\0';
+        slash = strrchr(p, '/');
+        dir = target[0] == '/' || !slash ? 0 : (size_t)(slash - p) + 1; /* relative: from the link's folder */
+        if (!(next = (char *)mfm__alloc(dir + (size_t)n + 1, 1))) break;
+        memcpy(next, p, dir);
+        memcpy(next + dir, target, (size_t)n + 1);
+        MFM_FREE(cur);
+        cur = next;
+    }
+    MFM_FREE(cur);
+    return NULL;
+}
+#endif
+
+/* Leaves any old file at path untouched. */
+static void mfm__writer_abort(mfm__writer *w) {
+    if (w->f && w->f != stdout) fclose(w->f);
+    if (w->temp) remove(w->temp);
+    MFM_FREE(w->temp);
+    MFM_FREE(w->resolved);
+    memset(w, 0, sizeof *w);
+}
 
 static mfm_status mfm__writer_open(mfm__writer *w, const char *path, mfm_error *err) {
     size_t len;
@@ -970,6 +1021,18 @@ static mfm_status mfm__writer_open(mfm__writer *w, const char *path, mfm_error *
         w->f = stdout;
         return MFM_OK;
     }
+#if !defined(_WIN32)
+    {
+        struct stat st;
+        if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) { /* a device or a pipe: nothing to replace */
+            if (!(w->f = fopen(path, "wb"))) return mfm__fail(err, MFM_ERR_IO, "cannot write %s: %s", path, mfm__os_error());
+            return MFM_OK;
+        }
+#if defined(MFM__FOLLOW_LINKS)
+        if ((w->resolved = mfm__follow_links(path)) != NULL) w->path = path = w->resolved; /* replace the file, not the link */
+#endif
+    }
+#endif
     len = strlen(path) + 64;
     w->temp = (char *)mfm__alloc(len, 1);
     if (!w->temp) return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for a file name");
@@ -982,8 +1045,7 @@ static mfm_status mfm__writer_open(mfm__writer *w, const char *path, mfm_error *
     w->f = fopen(w->temp, "wb");
     if (!w->f) {
         mfm_status st = mfm__fail(err, MFM_ERR_IO, "cannot write %s (creating %s): %s", path, w->temp, mfm__os_error());
-        MFM_FREE(w->temp);
-        w->temp = NULL;
+        mfm__writer_abort(w);
         return st;
     }
     return MFM_OK;
@@ -996,16 +1058,6 @@ static void mfm__write(mfm__writer *w, const void *p, size_t n) {
         w->failed = 1;
         w->failed_errno = errno;
     }
-}
-
-/* Leaves any old file at path untouched. */
-static void mfm__writer_abort(mfm__writer *w) {
-    if (w->temp) {
-        if (w->f) fclose(w->f);
-        remove(w->temp);
-        MFM_FREE(w->temp);
-    }
-    memset(w, 0, sizeof *w);
 }
 
 static mfm_status mfm__writer_commit(mfm__writer *w, mfm_error *err) {
@@ -1026,6 +1078,10 @@ static mfm_status mfm__writer_commit(mfm__writer *w, mfm_error *err) {
         ok = ok && rename(w->temp, w->path) == 0;
 #endif
         if (!ok && !w->failed_errno) w->failed_errno = errno;
+    } else if (ok && w->f != stdout) { /* a device or a pipe written in place */
+        ok = fclose(w->f) == 0;
+        w->f = NULL;
+        if (!ok) w->failed_errno = errno;
     }
     if (!ok) {
         mfm_status st = mfm__fail(err, MFM_ERR_IO, "writing %s failed: %s; %s", w->path, strerror(w->failed_errno ? w->failed_errno : EIO),
@@ -1033,8 +1089,9 @@ static mfm_status mfm__writer_commit(mfm__writer *w, mfm_error *err) {
         mfm__writer_abort(w);
         return st;
     }
-    MFM_FREE(w->temp);
-    memset(w, 0, sizeof *w);
+    MFM_FREE(w->temp); /* renamed: nothing left to remove */
+    w->temp = NULL;
+    mfm__writer_abort(w); /* now only frees */
     return MFM_OK;
 }
 
@@ -1347,6 +1404,14 @@ MFMDEF mfm_status mfm_model_create(const mfm_params *params, uint32_t n_features
     m->has_state = 1;
     mfm__init_parameters(m);
     *out = m;
+    return mfm__ok(err);
+}
+
+MFMDEF mfm_status mfm_model_set_threads(mfm_model *m, int n_threads, mfm_error *err) {
+    if (!m) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_model_set_threads: the model is NULL");
+    if (n_threads == 0) n_threads = mfm__cores();
+    if (n_threads < 1 || n_threads > 1024) return mfm__fail(err, MFM_ERR_INVALID_PARAM, "n_threads = %d must be between 0 and 1024", n_threads);
+    m->params.n_threads = n_threads;
     return mfm__ok(err);
 }
 
@@ -1744,15 +1809,18 @@ static const char *mfm__parse_number(const char *p, const char *end, float *out,
         }
     }
     { /* the rare rest: strtof on a copy (the input is not NUL-terminated) */
-        char buf[128], *stop;
+        char small[128], *buf = small, *stop;
         size_t n = (size_t)(p - start);
+        int whole;
         double check;
         float f;
-        if (n >= sizeof buf) return NULL;
+        if (n >= sizeof small && !(buf = (char *)mfm__alloc(n + 1, 1))) return NULL;
         memcpy(buf, start, n);
         buf[n] = '\0';
         f = strtof(buf, &stop);
-        if (stop != buf + n) return NULL;
+        whole = stop == buf + n;
+        if (buf != small) MFM_FREE(buf);
+        if (!whole) return NULL;
         check = f;
         if (!mfm__finite(check)) {
             *not_finite = 1;
@@ -2002,6 +2070,7 @@ static mfm_status mfm__reader_finish(mfm__text_reader *rd, mfm_dataset **out, mf
     ds->info.has_labels = rd->text.has_labels == 1 && c->n_rows > 0;
     ds->info.has_fields = ds->info.format == MFM_FORMAT_LIBFFM && c->fields != NULL;
     ds->info.has_values = !c->all_ones;
+    ds->info.labels_task = ds->info.has_labels ? rd->text.task : MFM_TASK_DEFAULT;
     ds->owned[0] = c->offsets;
     if (ds->info.has_labels) ds->owned[1] = c->labels;
     else MFM_FREE(c->labels);
@@ -2016,9 +2085,8 @@ static mfm_status mfm__reader_finish(mfm__text_reader *rd, mfm_dataset **out, mf
     ds->csr.labels = (const float *)ds->owned[1];
     ds->csr.features = (const uint32_t *)ds->owned[3];
     ds->csr.fields = (const uint32_t *)ds->owned[4];
-    ds->csr.values = (const float *)ds->owned[5];
-    ds->csr.n_features = ds->info.n_features;
-    ds->csr.n_fields = ds->info.n_fields;
+    ds->csr.values = (const float *)ds->owned[5]; /* n_features, n_fields 0: the ids say, and a
+                                                      too small model gets the row that fails */
     *out = ds;
     return mfm__ok(err);
 }
@@ -2074,13 +2142,14 @@ static mfm_status mfm__read_text_stream(mfm__text_reader *rd, FILE *f, const uns
 /* Layout (all little-endian):
      0  "MFM-DATA"          24  u64 n_rows          48  u64 source size (a cache's text)
      8  u32 version (1)     32  u64 nnz             56  i64 source mtime
-    12  u32 0x01020304      40  u32 n_features      64  zero up to byte 128
-    16  u32 flags           44  u32 n_fields
-    20  u32 header bytes (128)
+    12  u32 0x01020304      40  u32 n_features
+    16  u32 flags           44  u32 n_fields        64  u32 labels' task (0 = not recorded)
+    20  u32 header bytes (128)                      68  zero up to byte 128
    then, each starting at a multiple of 64: row offsets (u64 x rows+1), labels, weights (f32 x
    rows), features, fields (u32 x nnz), values (f32 x nnz), present per flags; then the
    checksum of everything before it (u64). Arrays are used in place from the mapping. */
 #define MFM__DATA_MAGIC "MFM-DATA"
+#define MFM__MODEL_MAGIC "MFMMODEL"
 #define MFM__DATA_VERSION 1u
 #define MFM__DATA_HEADER 128u
 #define MFM__ENDIAN_MARK 0x01020304u
@@ -2120,7 +2189,7 @@ static mfm_status mfm__name_error(mfm_error *err, mfm_status st, const char *nam
 /* Checks a binary dataset in memory completely and points the dataset's view at its arrays. */
 static mfm_status mfm__data_from_binary(mfm_dataset *ds, const unsigned char *b, uint64_t size, const char *name, mfm_task task, mfm_error *err) {
     uint64_t start[MFM__SECTIONS], bytes[MFM__SECTIONS], n_rows, nnz, total;
-    uint32_t version, flags;
+    uint32_t version, flags, labels_task;
     mfm__data_info info;
     mfm_csr *d = &ds->csr;
     mfm_status st;
@@ -2135,7 +2204,9 @@ static mfm_status mfm__data_from_binary(mfm_dataset *ds, const unsigned char *b,
         return mfm__fail(err, MFM_ERR_BAD_FILE, "%s is a binary dataset of format version %u, newer than this library reads (%u): update modern_fm", name, (unsigned)version,
                          MFM__DATA_VERSION);
     flags = mfm__load_le32(b + 16);
-    if (version == 0 || mfm__load_le32(b + 12) != MFM__ENDIAN_MARK || mfm__load_le32(b + 20) != MFM__DATA_HEADER || flags > 15)
+    labels_task = mfm__load_le32(b + 64);
+    if (version == 0 || mfm__load_le32(b + 12) != MFM__ENDIAN_MARK || mfm__load_le32(b + 20) != MFM__DATA_HEADER || flags > 15 ||
+        labels_task >= MFM_TASK_COUNT)
         return mfm__fail(err, MFM_ERR_BAD_FILE, "%s: the binary dataset header is corrupt (version, byte-order mark, header size or flags)", name);
     n_rows = mfm__load_le64(b + 24);
     nnz = mfm__load_le64(b + 32);
@@ -2147,6 +2218,10 @@ static mfm_status mfm__data_from_binary(mfm_dataset *ds, const unsigned char *b,
         return mfm__fail(err, MFM_ERR_BAD_FILE, "%s is %s: %" PRIu64 " bytes where its header needs %" PRIu64, name, size < total ? "truncated" : "too long", size, total);
     if (mfm__checksum(b, (size_t)size - 8) != mfm__load_le64(b + size - 8))
         return mfm__fail(err, MFM_ERR_BAD_FILE, "%s is corrupt: its checksum does not match its contents", name);
+    if (task == MFM_TASK_DEFAULT) task = labels_task != MFM_TASK_DEFAULT ? (mfm_task)labels_task : MFM_TASK_BINARY; /* as recorded */
+    if (labels_task != MFM_TASK_DEFAULT && labels_task != (uint32_t)task)
+        return mfm__fail(err, MFM_ERR_INVALID_DATA, "%s holds labels read for the %s task, not for %s: read the text again for this task", name,
+                         mfm__task_names[labels_task], mfm__task_names[task]);
     memset(d, 0, sizeof *d);
     d->n_rows = n_rows;
     d->row_offsets = (const uint64_t *)(const void *)(b + start[MFM__SEC_OFFSETS]);
@@ -2160,7 +2235,9 @@ static mfm_status mfm__data_from_binary(mfm_dataset *ds, const unsigned char *b,
     /* A checksum guards against accidents, not against a crafted file: check the structure too. */
     if (d->row_offsets[n_rows] != nnz)
         return mfm__fail(err, MFM_ERR_BAD_FILE, "%s: the last row offset is %" PRIu64 " but the header says %" PRIu64 " non-zeros", name, d->row_offsets[n_rows], nnz);
-    if ((st = mfm__check_csr(d, d->fields != NULL, &info, err)) != MFM_OK) return mfm__name_error(err, st, name);
+    if ((st = mfm__check_csr(d, d->fields != NULL, &info, err)) != MFM_OK) return mfm__name_error(err, MFM_ERR_BAD_FILE, name);
+    if (d->n_features == 0) d->n_features = info.n_features; /* a header may leave the counts to the ids */
+    if (d->n_fields == 0) d->n_fields = info.n_fields;
     if (d->labels) {
         uint32_t n_classes = 0;
         mfm_csr labels_only = *d;
@@ -2178,6 +2255,7 @@ static mfm_status mfm__data_from_binary(mfm_dataset *ds, const unsigned char *b,
     ds->info.has_values = d->values != NULL;
     ds->info.source_bytes = mfm__load_le64(b + 48);
     ds->info.source_mtime = (int64_t)mfm__load_le64(b + 56);
+    ds->info.labels_task = (mfm_task)labels_task;
     return MFM_OK;
 }
 
@@ -2204,7 +2282,8 @@ static void mfm__write_words(mfm__writer *w, const void *x, uint64_t n, int size
 #endif
 }
 
-static mfm_status mfm__write_binary(const mfm_csr *d, const char *path, uint64_t source_bytes, int64_t source_mtime, mfm_error *err) {
+static mfm_status mfm__write_binary(const mfm_csr *d, const char *path, mfm_task labels_task, uint64_t source_bytes, int64_t source_mtime,
+                                    mfm_error *err) {
     static const unsigned char zeros[64] = {0};
     unsigned char h[MFM__DATA_HEADER];
     uint64_t start[MFM__SECTIONS], bytes[MFM__SECTIONS], at = MFM__DATA_HEADER, nnz, total;
@@ -2234,6 +2313,7 @@ static mfm_status mfm__write_binary(const mfm_csr *d, const char *path, uint64_t
     mfm__store_le(h + 44, d->n_fields ? d->n_fields : info.n_fields, 4);
     mfm__store_le(h + 48, source_bytes, 8);
     mfm__store_le(h + 56, (uint64_t)source_mtime, 8);
+    mfm__store_le(h + 64, d->labels ? (uint64_t)labels_task : 0, 4);
     arrays[MFM__SEC_OFFSETS] = d->row_offsets;
     arrays[MFM__SEC_LABELS] = d->labels;
     arrays[MFM__SEC_WEIGHTS] = d->weights;
@@ -2265,6 +2345,7 @@ static mfm_status mfm__dataset_from_memory(const unsigned char *b, uint64_t size
                                            mfm_error *err) {
     mfm__text_reader rd;
     mfm_status st;
+    if (size >= 8 && memcmp(b, MFM__MODEL_MAGIC, 8) == 0) return mfm__fail(err, MFM_ERR_BAD_FILE, "%s is a modern_fm model file, not a dataset", name);
     int binary = size >= 8 && memcmp(b, MFM__DATA_MAGIC, 8) == 0;
     if (binary && o->format != MFM_FORMAT_LIBFFM && o->format != MFM_FORMAT_LIBSVM) {
         mfm_dataset *ds = (mfm_dataset *)mfm__calloc(1, sizeof *ds);
@@ -2276,7 +2357,7 @@ static mfm_status mfm__dataset_from_memory(const unsigned char *b, uint64_t size
         }
         memcpy(copy, b, (size_t)size);
         ds->owned[0] = copy;
-        if ((st = mfm__data_from_binary(ds, copy, size, name, o->task == MFM_TASK_DEFAULT ? MFM_TASK_BINARY : o->task, err)) != MFM_OK) {
+        if ((st = mfm__data_from_binary(ds, copy, size, name, o->task, err)) != MFM_OK) {
             mfm_dataset_free(ds);
             return st;
         }
@@ -2327,6 +2408,10 @@ MFMDEF mfm_status mfm_dataset_read(const char *path, const mfm_read_options *o, 
     if (!f) return mfm__fail(err, MFM_ERR_IO, "cannot open %s: %s", path, mfm__os_error());
     if (from_stdin) path = "<stdin>";
     n_first = fread(first, 1, sizeof first, f);
+    if (n_first == sizeof first && memcmp(first, MFM__MODEL_MAGIC, 8) == 0) {
+        if (!from_stdin) fclose(f);
+        return mfm__fail(err, MFM_ERR_BAD_FILE, "%s is a modern_fm model file, not a dataset", path);
+    }
     if (n_first == sizeof first && memcmp(first, MFM__DATA_MAGIC, 8) == 0 && o->format != MFM_FORMAT_LIBFFM && o->format != MFM_FORMAT_LIBSVM) {
         mfm_dataset *ds;
         if (from_stdin) { /* a pipe cannot be mapped: read it all, then use the bytes */
@@ -2356,7 +2441,7 @@ MFMDEF mfm_status mfm_dataset_read(const char *path, const mfm_read_options *o, 
         ds = (mfm_dataset *)mfm__calloc(1, sizeof *ds);
         if (!ds) return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for a dataset");
         if ((st = mfm__map(path, &ds->mapping, err)) == MFM_OK)
-            st = mfm__data_from_binary(ds, ds->mapping.bytes, ds->mapping.size, path, o->task == MFM_TASK_DEFAULT ? MFM_TASK_BINARY : o->task, err);
+            st = mfm__data_from_binary(ds, ds->mapping.bytes, ds->mapping.size, path, o->task, err);
         if (st != MFM_OK) {
             mfm_dataset_free(ds);
             return st;
@@ -2405,11 +2490,14 @@ static mfm_status mfm__write_text(const mfm_csr *d, const char *path, int ffm, m
     mfm_status st;
     uint64_t r, j;
     size_t used = 0;
+    if (ffm && d && !d->fields && d->n_rows && d->row_offsets && d->row_offsets[d->n_rows])
+        return mfm__fail(err, MFM_ERR_INVALID_DATA, "libffm text needs a field for every non-zero, but the data has none (data.fields is NULL): write libsvm");
     if ((st = mfm__check_csr(d, ffm, &info, err)) != MFM_OK) return st;
-    if (ffm && !d->fields && info.nnz) return mfm__fail(err, MFM_ERR_INVALID_DATA, "libffm text needs a field for every non-zero, but data.fields is NULL");
-    if (d->labels)
-        for (r = 0; r < d->n_rows; r++)
-            if (!mfm__finite(d->labels[r])) return mfm__fail(err, MFM_ERR_INVALID_DATA, "the label of row %" PRIu64 " is not a finite number", r);
+    for (r = 0; r < d->n_rows; r++) {
+        if (d->labels && !mfm__finite(d->labels[r])) return mfm__fail(err, MFM_ERR_INVALID_DATA, "the label of row %" PRIu64 " is not a finite number", r);
+        if (!d->labels && d->row_offsets[r] == d->row_offsets[r + 1])
+            return mfm__fail(err, MFM_ERR_INVALID_DATA, "row %" PRIu64 " has neither a label nor a non-zero: as text it would be a blank line, which reads as no row", r);
+    }
     buf = (char *)mfm__alloc(FLUSH_AT + 64, 1);
     if (!buf) return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for a write buffer");
     if ((st = mfm__writer_open(&w, path, err)) != MFM_OK) {
@@ -2459,17 +2547,18 @@ MFMDEF mfm_status mfm_dataset_write(const mfm_csr *d, const char *path, mfm_form
     case MFM_FORMAT_LIBSVM:
         return mfm__write_text(d, path, format == MFM_FORMAT_LIBFFM, err);
     case MFM_FORMAT_BINARY:
-        return mfm__write_binary(d, path, 0, 0, err);
+        return mfm__write_binary(d, path, MFM_TASK_DEFAULT, 0, 0, err);
     default:
         return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_dataset_write: format %d is not libffm, libsvm or binary", (int)format);
     }
 }
 
-MFMDEF mfm_status mfm_dataset_write_cache(const mfm_csr *d, const char *path, const char *source_path, mfm_error *err) {
+MFMDEF mfm_status mfm_dataset_write_cache(const mfm_dataset *ds, const char *path, const char *source_path, mfm_error *err) {
     uint64_t size;
     int64_t mtime;
+    if (!ds) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_dataset_write_cache: the dataset is NULL");
     mfm__file_stamp(source_path, &size, &mtime);
-    return mfm__write_binary(d, path, size, mtime, err);
+    return mfm__write_binary(&ds->csr, path, ds->info.labels_task, size, mtime, err);
 }
 
 /* ============================================================================================
@@ -3271,8 +3360,6 @@ MFMDEF mfm_status mfm_evaluate(const mfm_model *m, const mfm_csr *d, mfm_metrics
    class, slot by slot (slot 0 = parameters, then the optimizer state when saved), each slot
    mfm_tensor_size floats; last the checksum of everything before it. The format version comes
    first after the magic, so any later version can still be recognised and refused. */
-#define MFM__MODEL_MAGIC "MFMMODEL"
-
 typedef struct mfm__model_header {
     uint32_t format_version, endian_mark, writer_version, flags;
     uint32_t model, task, optimizer, k, n_features, n_fields, n_classes, n_slots;
@@ -3388,8 +3475,10 @@ static mfm_status mfm__model_decode(const unsigned char *b, uint64_t size, const
     uint64_t need;
     size_t i, at = 8;
     int t;
-    if (size < 12 || memcmp(b, MFM__MODEL_MAGIC, 8) != 0)
-        return mfm__fail(err, MFM_ERR_BAD_FILE, "%s is not a modern_fm model file (%s)", name, size < 8 || memcmp(b, MFM__MODEL_MAGIC, 8) ? "no MFMMODEL magic" : "too short");
+    mfm_params p;
+    mfm_status st;
+    if (size < 8 || memcmp(b, MFM__MODEL_MAGIC, 8) != 0) return mfm__fail(err, MFM_ERR_BAD_FILE, "%s is not a modern_fm model file (no MFMMODEL magic)", name);
+    if (size < 12) return mfm__fail(err, MFM_ERR_BAD_FILE, "%s is truncated: %" PRIu64 " bytes, shorter than a model header", name, size);
     if (mfm__load_le32(b + 8) > MFM_MODEL_FILE_VERSION)
         return mfm__fail(err, MFM_ERR_BAD_FILE, "%s is a model of file format version %u, newer than this library reads (%u): update modern_fm", name,
                          (unsigned)mfm__load_le32(b + 8), (unsigned)MFM_MODEL_FILE_VERSION);
@@ -3408,7 +3497,8 @@ static mfm_status mfm__model_decode(const unsigned char *b, uint64_t size, const
     if (h->format_version == 0 || h->endian_mark != MFM__ENDIAN_MARK || h->flags > MFM__MODEL_STATE || h->model == 0 || h->model > MFM_MODEL_FWFM ||
         h->task == 0 || h->task > MFM_TASK_MULTICLASS || h->optimizer == 0 || h->optimizer > MFM_OPTIMIZER_FTRL || h->k == 0 || h->k > 65536 ||
         h->n_classes == 0 || (h->task != MFM_TASK_MULTICLASS && h->n_classes != 1) || h->n_slots != 1u + (uint32_t)mfm__state_slots((mfm_optimizer)h->optimizer) ||
-        (h->model == MFM_MODEL_FM) != (h->n_fields == 0) || h->n_class_weights > h->n_classes + 1)
+        (h->model == MFM_MODEL_FM) != (h->n_fields == 0) ||
+        h->n_class_weights != (h->class_weight != MFM_CLASS_WEIGHT_EXPLICIT ? 0 : h->task == MFM_TASK_BINARY ? 2 : h->n_classes))
         return mfm__fail(err, MFM_ERR_BAD_FILE, "%s: the model header is corrupt (an impossible model type, task, optimizer, k, class or slot count)", name);
     /* Sizes from the header, saturating: a huge claim must read as "truncated", not wrap. */
     tensor_floats[MFM_TENSOR_W0] = 1;
@@ -3425,7 +3515,21 @@ static mfm_status mfm__model_decode(const unsigned char *b, uint64_t size, const
                          need == UINT64_MAX ? "more than " : "", need == UINT64_MAX ? size : need);
     if (mfm__checksum(b, (size_t)size - 8) != mfm__load_le64(b + size - 8))
         return mfm__fail(err, MFM_ERR_BAD_FILE, "%s is corrupt: its checksum does not match its contents", name);
-    return MFM_OK;
+    /* A checksum guards against accidents, not against a crafted file: everything the model
+       would refuse is refused here, so that inspecting a file checks as much as loading it. */
+    for (i = 0; header_bytes + 4 * i < size - 8; i++)
+        if ((mfm__load_le32(b + header_bytes + 4 * i) & 0x7F800000u) == 0x7F800000u)
+            return mfm__fail(err, MFM_ERR_BAD_FILE, "%s: stored value %" PRIu64 " (after the header) is not finite", name, (uint64_t)i);
+    p = mfm__params_from_header(h);
+    if (h->n_class_weights) {
+        float *w = (float *)mfm__alloc(h->n_class_weights, sizeof(float));
+        if (!w) return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory checking %s", name);
+        mfm__read_floats(b + header_bytes, w, h->n_class_weights);
+        p.class_weights = w;
+    }
+    st = mfm__validate_params(&p, h->n_classes, err);
+    MFM_FREE((void *)p.class_weights);
+    return st == MFM_OK ? MFM_OK : mfm__name_error(err, MFM_ERR_BAD_FILE, name);
 }
 
 static mfm_status mfm__model_from_bytes(const unsigned char *b, uint64_t size, const char *name, mfm_model **out, mfm_error *err) {

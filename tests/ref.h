@@ -162,4 +162,8 @@ const char *model_name(mfm_model_type t);
    or '_' right before or after it. */
 int mentions_word(const char *msg, const char *words);
 
+/* The checksum that ends every binary file (the library's own, reached through tests/impl.c),
+   for tests that craft a file which must get past it. */
+uint64_t test_checksum(const void *data, size_t n);
+
 #endif

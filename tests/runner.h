@@ -52,7 +52,40 @@
     X(test_create_impossible_size)          \
     X(test_learn_binary_interactions)       \
     X(test_learn_regression)                \
-    X(test_learn_multiclass)
+    X(test_learn_multiclass)                \
+    X(test_text_quirks_libffm)              \
+    X(test_text_quirks_libsvm)              \
+    X(test_text_unlabeled)                  \
+    X(test_text_labels_by_task)             \
+    X(test_text_format_detection)           \
+    X(test_text_numbers_match_strtof)       \
+    X(test_text_long_numbers)               \
+    X(test_text_errors)                     \
+    X(test_text_threads_identical)          \
+    X(test_text_threads_error_line)         \
+    X(test_read_large_file_chunks)          \
+    X(test_read_shared_files)               \
+    X(test_read_stdin)                      \
+    X(test_write_text_round_trip)           \
+    X(test_write_unlabeled_empty_row)       \
+    X(test_write_refusals)                  \
+    X(test_binary_round_trip)               \
+    X(test_write_cache_records_source)      \
+    X(test_write_through_link_and_device)     \
+    X(test_binary_refused)                  \
+    X(test_model_save_load_round_trip)      \
+    X(test_model_class_weights_survive)     \
+    X(test_model_resume_exact)              \
+    X(test_model_clone_independent)         \
+    X(test_model_load_refuses_bad_files)    \
+    X(test_model_save_crash_safe)           \
+    X(test_model_load_crafted_class_weights) \
+    X(test_model_inspect_agrees_with_load)    \
+    X(test_cli_train_predict_eval)            \
+    X(test_cli_epoch_lines_and_auto_stop)     \
+    X(test_cli_stdin)                         \
+    X(test_cli_convert_and_info)              \
+    X(test_cli_errors)
 
 #define TEST_DECLARE(name) void name(void);
 TEST_LIST(TEST_DECLARE)

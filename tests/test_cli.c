@@ -1,0 +1,286 @@
+/* test_cli.c - the mfm tool end to end: train -> predict -> eval on the shared data files, with
+   every number checked against the library API (and the metrics against a direct computation
+   from the predictions file), data through standard input, convert round trips, info, and the
+   exit status and message of failures. The tool is run as ./build/mfm (make builds it first). */
+#if !defined(_XOPEN_SOURCE)
+#define _XOPEN_SOURCE 700
+#endif
+#include "../modern_fm.h"
+#include "ref.h"
+#include "runner.h"
+#include "scratch.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#define MFM_TOOL "./build/mfm"
+#define CRITEO_TRAIN "../shared/data/xlearn_criteo_small_train.txt"
+#define CRITEO_TEST "../shared/data/xlearn_criteo_small_test.txt"
+#define AGARICUS_TRAIN "../shared/data/xlearn_agaricus_train.txt"
+#define AGARICUS_TEST "../shared/data/xlearn_agaricus_test.txt"
+
+/* Runs "mfm ARGS" through the shell with stdout and stderr in scratch files; returns the exit
+   status (-1 when it did not exit normally). */
+static int run_tool(const char *args, char *out, size_t out_size, char *errs, size_t err_size) {
+    char cmd[2048], out_path[512], err_path[512];
+    unsigned char *text;
+    size_t n;
+    int status;
+    scratch_path(out_path, sizeof out_path, "tool.out");
+    scratch_path(err_path, sizeof err_path, "tool.err");
+    snprintf(cmd, sizeof cmd, "%s >%s 2>%s", args, out_path, err_path);
+    status = system(cmd);
+    out[0] = errs[0] = '\0';
+    if ((text = read_whole_file(out_path, &n)) != NULL) snprintf(out, out_size, "%s", (const char *)text), free(text);
+    if ((text = read_whole_file(err_path, &n)) != NULL) snprintf(errs, err_size, "%s", (const char *)text), free(text);
+    return status != -1 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/* The number after "name " in text (NaN when absent). */
+static double metric(const char *text, const char *name) {
+    char key[64];
+    const char *p;
+    snprintf(key, sizeof key, "%s ", name);
+    p = strstr(text, key);
+    return p ? strtod(p + strlen(key), NULL) : NAN;
+}
+
+/* AUC by counting every (positive, negative) pair: ties count a half. */
+static double pair_auc(const float *labels, const float *scores, uint64_t n) {
+    double wins = 0, pairs = 0;
+    uint64_t i, j;
+    for (i = 0; i < n; i++)
+        for (j = 0; j < n; j++)
+            if (labels[i] > 0.5f && labels[j] <= 0.5f) {
+                pairs += 1;
+                wins += scores[i] > scores[j] ? 1 : scores[i] == scores[j] ? 0.5 : 0;
+            }
+    return wins / pairs;
+}
+
+static mfm_dataset *read_data(const char *path, mfm_task task) {
+    mfm_read_options ro;
+    mfm_dataset *ds = NULL;
+    mfm_error e;
+    memset(&ro, 0, sizeof ro);
+    ro.task = task;
+    if (!CHECK(mfm_dataset_read(path, &ro, &ds, &e) == MFM_OK, "reading %s: %s", path, e.message)) return NULL;
+    return ds;
+}
+
+/* Reads one float per line, n of them; 0 when the file has another count. */
+static int read_predictions(const char *path, float *v, uint64_t n) {
+    FILE *f = fopen(path, "r");
+    uint64_t i = 0;
+    char line[64];
+    if (!f) return 0;
+    while (fgets(line, sizeof line, f) && i <= n) {
+        if (i < n) v[i] = strtof(line, NULL);
+        i++;
+    }
+    fclose(f);
+    return i == n;
+}
+
+/* Trains through the tool and through the API with the same settings; the two models must be
+   the same bit for bit, predict -> file must equal mfm_predict, and eval's numbers must equal
+   mfm_evaluate and a logloss/AUC computed here from the predictions file. */
+static void check_train_predict_eval(const char *train_path, const char *test_path, const char *tool_opts, const mfm_params *api) {
+    char model_path[512], pred_path[512], cmd[1600], out[4096], errs[4096];
+    mfm_dataset *train = read_data(train_path, MFM_TASK_BINARY), *test = read_data(test_path, MFM_TASK_BINARY);
+    mfm_model *tool_model = NULL, *api_model = NULL;
+    mfm_metrics met;
+    mfm_error e;
+    mfm_csr tr, te;
+    float *from_file = NULL, *tool_p = NULL, *api_p = NULL;
+    double loss = 0;
+    uint64_t i, n;
+    int rc;
+    if (!train || !test) goto done;
+    tr = mfm_dataset_csr(train);
+    te = mfm_dataset_csr(test);
+    n = te.n_rows;
+    scratch_path(model_path, sizeof model_path, "cli.model");
+    scratch_path(pred_path, sizeof pred_path, "cli.pred");
+    snprintf(cmd, sizeof cmd, "%s train %s %s %s", MFM_TOOL, tool_opts, train_path, model_path);
+    rc = run_tool(cmd, out, sizeof out, errs, sizeof errs);
+    if (!CHECK(rc == 0, "'%s' exited with %d: %s", cmd, rc, errs)) goto done;
+    CHECK(strstr(out, "trained") != NULL, "train prints no summary line: %s", out);
+    if (!CHECK(mfm_model_load(model_path, &tool_model, &e) == MFM_OK, "%s", e.message)) goto done;
+    if (!CHECK(mfm_train(api, &tr, &api_model, &e) == MFM_OK, "%s", e.message)) goto done;
+    from_file = (float *)malloc(n * sizeof(float));
+    tool_p = (float *)malloc(n * sizeof(float));
+    api_p = (float *)malloc(n * sizeof(float));
+    if (!from_file || !tool_p || !api_p) goto done;
+    mfm_predict(tool_model, &te, MFM_OUTPUT_PROBABILITY, tool_p, n, &e);
+    mfm_predict(api_model, &te, MFM_OUTPUT_PROBABILITY, api_p, n, &e);
+    CHECK(memcmp(tool_p, api_p, n * sizeof(float)) == 0, "'%s' trains another model than the API with the same params", cmd);
+
+    snprintf(cmd, sizeof cmd, "%s predict %s %s %s", MFM_TOOL, model_path, test_path, pred_path);
+    rc = run_tool(cmd, out, sizeof out, errs, sizeof errs);
+    if (!CHECK(rc == 0, "'%s' exited with %d: %s", cmd, rc, errs)) goto done;
+    if (!CHECK(read_predictions(pred_path, from_file, n), "%s does not hold %" PRIu64 " lines", pred_path, n)) goto done;
+    CHECK(memcmp(from_file, tool_p, n * sizeof(float)) == 0, "the predictions file differs from mfm_predict");
+    for (i = 0; i < n; i++) {
+        double p = from_file[i] < 1e-15 ? 1e-15 : from_file[i] > 1 - 1e-15 ? 1 - 1e-15 : from_file[i];
+        loss -= te.labels[i] > 0.5f ? log(p) : log(1 - p);
+    }
+    loss /= (double)n;
+    CHECK_NEAR(metric(errs, "logloss"), loss, 0, 2e-6, "predict's logloss on stderr: %s", errs);
+
+    snprintf(cmd, sizeof cmd, "%s eval %s %s", MFM_TOOL, model_path, test_path);
+    rc = run_tool(cmd, out, sizeof out, errs, sizeof errs);
+    if (!CHECK(rc == 0, "'%s' exited with %d: %s", cmd, rc, errs)) goto done;
+    if (!CHECK(mfm_evaluate(tool_model, &te, &met, &e) == MFM_OK, "%s", e.message)) goto done;
+    CHECK_NEAR(metric(out, "logloss"), loss, 0, 2e-6, "eval's logloss against the predictions file: %s", out);
+    CHECK_NEAR(metric(out, "logloss"), met.logloss, 0, 2e-6, "eval's logloss against mfm_evaluate: %s", out);
+    CHECK_NEAR(metric(out, "auc"), pair_auc(te.labels, from_file, n), 0, 2e-6, "eval's AUC against a direct count: %s", out);
+    CHECK_NEAR(metric(out, "accuracy"), met.accuracy, 0, 2e-6, "eval's accuracy: %s", out);
+done:
+    free(from_file);
+    free(tool_p);
+    free(api_p);
+    mfm_model_free(tool_model);
+    mfm_model_free(api_model);
+    mfm_dataset_free(train);
+    mfm_dataset_free(test);
+}
+
+void test_cli_train_predict_eval(void) {
+    mfm_params p;
+    memset(&p, 0, sizeof p);
+    p.model = MFM_MODEL_FFM;
+    p.k = 4;
+    p.n_epochs = 3;
+    p.learning_rate = 0.1;
+    p.l2_linear = p.l2_factors = 1e-4;
+    p.seed = 5;
+    p.batch_size = 4;
+    p.n_threads = 2;
+    check_train_predict_eval(CRITEO_TRAIN, CRITEO_TEST, "--model ffm -k 4 -t 3 -r 0.1 -l 1e-4 --seed 5 --batch 4 -s 2 --quiet", &p);
+    memset(&p, 0, sizeof p);
+    p.model = MFM_MODEL_FM;
+    p.optimizer = MFM_OPTIMIZER_FTRL;
+    p.k = 2;
+    p.n_epochs = 2;
+    p.learning_rate = 0.2;
+    p.l1_linear = 1e-3;
+    p.seed = 9;
+    check_train_predict_eval(AGARICUS_TRAIN, AGARICUS_TEST, "--model fm --optimizer ftrl -k 2 -t 2 -r 0.2 --l1-linear 1e-3 --seed 9 --quiet", &p);
+    scratch_clean();
+}
+
+/* Per-epoch lines with validation metrics; --auto-stop keeps the best epoch's model. */
+void test_cli_epoch_lines_and_auto_stop(void) {
+    char model_path[512], cmd[1200], out[8192], errs[4096];
+    const char *line;
+    int rc, lines = 0, best = 0;
+    scratch_path(model_path, sizeof model_path, "stop.model");
+    /* a large learning rate overfits 200 rows within a few epochs */
+    snprintf(cmd, sizeof cmd, "%s train --model ffm -k 4 -t 30 -r 0.5 -p %s --auto-stop %s %s", MFM_TOOL, CRITEO_TEST, CRITEO_TRAIN, model_path);
+    rc = run_tool(cmd, out, sizeof out, errs, sizeof errs);
+    REQUIRE(rc == 0, "'%s' exited with %d: %s", cmd, rc, errs);
+    for (line = out; (line = strchr(line, '\n')) != NULL; line++) {
+        int epoch;
+        if (sscanf(line + 1, "%d", &epoch) == 1 && epoch == lines + 1) lines++;
+    }
+    line = strstr(out, "using the model of epoch ");
+    if (CHECK(line != NULL, "no auto-stop line in:\n%s", out)) best = atoi(line + strlen("using the model of epoch "));
+    CHECK(lines >= 2 && lines < 30, "auto-stop should end before 30 epochs on 200 rows; %d epoch lines:\n%s", lines, out);
+    CHECK(best >= 1 && best < lines, "the kept epoch %d should come before the last (%d)", best, lines);
+    {
+        mfm_model *m = NULL;
+        mfm_model_info info;
+        mfm_error e;
+        if (CHECK(mfm_model_load(model_path, &m, &e) == MFM_OK, "%s", e.message)) {
+            mfm_model_get_info(m, &info);
+            CHECK(info.epochs_trained == (uint64_t)best, "the saved model trained %" PRIu64 " epochs, not the best epoch %d", info.epochs_trained, best);
+        }
+        mfm_model_free(m);
+    }
+    scratch_clean();
+}
+
+/* Training data through a pipe equals training from the file. */
+void test_cli_stdin(void) {
+    char a[512], b[512], cmd[1200], out[4096], errs[4096];
+    unsigned char *x, *y;
+    size_t nx = 0, ny = 0;
+    int rc;
+    scratch_path(a, sizeof a, "file.model");
+    scratch_path(b, sizeof b, "pipe.model");
+    snprintf(cmd, sizeof cmd, "%s train --model fwfm -k 3 -t 2 --quiet %s %s", MFM_TOOL, CRITEO_TRAIN, a);
+    rc = run_tool(cmd, out, sizeof out, errs, sizeof errs);
+    REQUIRE(rc == 0, "'%s' exited with %d: %s", cmd, rc, errs);
+    snprintf(cmd, sizeof cmd, "cat %s | %s train --model fwfm -k 3 -t 2 --quiet - %s", CRITEO_TRAIN, MFM_TOOL, b);
+    rc = run_tool(cmd, out, sizeof out, errs, sizeof errs);
+    REQUIRE(rc == 0, "'%s' exited with %d: %s", cmd, rc, errs);
+    x = read_whole_file(a, &nx);
+    y = read_whole_file(b, &ny);
+    CHECK(x && y && nx == ny && memcmp(x, y, nx) == 0, "the model trained from a pipe differs from the one trained from the file");
+    free(x);
+    free(y);
+    scratch_clean();
+}
+
+/* text -> binary -> text gives the bytes that text -> text gives; info describes both files. */
+void test_cli_convert_and_info(void) {
+    char bin[512], t1[512], t2[512], model[512], cmd[4096], out[4096], errs[4096];
+    unsigned char *x, *y;
+    size_t nx = 0, ny = 0;
+    int rc;
+    scratch_path(bin, sizeof bin, "data.mfmd");
+    scratch_path(t1, sizeof t1, "direct.ffm");
+    scratch_path(t2, sizeof t2, "via-binary.ffm");
+    scratch_path(model, sizeof model, "info.model");
+    snprintf(cmd, sizeof cmd, "%s convert %s %s && %s convert %s %s && %s convert %s %s", MFM_TOOL, CRITEO_TRAIN, bin, MFM_TOOL, CRITEO_TRAIN, t1,
+             MFM_TOOL, bin, t2);
+    rc = run_tool(cmd, out, sizeof out, errs, sizeof errs);
+    REQUIRE(rc == 0, "'%s' exited with %d: %s", cmd, rc, errs);
+    x = read_whole_file(t1, &nx);
+    y = read_whole_file(t2, &ny);
+    CHECK(x && y && nx == ny && memcmp(x, y, nx) == 0, "text -> binary -> text differs from text -> text");
+    free(x);
+    free(y);
+    snprintf(cmd, sizeof cmd, "%s info %s", MFM_TOOL, bin);
+    rc = run_tool(cmd, out, sizeof out, errs, sizeof errs);
+    CHECK(rc == 0 && strstr(out, "200") && strstr(out, "3508"), "info on a binary dataset (exit %d) should give 200 rows, 3508 non-zeros:\n%s%s", rc, out, errs);
+    snprintf(cmd, sizeof cmd, "%s train --model ffm -k 5 -t 1 --quiet %s %s && %s info %s", MFM_TOOL, bin, model, MFM_TOOL, model);
+    rc = run_tool(cmd, out, sizeof out, errs, sizeof errs);
+    CHECK(rc == 0 && strstr(out, "ffm") && strstr(out, "9991") && strstr(out, "adagrad") && strstr(out, "epochs trained     1"),
+          "info on a model (exit %d) should name ffm, adagrad, 9991 features and 1 epoch:\n%s%s", rc, out, errs);
+    scratch_clean();
+}
+
+/* Failures: exit 1 (or 2 for a bad command line) and one sentence on stderr saying where. */
+void test_cli_errors(void) {
+    static const struct {
+        const char *args, *expect;
+        int status;
+    } cases[] = {
+        {"train no-such-file.ffm", "no-such-file.ffm", 1},
+        {"train -k abc " CRITEO_TRAIN, "-k", 2},
+        {"train --no-such-option " CRITEO_TRAIN, "--no-such-option", 2},
+        {"predict no-such.model " CRITEO_TEST " -", "no-such.model", 1},
+        {"frobnicate", "frobnicate", 2},
+    };
+    char cmd[1200], out[4096], errs[4096], bad[512];
+    size_t i;
+    int rc;
+    for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        snprintf(cmd, sizeof cmd, "%s %s", MFM_TOOL, cases[i].args);
+        rc = run_tool(cmd, out, sizeof out, errs, sizeof errs);
+        CHECK(rc == cases[i].status, "'%s' exited with %d, expected %d", cmd, rc, cases[i].status);
+        CHECK(strncmp(errs, "mfm: ", 5) == 0 && strstr(errs, cases[i].expect) != NULL, "'%s' should say 'mfm: ...%s...', said: %s", cmd, cases[i].expect, errs);
+    }
+    scratch_path(bad, sizeof bad, "bad.ffm");
+    REQUIRE(write_whole_file(bad, "1 0:1:1\n0 0:2:1 1:x:1\n", 22), "cannot write %s", bad);
+    snprintf(cmd, sizeof cmd, "%s train %s %s.model", MFM_TOOL, bad, bad);
+    rc = run_tool(cmd, out, sizeof out, errs, sizeof errs);
+    CHECK(rc == 1 && strstr(errs, "bad.ffm:2:11:"), "a malformed line should fail with its line and column (exit %d): %s", rc, errs);
+    scratch_clean();
+}

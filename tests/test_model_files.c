@@ -1,0 +1,730 @@
+/* test_model_files.c - model files: save and load give back the same model bit for bit (with
+   or without the optimizer state), training resumes exactly from a saved file, clones are
+   independent deep copies, damaged files are refused with a sentence saying what is wrong, and
+   a failed save leaves the old file in place.
+
+   Expected sizes follow the layout described in the header (a 184-byte header: magic, 18 u32,
+   2 u64, 11 f64; class weights; every tensor class by class, slot by slot; an 8-byte checksum),
+   computed here by hand. */
+#if !defined(_XOPEN_SOURCE)
+#define _XOPEN_SOURCE 700
+#endif
+#include "../modern_fm.h"
+#include "ref.h"
+#include "runner.h"
+#include "scratch.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+enum { MODEL_HEADER_BYTES = 8 + 18 * 4 + 2 * 8 + 11 * 8 }; /* 184 */
+enum { N_FEATURES = 20, N_FIELDS = 4 };
+
+static const char *task_name(mfm_task t) { return t == MFM_TASK_REGRESSION ? "regression" : t == MFM_TASK_MULTICLASS ? "multiclass" : "binary"; }
+static const char *opt_name(mfm_optimizer o) {
+    return o == MFM_OPTIMIZER_SGD ? "SGD" : o == MFM_OPTIMIZER_ADAM ? "Adam" : o == MFM_OPTIMIZER_FTRL ? "FTRL" : "AdaGrad";
+}
+static int state_slots(mfm_optimizer o) { return o == MFM_OPTIMIZER_SGD ? 0 : o == MFM_OPTIMIZER_ADAM ? 3 : o == MFM_OPTIMIZER_FTRL ? 2 : 1; }
+
+/* Distinctive values for every parameter that a file must keep. */
+static mfm_params file_params(mfm_model_type model, mfm_task task, mfm_optimizer opt) {
+    mfm_params p;
+    memset(&p, 0, sizeof p);
+    p.model = model;
+    p.task = task;
+    p.optimizer = opt;
+    p.k = 3;
+    p.n_classes = task == MFM_TASK_MULTICLASS ? 3 : 0;
+    p.n_epochs = 2;
+    p.batch_size = 3;
+    p.n_threads = 1;
+    p.learning_rate = 0.037;
+    p.l2_linear = 1e-3;
+    p.l2_factors = 2.5e-3;
+    p.init_scale = 0.02;
+    p.adam_beta1 = 0.85;
+    p.adam_beta2 = 0.995;
+    p.adam_epsilon = 1e-7;
+    p.ftrl_beta = 0.7;
+    if (opt == MFM_OPTIMIZER_FTRL) p.l1_linear = 1e-3, p.l1_factors = 2e-3;
+    if (task != MFM_TASK_REGRESSION) p.label_smoothing = 0.05;
+    p.seed = 12345678901234ull;
+    return p;
+}
+
+static void make_data(test_data *td, mfm_task task, uint64_t seed) {
+    data_spec s;
+    memset(&s, 0, sizeof s);
+    s.n_rows = 60;
+    s.feature_range = N_FEATURES;
+    s.n_fields = N_FIELDS;
+    s.min_nnz = 1;
+    s.max_nnz = 6;
+    s.with_values = 1;
+    s.task = task;
+    s.n_classes = 3;
+    s.seed = seed;
+    data_random(td, &s);
+    td->csr.n_features = N_FEATURES;
+    td->csr.n_fields = N_FIELDS;
+}
+
+/* mfm_model_create + mfm_fit, recording failures. */
+static mfm_model *create_and_fit(const mfm_params *p, const mfm_csr *d) {
+    mfm_model *m = make_model(p, N_FEATURES, N_FIELDS, 3);
+    mfm_error e;
+    mfm_status st;
+    if (!m) return NULL;
+    st = mfm_fit(m, d, &e);
+    if (!CHECK(st == MFM_OK, "mfm_fit failed: %d %s", (int)st, st ? e.message : "")) {
+        mfm_model_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+/* Slots [first, last] of every tensor and class of a and b are bit-identical; returns 1 if so. */
+static int same_slots(const mfm_model *a, const mfm_model *b, int first, int last, const char *what) {
+    mfm_model_info ia;
+    int t, slot, ok = 1;
+    uint32_t c;
+    mfm_model_get_info(a, &ia);
+    for (t = 0; t < MFM_TENSOR_COUNT; t++) {
+        size_t n = mfm_tensor_size(a, (mfm_tensor)t);
+        float *x, *y;
+        if (!n) continue;
+        if (!CHECK(n == mfm_tensor_size(b, (mfm_tensor)t), "%s: tensor %d sizes differ", what, t)) return 0;
+        x = (float *)malloc(n * sizeof(float));
+        y = (float *)malloc(n * sizeof(float));
+        for (slot = first; slot <= last; slot++)
+            for (c = 0; c < ia.n_classes; c++) {
+                mfm_status s1 = mfm_model_read(a, (mfm_tensor)t, slot, c, x, n, NULL), s2 = mfm_model_read(b, (mfm_tensor)t, slot, c, y, n, NULL);
+                if (!CHECK(s1 == MFM_OK && s2 == MFM_OK, "%s: mfm_model_read tensor %d slot %d class %u failed", what, t, slot, c) ||
+                    !CHECK(memcmp(x, y, n * sizeof(float)) == 0, "%s: tensor %d slot %d class %u differs", what, t, slot, c))
+                    ok = 0;
+            }
+        free(x);
+        free(y);
+    }
+    return ok;
+}
+
+/* Every state slot (1..) of every tensor and class is zero. */
+static int state_is_zero(const mfm_model *m, const char *what) {
+    mfm_model_info info;
+    int t, slot, ok = 1;
+    uint32_t c;
+    size_t i;
+    mfm_model_get_info(m, &info);
+    for (t = 0; t < MFM_TENSOR_COUNT; t++) {
+        size_t n = mfm_tensor_size(m, (mfm_tensor)t);
+        float *x;
+        if (!n) continue;
+        x = (float *)malloc(n * sizeof(float));
+        for (slot = 1; slot <= info.n_state_slots; slot++)
+            for (c = 0; c < info.n_classes; c++) {
+                mfm_model_read(m, (mfm_tensor)t, slot, c, x, n, NULL);
+                for (i = 0; i < n; i++)
+                    if (x[i] != 0) {
+                        ok = 0;
+                        runner_fail(__FILE__, __LINE__, "%s: state slot %d of tensor %d class %u is %g at %lu, expected 0", what, slot, t, c, (double)x[i], (unsigned long)i);
+                        break;
+                    }
+            }
+        free(x);
+    }
+    return ok;
+}
+
+/* The params a file must keep (n_classes, callbacks and the class-weight pointer aside). */
+static int same_params(const mfm_params *a, const mfm_params *b, const char *what) {
+    return CHECK(a->model == b->model && a->task == b->task && a->optimizer == b->optimizer && a->k == b->k && a->n_epochs == b->n_epochs &&
+                     a->batch_size == b->batch_size && a->n_threads == b->n_threads && a->learning_rate == b->learning_rate &&
+                     a->l2_linear == b->l2_linear && a->l2_factors == b->l2_factors && a->l1_linear == b->l1_linear && a->l1_factors == b->l1_factors &&
+                     a->init_scale == b->init_scale && a->adam_beta1 == b->adam_beta1 && a->adam_beta2 == b->adam_beta2 &&
+                     a->adam_epsilon == b->adam_epsilon && a->ftrl_beta == b->ftrl_beta && a->label_smoothing == b->label_smoothing &&
+                     a->class_weight == b->class_weight && a->seed == b->seed && a->linear_only == b->linear_only,
+                 "%s: params differ (lr %g/%g, l2 %g/%g, seed %llu/%llu, batch %d/%d, k %d/%d, epochs %d/%d)", what, a->learning_rate, b->learning_rate,
+                 a->l2_linear, b->l2_linear, (unsigned long long)a->seed, (unsigned long long)b->seed, a->batch_size, b->batch_size, a->k, b->k,
+                 a->n_epochs, b->n_epochs);
+}
+
+static int same_info(const mfm_model_info *a, const mfm_model_info *b, const char *what) {
+    return CHECK(a->model == b->model && a->task == b->task && a->optimizer == b->optimizer && a->n_features == b->n_features &&
+                     a->n_fields == b->n_fields && a->n_classes == b->n_classes && a->k == b->k && a->n_state_slots == b->n_state_slots &&
+                     a->epochs_trained == b->epochs_trained && a->n_parameters == b->n_parameters,
+                 "%s: model info differs (features %u/%u fields %u/%u classes %u/%u k %d/%d slots %d/%d epochs %llu/%llu params %llu/%llu)", what,
+                 a->n_features, b->n_features, a->n_fields, b->n_fields, a->n_classes, b->n_classes, a->k, b->k, a->n_state_slots, b->n_state_slots,
+                 (unsigned long long)a->epochs_trained, (unsigned long long)b->epochs_trained, (unsigned long long)a->n_parameters,
+                 (unsigned long long)b->n_parameters);
+}
+
+/* The file size the documented layout gives. */
+static uint64_t expected_file_bytes(const mfm_model *m, int with_state) {
+    const mfm_params *p = mfm_model_params(m);
+    mfm_model_info info;
+    uint64_t per_class, cw = 0;
+    mfm_model_get_info(m, &info);
+    per_class = 1 + (uint64_t)info.n_features + (uint64_t)info.n_features * (p->model == MFM_MODEL_FFM ? info.n_fields : 1) * (uint64_t)info.k +
+                (p->model == MFM_MODEL_FWFM ? (uint64_t)info.n_fields * info.n_fields : 0);
+    if (p->class_weight == MFM_CLASS_WEIGHT_EXPLICIT) cw = p->task == MFM_TASK_BINARY ? 2 : info.n_classes;
+    return MODEL_HEADER_BYTES + 4 * (cw + per_class * info.n_classes * (uint64_t)(with_state ? 1 + state_slots(p->optimizer) : 1)) + 8;
+}
+
+static int scores_equal(const mfm_model *a, const mfm_model *b, const mfm_csr *d, const char *what) {
+    size_t width = mfm_output_width(a, MFM_OUTPUT_SCORE), n = (size_t)d->n_rows * width;
+    float *x = (float *)calloc(n, sizeof(float)), *y = (float *)calloc(n, sizeof(float));
+    int ok = predict(a, d, MFM_OUTPUT_SCORE, x, n) && predict(b, d, MFM_OUTPUT_SCORE, y, n) &&
+             CHECK(memcmp(x, y, n * sizeof(float)) == 0, "%s: the predicted scores differ", what);
+    free(x);
+    free(y);
+    return ok;
+}
+
+/* Every model (FM, FFM, FwFM) x task x optimizer, saved with and without its optimizer state,
+   loads back with bit-identical scores and tensors (state slots zero and has_state 0 when it
+   was not saved), the same epochs_trained, params and info; mfm_model_file_inspect describes
+   the file (format and writer version, size as the layout says, header facts). */
+void test_model_save_load_round_trip(void) {
+    static const mfm_model_type models[] = {MFM_MODEL_FM, MFM_MODEL_FFM, MFM_MODEL_FWFM};
+    static const mfm_task tasks[] = {MFM_TASK_BINARY, MFM_TASK_REGRESSION, MFM_TASK_MULTICLASS};
+    static const mfm_optimizer opts[] = {MFM_OPTIMIZER_SGD, MFM_OPTIMIZER_ADAGRAD, MFM_OPTIMIZER_ADAM, MFM_OPTIMIZER_FTRL};
+    char path[256];
+    size_t a, b, c;
+    int with_state;
+    scratch_path(path, sizeof path, "model.mfm");
+    for (a = 0; a < 3; a++)
+        for (b = 0; b < 3; b++)
+            for (c = 0; c < 4; c++) {
+                mfm_params p = file_params(models[a], tasks[b], opts[c]);
+                test_data td;
+                mfm_model *m;
+                char what[96];
+                make_data(&td, tasks[b], 100 + a * 16 + b * 4 + c);
+                p.linear_only = a == 0 && c == 1; /* one linear model among them */
+                m = create_and_fit(&p, &td.csr);
+                if (!m) {
+                    data_free(&td);
+                    continue;
+                }
+                for (with_state = 0; with_state < 2; with_state++) {
+                    mfm_model *l = NULL;
+                    mfm_model_info im, il;
+                    mfm_model_file_info fi;
+                    mfm_error e;
+                    mfm_status st;
+                    struct stat sb;
+                    snprintf(what, sizeof what, "%s %s %s %s state", model_name(models[a]), task_name(tasks[b]), opt_name(opts[c]),
+                             with_state ? "with" : "without");
+                    st = mfm_model_save(m, path, with_state, &e);
+                    if (!CHECK(st == MFM_OK, "%s: save failed: %s", what, st ? e.message : "")) continue;
+                    st = mfm_model_load(path, &l, &e);
+                    if (!CHECK(st == MFM_OK && l, "%s: load failed: %s", what, st ? e.message : "")) continue;
+                    mfm_model_get_info(m, &im);
+                    mfm_model_get_info(l, &il);
+                    same_info(&il, &im, what);
+                    CHECK(il.epochs_trained == 2, "%s: epochs_trained %llu, expected 2", what, (unsigned long long)il.epochs_trained);
+                    CHECK(il.has_state == with_state && im.has_state == 1, "%s: has_state %d after load", what, il.has_state);
+                    same_params(mfm_model_params(l), mfm_model_params(m), what);
+                    scores_equal(m, l, &td.csr, what);
+                    same_slots(m, l, 0, with_state ? im.n_state_slots : 0, what);
+                    if (!with_state) state_is_zero(l, what);
+                    CHECK(stat(path, &sb) == 0 && (uint64_t)sb.st_size == expected_file_bytes(m, with_state), "%s: file of %lld bytes, the layout says %llu",
+                          what, (long long)sb.st_size, (unsigned long long)expected_file_bytes(m, with_state));
+                    st = mfm_model_file_inspect(path, &fi, &e);
+                    if (CHECK(st == MFM_OK, "%s: inspect failed: %s", what, st ? e.message : "")) {
+                        CHECK(fi.format_version == MFM_MODEL_FILE_VERSION && fi.writer_version == MFM_VERSION_NUMBER, "%s: versions %u / %u", what,
+                              fi.format_version, fi.writer_version);
+                        CHECK(fi.file_bytes == (uint64_t)sb.st_size, "%s: inspect says %llu bytes, stat %lld", what, (unsigned long long)fi.file_bytes,
+                              (long long)sb.st_size);
+                        CHECK(fi.has_state == with_state && fi.model.has_state == with_state, "%s: inspect has_state %d", what, fi.has_state);
+                        same_info(&fi.model, &im, what);
+                        same_params(&fi.params, mfm_model_params(m), what);
+                        CHECK(fi.params.class_weights == NULL && fi.params.on_epoch == NULL, "%s: inspect hands back pointers", what);
+                    }
+                    if (!with_state) { /* a model loaded without state trains on, and has state again */
+                        mfm_model_info after;
+                        st = mfm_fit(l, &td.csr, &e);
+                        mfm_model_get_info(l, &after);
+                        CHECK(st == MFM_OK && after.has_state == 1 && after.epochs_trained == 4, "%s: fit after load: %d, has_state %d, epochs %llu",
+                              what, (int)st, after.has_state, (unsigned long long)after.epochs_trained);
+                    }
+                    mfm_model_free(l);
+                }
+                mfm_model_free(m);
+                data_free(&td);
+            }
+    scratch_clean();
+}
+
+/* Explicit class weights (binary: 2 values, multiclass: one per class) survive a save: the
+   loaded model has its own copy of the same values, and one more epoch of the original and
+   of the loaded model give the same bits (the weights are in effect). */
+void test_model_class_weights_survive(void) {
+    static const float binary_w[2] = {0.5f, 2.25f}, multi_w[3] = {1.0f, 2.5f, 0.125f};
+    char path[256];
+    int multi;
+    scratch_path(path, sizeof path, "weights.mfm");
+    for (multi = 0; multi < 2; multi++) {
+        const mfm_task task = multi ? MFM_TASK_MULTICLASS : MFM_TASK_BINARY;
+        const float *w = multi ? multi_w : binary_w;
+        const int n_w = multi ? 3 : 2;
+        mfm_params p = file_params(MFM_MODEL_FFM, task, MFM_OPTIMIZER_ADAM);
+        test_data td;
+        mfm_model *m, *l = NULL;
+        mfm_error e;
+        mfm_status st;
+        make_data(&td, task, 7 + (uint64_t)multi);
+        p.class_weight = MFM_CLASS_WEIGHT_EXPLICIT;
+        p.class_weights = w;
+        m = create_and_fit(&p, &td.csr);
+        if (m && CHECK(mfm_model_save(m, path, 1, &e) == MFM_OK, "save: %s", e.message)) {
+            st = mfm_model_load(path, &l, &e);
+            if (CHECK(st == MFM_OK, "load: %s", st ? e.message : "")) {
+                const mfm_params *lp = mfm_model_params(l);
+                snapshot s1, s2;
+                CHECK(lp->class_weight == MFM_CLASS_WEIGHT_EXPLICIT && lp->class_weights != NULL && lp->class_weights != w &&
+                          lp->class_weights != mfm_model_params(m)->class_weights,
+                      "%s: the loaded model's class weights are not its own copy", task_name(task));
+                if (lp->class_weights) CHECK(memcmp(lp->class_weights, w, (size_t)n_w * sizeof(float)) == 0, "%s: class weights differ", task_name(task));
+                CHECK(mfm_fit(m, &td.csr, &e) == MFM_OK && mfm_fit(l, &td.csr, &e) == MFM_OK, "fit after load: %s", e.message);
+                snapshot_take(&s1, m);
+                snapshot_take(&s2, l);
+                CHECK(snapshot_equal(&s1, &s2), "%s: training the loaded model differs from training the original", task_name(task));
+                snapshot_free(&s1);
+                snapshot_free(&s2);
+            }
+            mfm_model_free(l);
+        }
+        mfm_model_free(m);
+        data_free(&td);
+    }
+    scratch_clean();
+}
+
+/* Train 2 epochs, save with state, load, train 2 more = train 4 epochs in one go, bit for bit
+   (every optimizer and model, one thread, batch 1 and batch 7; also multiclass and regression). */
+void test_model_resume_exact(void) {
+    static const mfm_model_type models[] = {MFM_MODEL_FM, MFM_MODEL_FFM, MFM_MODEL_FWFM};
+    static const mfm_optimizer opts[] = {MFM_OPTIMIZER_SGD, MFM_OPTIMIZER_ADAGRAD, MFM_OPTIMIZER_ADAM, MFM_OPTIMIZER_FTRL};
+    static const int batches[] = {1, 7};
+    char path[256];
+    size_t i;
+    scratch_path(path, sizeof path, "resume.mfm");
+    for (i = 0; i < 3 * 4 * 2 + 2; i++) {
+        const int extra = i >= 24;
+        const mfm_model_type model = extra ? (i == 24 ? MFM_MODEL_FFM : MFM_MODEL_FWFM) : models[i / 8];
+        const mfm_optimizer opt = extra ? (i == 24 ? MFM_OPTIMIZER_ADAM : MFM_OPTIMIZER_FTRL) : opts[i / 2 % 4];
+        const mfm_task task = extra ? (i == 24 ? MFM_TASK_MULTICLASS : MFM_TASK_REGRESSION) : MFM_TASK_BINARY;
+        const int batch = extra ? 7 : batches[i % 2];
+        mfm_params p = file_params(model, task, opt);
+        test_data td;
+        mfm_model *two, *four, *resumed = NULL;
+        mfm_error e;
+        char what[96];
+        snprintf(what, sizeof what, "%s %s %s batch %d", model_name(model), task_name(task), opt_name(opt), batch);
+        make_data(&td, task, 300 + i);
+        p.batch_size = batch;
+        p.n_threads = 1;
+        p.n_epochs = 2;
+        two = create_and_fit(&p, &td.csr);
+        p.n_epochs = 4;
+        four = create_and_fit(&p, &td.csr);
+        if (two && four && CHECK(mfm_model_save(two, path, 1, &e) == MFM_OK, "%s: save: %s", what, e.message) &&
+            CHECK(mfm_model_load(path, &resumed, &e) == MFM_OK, "%s: load: %s", what, e.message)) {
+            snapshot s2, s4, sr;
+            mfm_model_info info;
+            mfm_status st = mfm_fit(resumed, &td.csr, &e); /* the file's n_epochs: 2 more */
+            CHECK(st == MFM_OK, "%s: fit after load: %s", what, st ? e.message : "");
+            snapshot_take(&s2, two);
+            snapshot_take(&s4, four);
+            snapshot_take(&sr, resumed);
+            mfm_model_get_info(resumed, &info);
+            CHECK(info.epochs_trained == 4, "%s: %llu epochs after resuming", what, (unsigned long long)info.epochs_trained);
+            CHECK(!snapshot_equal(&s2, &s4), "%s: 2 and 4 epochs give the same model (the test would prove nothing)", what);
+            CHECK(snapshot_equal(&sr, &s4), "%s: 2 + save/load + 2 epochs differs from 4 epochs", what);
+            scores_equal(resumed, four, &td.csr, what);
+            snapshot_free(&s2);
+            snapshot_free(&s4);
+            snapshot_free(&sr);
+        }
+        mfm_model_free(two);
+        mfm_model_free(four);
+        mfm_model_free(resumed);
+        data_free(&td);
+    }
+    scratch_clean();
+}
+
+/* mfm_model_clone is a deep copy: same info, params, tensors, state and scores; training the
+   clone leaves the original as it was; the clone outlives the original; class weights are its
+   own copy; a clone of a model loaded without state has no state either. */
+void test_model_clone_independent(void) {
+    static const float w[3] = {1.5f, 0.5f, 1.0f};
+    mfm_params p = file_params(MFM_MODEL_FWFM, MFM_TASK_MULTICLASS, MFM_OPTIMIZER_ADAM);
+    test_data td;
+    mfm_model *m, *c = NULL;
+    mfm_error e;
+    make_data(&td, MFM_TASK_MULTICLASS, 55);
+    p.class_weight = MFM_CLASS_WEIGHT_EXPLICIT;
+    p.class_weights = w;
+    m = create_and_fit(&p, &td.csr);
+    if (m && CHECK(mfm_model_clone(m, &c, &e) == MFM_OK && c, "clone: %s", e.message)) {
+        snapshot before, after, cloned, trained;
+        mfm_model_info im, ic;
+        mfm_model_get_info(m, &im);
+        mfm_model_get_info(c, &ic);
+        same_info(&ic, &im, "clone");
+        CHECK(ic.has_state == im.has_state, "clone: has_state %d vs %d", ic.has_state, im.has_state);
+        same_params(mfm_model_params(c), mfm_model_params(m), "clone");
+        CHECK(mfm_model_params(c)->class_weights != mfm_model_params(m)->class_weights && mfm_model_params(c)->class_weights &&
+                  memcmp(mfm_model_params(c)->class_weights, w, sizeof w) == 0,
+              "clone: class weights are not an equal copy of its own");
+        snapshot_take(&before, m);
+        snapshot_take(&cloned, c);
+        CHECK(snapshot_equal(&before, &cloned), "clone: parameters or state differ from the original");
+        scores_equal(m, c, &td.csr, "clone before training");
+        CHECK(mfm_fit(c, &td.csr, &e) == MFM_OK, "fit clone: %s", e.message);
+        snapshot_take(&after, m);
+        snapshot_take(&trained, c);
+        CHECK(snapshot_equal(&before, &after), "training the clone changed the original");
+        CHECK(!snapshot_equal(&before, &trained), "training the clone did not change it");
+        mfm_model_get_info(m, &im);
+        CHECK(im.epochs_trained == 2, "the original's epochs_trained moved to %llu", (unsigned long long)im.epochs_trained);
+        mfm_model_free(m); /* the clone must not share anything with it */
+        m = NULL;
+        {
+            size_t n = (size_t)td.csr.n_rows * 3;
+            float *out = (float *)calloc(n, sizeof(float));
+            predict(c, &td.csr, MFM_OUTPUT_PROBABILITY, out, n);
+            free(out);
+        }
+        snapshot_free(&before);
+        snapshot_free(&after);
+        snapshot_free(&cloned);
+        snapshot_free(&trained);
+    }
+    mfm_model_free(c);
+    mfm_model_free(m);
+    { /* has_state 0 carries over */
+        char path[256];
+        mfm_model *l = NULL, *lc = NULL;
+        mfm_model_info info;
+        mfm_params q = file_params(MFM_MODEL_FM, MFM_TASK_BINARY, MFM_OPTIMIZER_ADAGRAD);
+        scratch_path(path, sizeof path, "nostate.mfm");
+        m = make_model(&q, 8, 0, 1);
+        if (m && CHECK(mfm_model_save(m, path, 0, &e) == MFM_OK && mfm_model_load(path, &l, &e) == MFM_OK, "save/load: %s", e.message) &&
+            CHECK(mfm_model_clone(l, &lc, &e) == MFM_OK, "clone: %s", e.message)) {
+            mfm_model_get_info(lc, &info);
+            CHECK(info.has_state == 0, "a clone of a model without state has has_state %d", info.has_state);
+            same_slots(l, lc, 0, info.n_state_slots, "clone of a loaded model");
+        }
+        mfm_model_free(lc);
+        mfm_model_free(l);
+        mfm_model_free(m);
+        scratch_clean();
+    }
+    data_free(&td);
+}
+
+/* ---- damaged files ---- */
+
+static void store_le(unsigned char *p, uint64_t x, int bytes) {
+    int i;
+    for (i = 0; i < bytes; i++) p[i] = (unsigned char)(x >> (8 * i));
+}
+
+/* Loading the bytes from a file (mfm_model_load and mfm_model_file_inspect) and from memory
+   refuses them with `want`, no model, and a message holding one of the '|' phrases; the file
+   ways name the file. */
+static void expect_bad_model_ways(const unsigned char *b, size_t n, mfm_status want, const char *phrases, const char *what, int n_ways) {
+    char path[256];
+    int way;
+    scratch_path(path, sizeof path, "damaged.mfm");
+    if (!CHECK(write_whole_file(path, b, n), "cannot write %s", path)) return;
+    for (way = 0; way < n_ways; way++) {
+        static const char *ways[] = {"load", "load_memory", "inspect"};
+        mfm_model *m = (mfm_model *)&way; /* must come back NULL */
+        mfm_model_file_info fi;
+        mfm_error e;
+        mfm_status st;
+        const char *p = phrases;
+        int found = !*phrases; /* "": any sentence */
+        memset(&e, 0, sizeof e);
+        if (way == 0)
+            st = mfm_model_load(path, &m, &e);
+        else if (way == 1)
+            st = mfm_model_load_memory(b, n, &m, &e);
+        else
+            st = mfm_model_file_inspect(path, &fi, &e), m = NULL;
+        if (!CHECK(st == want, "%s (%s): status %d, expected %d (%s)", what, ways[way], (int)st, (int)want, st ? e.message : "accepted")) {
+            if (st == MFM_OK && way < 2) mfm_model_free(m);
+            continue;
+        }
+        CHECK(m == NULL, "%s (%s): a model came back", what, ways[way]);
+        CHECK(e.status == st, "%s (%s): err.status %d", what, ways[way], (int)e.status);
+        while (*p && !found) {
+            char phrase[64];
+            size_t len = strcspn(p, "|");
+            memcpy(phrase, p, len);
+            phrase[len] = '\0';
+            found = strstr(e.message, phrase) != NULL;
+            p += len + (p[len] == '|');
+        }
+        CHECK(found, "%s (%s): the message \"%s\" says none of \"%s\"", what, ways[way], e.message, phrases);
+        if (way != 1) CHECK(strstr(e.message, path) != NULL, "%s (%s): the message \"%s\" does not name %s", what, ways[way], e.message, path);
+    }
+}
+
+static void expect_bad_model(const unsigned char *b, size_t n, mfm_status want, const char *phrases, const char *what) {
+    expect_bad_model_ways(b, n, want, phrases, what, 3);
+}
+
+/* A small model with everything: FwFM, multiclass, Adam state, explicit class weights. */
+static unsigned char *small_model_file(size_t *n) {
+    static const float w[3] = {1, 2, 3};
+    mfm_params p = file_params(MFM_MODEL_FWFM, MFM_TASK_MULTICLASS, MFM_OPTIMIZER_ADAM);
+    test_data td;
+    mfm_model *m;
+    mfm_error e;
+    char path[256];
+    unsigned char *b = NULL;
+    *n = 0;
+    make_data(&td, MFM_TASK_MULTICLASS, 77);
+    p.class_weight = MFM_CLASS_WEIGHT_EXPLICIT;
+    p.class_weights = w;
+    m = create_and_fit(&p, &td.csr);
+    scratch_path(path, sizeof path, "small.mfm");
+    if (m && CHECK(mfm_model_save(m, path, 1, &e) == MFM_OK, "save: %s", e.message)) b = read_whole_file(path, n);
+    mfm_model_free(m);
+    data_free(&td);
+    return b;
+}
+
+/* Damaged model files are MFM_ERR_BAD_FILE with a sentence that names the file and says what:
+   truncated (at many cut points, the empty file and 3 bytes included), corrupt (a flipped byte:
+   checksum), not a model (magic), newer (format version 2), too long; from a file, from memory
+   and through mfm_model_file_inspect. A missing file is MFM_ERR_IO. */
+void test_model_load_refuses_bad_files(void) {
+    unsigned char *b, *c;
+    size_t n, i;
+    b = small_model_file(&n);
+    REQUIRE(b && n > 1000, "no model file to damage");
+    c = (unsigned char *)malloc(n + 16);
+    { /* the bytes as saved are fine */
+        mfm_model *m = NULL;
+        mfm_error e;
+        CHECK(mfm_model_load_memory(b, n, &m, &e) == MFM_OK && m, "the saved bytes are refused: %s", e.message);
+        mfm_model_free(m);
+        memcpy(c, b, n);
+        store_le(c + n - 8, test_checksum(c, n - 8), 8);
+        CHECK(memcmp(b, c, n) == 0, "test_checksum does not reproduce the model file's checksum");
+        CHECK(memcmp(b, "MFMMODEL", 8) == 0 && b[8] == MFM_MODEL_FILE_VERSION && b[9] == 0, "the file does not start with MFMMODEL and version 1");
+    }
+    {
+        const size_t cuts[] = {n - 1, n - 4, n - 8, n - 9, n / 2, MODEL_HEADER_BYTES + 9, MODEL_HEADER_BYTES + 8, MODEL_HEADER_BYTES,
+                               MODEL_HEADER_BYTES - 1, 100, 13, 12, 11, 10, 9, 8};
+        for (i = 0; i < sizeof cuts / sizeof cuts[0]; i++) {
+            char what[64];
+            snprintf(what, sizeof what, "cut to %lu of %lu bytes", (unsigned long)cuts[i], (unsigned long)n);
+            expect_bad_model(b, cuts[i], MFM_ERR_BAD_FILE, "truncated", what);
+        }
+    }
+    expect_bad_model(b, 0, MFM_ERR_BAD_FILE, "truncated|empty|not a modern_fm model", "an empty file");
+    expect_bad_model(b, 3, MFM_ERR_BAD_FILE, "truncated|not a modern_fm model", "a file of 3 bytes");
+    expect_bad_model((const unsigned char *)"hello, world: not a model at all, just some text\n", 50, MFM_ERR_BAD_FILE, "not a modern_fm model", "a text file");
+    {
+        const size_t at[] = {n / 2, n - 9, n - 1, MODEL_HEADER_BYTES + 2, 100};
+        for (i = 0; i < sizeof at / sizeof at[0]; i++) {
+            char what[64];
+            memcpy(c, b, n);
+            c[at[i]] ^= 0x04;
+            snprintf(what, sizeof what, "byte %lu flipped", (unsigned long)at[i]);
+            expect_bad_model(c, n, MFM_ERR_BAD_FILE, "checksum", what);
+        }
+    }
+    memcpy(c, b, n);
+    c[0] = 'X';
+    expect_bad_model(c, n, MFM_ERR_BAD_FILE, "not a modern_fm model", "wrong magic");
+    memcpy(c, b, n);
+    store_le(c + 8, 2, 4);
+    expect_bad_model(c, n, MFM_ERR_BAD_FILE, "newer", "format version 2");
+    store_le(c + 8, 0xFFFFFFFFu, 4);
+    expect_bad_model(c, n, MFM_ERR_BAD_FILE, "newer", "format version 2^32-1");
+    expect_bad_model(c, 12, MFM_ERR_BAD_FILE, "newer", "format version 2^32-1, 12 bytes");
+    memcpy(c, b, n);
+    memset(c + n, 0, 8);
+    expect_bad_model(c, n + 8, MFM_ERR_BAD_FILE, "too long", "eight bytes appended");
+    memcpy(c, b, n); /* k = 0 behind a valid checksum */
+    store_le(c + 36, 0, 4);
+    store_le(c + n - 8, test_checksum(c, n - 8), 8);
+    expect_bad_model(c, n, MFM_ERR_BAD_FILE, "corrupt", "k = 0 with a valid checksum");
+    { /* missing file, a directory */
+        mfm_model *m = NULL;
+        mfm_model_file_info fi;
+        mfm_error e;
+        mfm_status st = mfm_model_load("build/no-such-dir/model.mfm", &m, &e);
+        CHECK(st == MFM_ERR_IO && m == NULL && strstr(e.message, "build/no-such-dir/model.mfm"), "missing file: %d %s", (int)st, st ? e.message : "");
+        st = mfm_model_file_inspect("build/no-such-dir/model.mfm", &fi, &e);
+        CHECK(st == MFM_ERR_IO, "inspect of a missing file: %d", (int)st);
+        st = mfm_model_load(scratch_dir(), &m, &e);
+        CHECK(st == MFM_ERR_IO && m == NULL, "loading a directory: %d %s", (int)st, st ? e.message : "");
+    }
+    free(b);
+    free(c);
+    scratch_clean();
+}
+
+/* A save that fails part way (the file size limit makes the write fail like a full disk) returns
+   MFM_ERR_IO with a message, leaves the old model at the path bit for bit, and leaves no
+   temporary file behind. A save into a missing directory is MFM_ERR_IO too. */
+void test_model_save_crash_safe(void) {
+    char path[256];
+    mfm_params pa = file_params(MFM_MODEL_FM, MFM_TASK_BINARY, MFM_OPTIMIZER_SGD);
+    mfm_params pb = file_params(MFM_MODEL_FFM, MFM_TASK_BINARY, MFM_OPTIMIZER_ADAM);
+    mfm_model *a, *big, *l = NULL;
+    mfm_error e;
+    mfm_status st;
+    struct rlimit old, lim;
+    void (*old_handler)(int);
+    pa.k = 2;
+    pb.k = 8;
+    a = make_model(&pa, 4, 0, 1);
+    big = make_model(&pb, 2000, 4, 1); /* 2000 x 4 x 8 x 4 slots x 4 bytes = 1 MB */
+    if (!a || !big) goto done;
+    model_randomize(a, 3, 0.5);
+    scratch_path(path, sizeof path, "keep.mfm");
+    if (!CHECK(mfm_model_save(a, path, 1, &e) == MFM_OK, "save A: %s", e.message)) goto done;
+    if (!CHECK(getrlimit(RLIMIT_FSIZE, &old) == 0, "getrlimit: %s", strerror(errno))) goto done;
+    lim = old;
+    lim.rlim_cur = 16384;
+    old_handler = signal(SIGXFSZ, SIG_IGN);
+    if (!CHECK(setrlimit(RLIMIT_FSIZE, &lim) == 0, "setrlimit: %s", strerror(errno))) {
+        signal(SIGXFSZ, old_handler);
+        goto done;
+    }
+    memset(&e, 0, sizeof e);
+    st = mfm_model_save(big, path, 1, &e);
+    setrlimit(RLIMIT_FSIZE, &old);
+    signal(SIGXFSZ, old_handler);
+    CHECK(st == MFM_ERR_IO, "a save past the file size limit returned %d (%s)", (int)st, st ? e.message : "success");
+    CHECK(e.message[0] && strstr(e.message, path), "the failed save's message \"%s\" does not name %s", e.message, path);
+    st = mfm_model_load(path, &l, &e);
+    if (CHECK(st == MFM_OK, "the old file no longer loads: %s", st ? e.message : "")) {
+        mfm_model_info info;
+        mfm_model_get_info(l, &info);
+        CHECK(info.model == MFM_MODEL_FM && info.n_features == 4, "the old file was replaced (model %d, %u features)", (int)info.model, info.n_features);
+        if (info.n_features == 4) same_slots(a, l, 0, 0, "the old model after a failed save");
+    }
+    CHECK(count_names_containing(scratch_dir(), ".tmp-") == 0, "a failed save left a temporary file in %s", scratch_dir());
+    st = mfm_model_save(a, "build/no-such-dir/x.mfm", 0, &e);
+    CHECK(st == MFM_ERR_IO && strstr(e.message, "build/no-such-dir/x.mfm"), "save into a missing directory: %d %s", (int)st, st ? e.message : "");
+done:
+    mfm_model_free(l);
+    mfm_model_free(a);
+    mfm_model_free(big);
+    scratch_clean();
+}
+
+/* A crafted multiclass file (valid checksum) whose header holds fewer explicit class weights
+   than classes (69 weights for 70 classes) must be refused as BAD_FILE without reading past the
+   weights it holds. Run in a child process: a read past the buffer may crash (AddressSanitizer
+   stops there), and the child's heap is primed so that, unsanitized, the over-read sees a
+   valid weight (so the outcome does not depend on leftover memory). */
+void test_model_load_crafted_class_weights(void) {
+    enum { C = 70 };
+    float w[C];
+    mfm_params p = file_params(MFM_MODEL_FM, MFM_TASK_MULTICLASS, MFM_OPTIMIZER_SGD);
+    mfm_model *m;
+    mfm_error e;
+    char path[256];
+    unsigned char *b = NULL, *c;
+    size_t n = 0, i;
+    pid_t pid;
+    int status = 0;
+    for (i = 0; i < C; i++) w[i] = 1.0f + (float)i;
+    p.k = 1;
+    p.class_weight = MFM_CLASS_WEIGHT_EXPLICIT;
+    p.class_weights = w;
+    m = make_model(&p, 2, 0, C);
+    scratch_path(path, sizeof path, "weights70.mfm");
+    if (m && CHECK(mfm_model_save(m, path, 0, &e) == MFM_OK, "save: %s", e.message)) b = read_whole_file(path, &n);
+    mfm_model_free(m);
+    scratch_clean();
+    REQUIRE(b && n == (size_t)MODEL_HEADER_BYTES + 4 * (C + C * (1 + 2 + 2)) + 8, "unexpected file size %lu", (unsigned long)n);
+    REQUIRE(b[64] == C, "n_class_weights is not at byte 64");
+    /* 69 weights: drop the last one, fix the count and the checksum */
+    c = (unsigned char *)malloc(n);
+    memcpy(c, b, MODEL_HEADER_BYTES + 4 * (C - 1));
+    memcpy(c + MODEL_HEADER_BYTES + 4 * (C - 1), b + MODEL_HEADER_BYTES + 4 * C, n - (MODEL_HEADER_BYTES + 4 * C));
+    n -= 4;
+    store_le(c + 64, C - 1, 4);
+    store_le(c + n - 8, test_checksum(c, n - 8), 8);
+    fflush(stdout);
+    pid = fork();
+    if (pid == 0) {
+        mfm_model *l = NULL;
+        mfm_status st;
+        float *prime = (float *)malloc(C * sizeof(float));
+        for (i = 0; i < C; i++) prime[i] = 1.0f;
+        free(prime); /* the loader's 69-float buffer is likely this block again */
+        st = mfm_model_load_memory(c, n, &l, &e);
+        _exit(st == MFM_ERR_BAD_FILE ? 0 : st == MFM_OK ? 10 : 11);
+    }
+    if (CHECK(pid > 0, "fork failed: %s", strerror(errno))) {
+        waitpid(pid, &status, 0);
+        CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "69 class weights for 70 classes: %s",
+              !WIFEXITED(status)               ? "the loader crashed"
+              : WEXITSTATUS(status) == 10      ? "the file was accepted (the 70th weight was read from beyond the 69 in the file)"
+              : WEXITSTATUS(status) == 11      ? "refused, but not as BAD_FILE"
+                                               : "the loader stopped (AddressSanitizer: a read past the class weights)");
+    }
+    free(b);
+    free(c);
+}
+
+/* mfm_model_file_inspect "checks a model file completely": a file that mfm_model_load refuses
+   for its contents (behind a valid checksum: a NaN parameter, a negative learning rate, an
+   unknown class weighting) must not be described as fine by inspect. */
+void test_model_inspect_agrees_with_load(void) {
+    unsigned char *b, *c;
+    size_t n, i;
+    b = small_model_file(&n);
+    REQUIRE(b && n > 1000, "no model file to damage");
+    c = (unsigned char *)malloc(n);
+    for (i = 0; i < 3; i++) {
+        static const char *what[] = {"a NaN parameter", "learning_rate -1", "class_weight 7"};
+        memcpy(c, b, n);
+        if (i == 0) store_le(c + n - 12, 0x7FC00000u, 4); /* the last float of the tensors */
+        if (i == 1) { /* learning_rate, the first f64, after 18 u32 and 2 u64 */
+            double lr = -1;
+            uint64_t bits;
+            memcpy(&bits, &lr, 8);
+            store_le(c + 8 + 18 * 4 + 2 * 8, bits, 8);
+        }
+        if (i == 2) store_le(c + 60, 7, 4); /* class_weight */
+        store_le(c + n - 8, test_checksum(c, n - 8), 8);
+        /* load and load_memory: BAD_FILE (what the loader does today) */
+        expect_bad_model_ways(c, n, MFM_ERR_BAD_FILE, "", what[i], 2);
+        { /* inspect must not call it fine */
+            char path[256];
+            mfm_model_file_info fi;
+            mfm_error e;
+            mfm_status st;
+            scratch_path(path, sizeof path, "damaged.mfm");
+            st = mfm_model_file_inspect(path, &fi, &e);
+            CHECK(st == MFM_ERR_BAD_FILE, "%s with a valid checksum: mfm_model_load refuses the file but mfm_model_file_inspect returns %d", what[i], (int)st);
+        }
+    }
+    free(b);
+    free(c);
+    scratch_clean();
+}

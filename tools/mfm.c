@@ -1,0 +1,934 @@
+/* mfm.c - the modern_fm command-line tool: train, predict, evaluate, convert and inspect.
+
+       mfm train   [options] TRAIN [MODEL]    FM, FFM, FwFM or a linear model from a data file
+       mfm predict [options] MODEL DATA OUT   one line of predictions per row
+       mfm eval    [options] MODEL DATA       logloss, AUC and accuracy, or RMSE
+       mfm convert [options] IN OUT           libffm, libsvm and binary data files
+       mfm info    FILE                       what a model or data file holds
+
+   Short options follow LIBFFM (-k -t -r -l -s -p, --auto-stop); every library parameter also
+   has a long option, given as "--opt value" or "--opt=value". Every error is one sentence on
+   stderr that starts with "mfm: "; the exit status is 0 on success, 1 on a failure and 2 on a
+   usage error. The tool is a thin layer: reading, training, saving and checking all happen in
+   modern_fm.h, whose error sentences already say which file, line and value was wrong.
+
+   Build: cc -std=c99 -O2 -o mfm tools/mfm.c -pthread -lm */
+#define MODERN_FM_IMPLEMENTATION
+#include "../modern_fm.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <time.h>
+
+#ifdef _WIN32
+#include <io.h>
+#include <windows.h>
+#define stderr_is_terminal() _isatty(_fileno(stderr))
+#else
+#include <unistd.h>
+#define stderr_is_terminal() isatty(fileno(stderr))
+#endif
+
+#if defined(__GNUC__) || defined(__clang__)
+#define MFM_CLI_PRINTF(fmt, args) __attribute__((format(printf, fmt, args)))
+#else
+#define MFM_CLI_PRINTF(fmt, args)
+#endif
+
+/* ============================================================================================
+   Messages, small helpers, platform
+   ============================================================================================ */
+
+MFM_CLI_PRINTF(1, 2) static void say(const char *fmt, ...) {
+    va_list ap;
+    fputs("mfm: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+#define fail(...) (say(__VA_ARGS__), 1)        /* a failure: exit status 1 */
+#define usage_error(...) (say(__VA_ARGS__), 2) /* a bad command line: exit status 2 */
+
+/* Small allocations have no sensible way on without memory. */
+static void *xmalloc(size_t size) {
+    void *p = malloc(size ? size : 1);
+    if (!p) exit(fail("out of memory (%llu bytes)", (unsigned long long)size));
+    return p;
+}
+
+static char *join(const char *a, const char *b) {
+    size_t na = strlen(a), nb = strlen(b);
+    char *s = (char *)xmalloc(na + nb + 1);
+    memcpy(s, a, na);
+    memcpy(s + na, b, nb + 1);
+    return s;
+}
+
+static int ends_with(const char *s, const char *tail) {
+    size_t n = strlen(s), m = strlen(tail);
+    return n >= m && strcmp(s + n - m, tail) == 0;
+}
+
+static int is_std_stream(const char *path) { return strcmp(path, "-") == 0; }
+
+static double per_second(double count, double seconds) { return seconds > 0 ? count / seconds : 0; }
+
+/* ---- platform: clock, file size and time, replacing a file ---- */
+
+static double now_seconds(void) {
+#ifdef _WIN32
+    LARGE_INTEGER freq, t;
+    QueryPerformanceFrequency(&freq);
+    QueryPerformanceCounter(&t);
+    return (double)t.QuadPart / (double)freq.QuadPart;
+#else
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+#endif
+}
+
+/* Size and modification time, as a dataset cache records them for its source. */
+static int file_stat(const char *path, uint64_t *bytes, int64_t *mtime) {
+#ifdef _WIN32
+    struct _stat64 st;
+    if (_stat64(path, &st) != 0) return 0;
+#else
+    struct stat st;
+    if (stat(path, &st) != 0) return 0;
+#endif
+    *bytes = (uint64_t)st.st_size;
+    *mtime = (int64_t)st.st_mtime;
+    return 1;
+}
+
+/* rename() on Windows refuses to replace an existing file. */
+static int replace_file(const char *from, const char *to) {
+#ifdef _WIN32
+    return MoveFileExA(from, to, MOVEFILE_REPLACE_EXISTING) != 0;
+#else
+    return rename(from, to) == 0;
+#endif
+}
+
+/* ============================================================================================
+   Names: one table per enum, used both to parse options and to print
+   ============================================================================================ */
+
+typedef struct name_set {
+    const char *const *names; /* indexed by the enum value; NULL where there is no name */
+    int count;
+} name_set;
+
+#define NAME_SET(table) {table, (int)(sizeof table / sizeof table[0])}
+
+enum { MODEL_LINEAR = MFM_MODEL_COUNT }; /* the tool's fourth model: FM without the pair term */
+
+static const char *const model_names[] = {[MFM_MODEL_FM] = "fm", [MFM_MODEL_FFM] = "ffm", [MFM_MODEL_FWFM] = "fwfm", [MODEL_LINEAR] = "linear"};
+static const char *const task_names[] = {[MFM_TASK_BINARY] = "binary", [MFM_TASK_REGRESSION] = "regression", [MFM_TASK_MULTICLASS] = "multiclass"};
+static const char *const optimizer_names[] = {[MFM_OPTIMIZER_SGD] = "sgd", [MFM_OPTIMIZER_ADAGRAD] = "adagrad", [MFM_OPTIMIZER_ADAM] = "adam",
+                                              [MFM_OPTIMIZER_FTRL] = "ftrl"};
+static const char *const format_names[] = {[MFM_FORMAT_AUTO] = "auto", [MFM_FORMAT_LIBFFM] = "libffm", [MFM_FORMAT_LIBSVM] = "libsvm",
+                                           [MFM_FORMAT_BINARY] = "binary"};
+static const char *const output_names[] = {[MFM_OUTPUT_DEFAULT] = "default", [MFM_OUTPUT_SCORE] = "score", [MFM_OUTPUT_PROBABILITY] = "prob",
+                                           [MFM_OUTPUT_LABEL] = "label"};
+static const char *const class_weight_names[] = {[MFM_CLASS_WEIGHT_NONE] = "none", [MFM_CLASS_WEIGHT_BALANCED] = "balanced",
+                                                 [MFM_CLASS_WEIGHT_EXPLICIT] = "explicit"};
+
+static const name_set model_set = NAME_SET(model_names), task_set = NAME_SET(task_names), optimizer_set = NAME_SET(optimizer_names),
+                      format_set = NAME_SET(format_names), output_set = NAME_SET(output_names),
+                      class_weight_set = NAME_SET(class_weight_names);
+
+static const char *name_of(const name_set *set, int value) {
+    return value >= 0 && value < set->count && set->names[value] ? set->names[value] : "unknown";
+}
+
+static int same_name(const char *a, const char *b) { /* ASCII, case-insensitive */
+    for (; *a && tolower((unsigned char)*a) == tolower((unsigned char)*b); a++, b++) {}
+    return tolower((unsigned char)*a) == tolower((unsigned char)*b);
+}
+
+static int find_name(const name_set *set, const char *text) {
+    int i;
+    for (i = 0; i < set->count; i++)
+        if (set->names[i] && same_name(set->names[i], text)) return i;
+    return -1;
+}
+
+/* "fm, ffm, fwfm, linear" (or "fm|ffm|fwfm|linear") for messages and help. */
+static const char *list_names(const name_set *set, const char *separator, char *buf, size_t size) {
+    size_t used = 0;
+    int i;
+    buf[0] = '\0';
+    for (i = 0; i < set->count; i++)
+        if (set->names[i] && used < size) used += (size_t)snprintf(buf + used, size - used, "%s%s", used ? separator : "", set->names[i]);
+    return buf;
+}
+
+/* The model name a user would type: "linear" for an FM without pairs. */
+static const char *model_name(const mfm_params *p) { return p->linear_only ? "linear" : name_of(&model_set, p->model); }
+
+/* ============================================================================================
+   Options: one table; each entry says which commands take it, where its value goes, and its help
+   ============================================================================================ */
+
+enum { CMD_TRAIN = 1, CMD_PREDICT = 2, CMD_EVAL = 4, CMD_CONVERT = 8, CMD_INFO = 16, CMD_ANY = 31, CMD_READ = 15 };
+enum { OPEN_LO = 1, OPEN_HI = 2 }; /* that end of the range is not itself valid */
+
+typedef enum opt_kind { OPT_FLAG, OPT_INT, OPT_U32, OPT_U64, OPT_REAL, OPT_TEXT, OPT_NAME } opt_kind;
+
+/* Everything the command line says. Options write straight into it (see the table). */
+typedef struct settings {
+    const char *command;  /* "train", ... */
+    unsigned command_bit; /* CMD_TRAIN, ... */
+    mfm_params p; /* the library parameters; zero = the library's default */
+    int model, task, optimizer, format, output, to; /* indices into the name tables */
+    uint32_t n_features, n_fields;
+    int patience, auto_stop, cache, no_state, quiet, help;
+    const char *validation, *class_weight;
+    const char *args[3];
+    int n_args;
+} settings;
+
+typedef struct option {
+    unsigned commands;      /* CMD_* bits */
+    const char *short_name; /* "-k", or NULL */
+    const char *long_name;  /* "--k" */
+    opt_kind kind;
+    size_t at, also_at;     /* offsets into settings; also_at: a second copy, or 0 */
+    double lo, hi;          /* numbers: the valid range */
+    int open;               /* OPEN_* bits: keeps out a zero that would mean "the default" */
+    const name_set *names;  /* OPT_NAME */
+    const char *value, *help;
+} option;
+
+#define AT(field) offsetof(settings, field)
+#define OPTION_FLAG(cmds, s, l, field, help) {cmds, s, l, OPT_FLAG, AT(field), 0, 0, 0, 0, NULL, "", help}
+#define OPTION_TEXT(cmds, s, l, field, value, help) {cmds, s, l, OPT_TEXT, AT(field), 0, 0, 0, 0, NULL, value, help}
+#define OPTION_NAME(cmds, l, field, set, help) {cmds, NULL, l, OPT_NAME, AT(field), 0, 0, 0, 0, &set, NULL, help}
+#define OPTION_NUMBER(cmds, s, l, kind, field, lo, hi, open, value, help) {cmds, s, l, kind, AT(field), 0, lo, hi, open, NULL, value, help}
+#define OPTION_INT(s, l, field, lo, hi, value, help) OPTION_NUMBER(CMD_TRAIN, s, l, OPT_INT, field, lo, hi, 0, value, help)
+#define OPTION_REAL(l, field, lo, hi, open, help) OPTION_NUMBER(CMD_TRAIN, NULL, l, OPT_REAL, field, lo, hi, open, "X", help)
+
+static const option options[] = {
+    OPTION_INT("-k", "--k", p.k, 1, 4096, "K", "factors per vector (8)"),
+    OPTION_INT("-t", "--epochs", p.n_epochs, 1, INT_MAX, "N", "epochs (10)"),
+    OPTION_NUMBER(CMD_TRAIN, "-r", "--learning-rate", OPT_REAL, p.learning_rate, 0, HUGE_VAL, OPEN_LO, "R", "learning rate, FTRL's alpha (0.05)"),
+    {CMD_TRAIN, "-l", "--l2", OPT_REAL, AT(p.l2_linear), AT(p.l2_factors), 0, HUGE_VAL, 0, NULL, "L", "L2 on both weights and factors (0)"},
+    OPTION_NUMBER(CMD_TRAIN | CMD_PREDICT | CMD_EVAL, "-s", "--threads", OPT_INT, p.n_threads, 1, 1024, 0, "N",
+                  "threads (train: 1; predict and eval: every core)"),
+    OPTION_TEXT(CMD_TRAIN, "-p", "--validation", validation, "FILE", "report validation metrics after every epoch"),
+    OPTION_FLAG(CMD_TRAIN, NULL, "--auto-stop", auto_stop, "stop when the validation logloss (RMSE) stops improving"),
+    OPTION_INT(NULL, "--patience", patience, 1, INT_MAX, "N", "epochs without improvement that --auto-stop allows (1)"),
+    OPTION_NAME(CMD_TRAIN, "--model", model, model_set, "linear = FM without pairs (fm)"),
+    OPTION_NAME(CMD_TRAIN | CMD_CONVERT, "--task", task, task_set, "the labels and the loss (binary)"),
+    OPTION_NAME(CMD_TRAIN, "--optimizer", optimizer, optimizer_set, "(adagrad)"),
+    OPTION_INT(NULL, "--batch", p.batch_size, 1, INT_MAX, "N", "rows per mini-batch (1)"),
+    OPTION_INT(NULL, "--classes", p.n_classes, 2, 16777216, "C", "number of classes (largest label + 1)"),
+    OPTION_REAL("--l2-linear", p.l2_linear, 0, HUGE_VAL, 0, "L2 on the linear weights (0)"),
+    OPTION_REAL("--l2-factors", p.l2_factors, 0, HUGE_VAL, 0, "L2 on the factors (0)"),
+    OPTION_REAL("--l1-linear", p.l1_linear, 0, HUGE_VAL, 0, "L1 on the linear weights, FTRL only (0)"),
+    OPTION_REAL("--l1-factors", p.l1_factors, 0, HUGE_VAL, 0, "L1 on the factors, FTRL only (0)"),
+    OPTION_REAL("--init-scale", p.init_scale, 0, HUGE_VAL, OPEN_LO, "scale of the initial factors (0.01)"),
+    OPTION_REAL("--adam-beta1", p.adam_beta1, 0, 1, OPEN_LO | OPEN_HI, "Adam's beta1 (0.9)"),
+    OPTION_REAL("--adam-beta2", p.adam_beta2, 0, 1, OPEN_LO | OPEN_HI, "Adam's beta2 (0.999)"),
+    OPTION_REAL("--adam-epsilon", p.adam_epsilon, 0, HUGE_VAL, OPEN_LO, "Adam's epsilon (1e-8)"),
+    OPTION_REAL("--ftrl-beta", p.ftrl_beta, 0, HUGE_VAL, OPEN_LO, "FTRL's beta (1)"),
+    OPTION_REAL("--label-smoothing", p.label_smoothing, 0, 1, OPEN_HI, "classification only (0)"),
+    OPTION_TEXT(CMD_TRAIN, NULL, "--class-weight", class_weight, "W", "none, balanced, or a weight per class: 1,3 (none)"),
+    OPTION_NUMBER(CMD_TRAIN, NULL, "--seed", OPT_U64, p.seed, 0, 0, 0, "N", "random seed (0)"),
+    OPTION_NUMBER(CMD_TRAIN, NULL, "--features", OPT_U32, n_features, 1, 4294967295.0, 0, "N", "make room for larger feature ids than TRAIN's"),
+    OPTION_NUMBER(CMD_TRAIN, NULL, "--fields", OPT_U32, n_fields, 1, 4294967295.0, 0, "N", "make room for larger field ids than TRAIN's"),
+    OPTION_NAME(CMD_READ, "--format", format, format_set, "the input's format (auto)"),
+    OPTION_FLAG(CMD_TRAIN, NULL, "--cache", cache, "keep TRAIN.mfmd, reused while TRAIN is unchanged"),
+    OPTION_FLAG(CMD_TRAIN, NULL, "--no-state", no_state, "save without the optimizer state"),
+    OPTION_FLAG(CMD_TRAIN, NULL, "--quiet", quiet, "no per-epoch lines"),
+    OPTION_NAME(CMD_PREDICT, "--output", output, output_set, "(default: probabilities, regression: values)"),
+    OPTION_NAME(CMD_CONVERT, "--to", to, format_set, "OUT's format (auto: by extension, else binary)"),
+    OPTION_FLAG(CMD_ANY, "-h", "--help", help, "this help"),
+};
+
+/* All of the text is the number: no blanks around it, no overflow, nothing infinite. */
+static int parse_number(const option *o, const char *s, double *x, long long *n, uint64_t *u) {
+    char *end;
+    if (!(isdigit((unsigned char)*s) || (o->kind != OPT_U64 && (*s == '-' || *s == '+' || *s == '.')))) return 0;
+    errno = 0;
+    if (o->kind == OPT_REAL)
+        *x = strtod(s, &end);
+    else if (o->kind == OPT_U64)
+        *u = (uint64_t)strtoull(s, &end, 10);
+    else
+        *x = (double)(*n = strtoll(s, &end, 10));
+    return *end == '\0' && errno == 0;
+}
+
+static int range_error(const option *o, const char *name, const char *value) {
+    if (o->kind != OPT_REAL) return usage_error("%s must be between %.0f and %.0f, got '%s'", name, o->lo, o->hi, value);
+    if (o->hi == HUGE_VAL) return usage_error("%s must be %s, got '%s'", name, o->open & OPEN_LO ? "positive" : "zero or more", value);
+    return usage_error("%s must be in %c%g, %g%c, got '%s'", name, o->open & OPEN_LO ? '(' : '[', o->lo, o->hi, o->open & OPEN_HI ? ')' : ']', value);
+}
+
+static int set_number(settings *s, const option *o, const char *name, const char *value) {
+    char *at = (char *)s + o->at;
+    long long n = 0;
+    uint64_t u = 0;
+    double x = 0;
+    if (!parse_number(o, value, &x, &n, &u))
+        return usage_error("%s expects %s, got '%s'", name, o->kind == OPT_REAL ? "a number" : "a whole number", value);
+    if (o->kind == OPT_U64) {
+        *(uint64_t *)at = u;
+        return 0;
+    }
+    if (o->open & OPEN_LO ? x <= o->lo : x < o->lo) return range_error(o, name, value);
+    if (o->open & OPEN_HI ? x >= o->hi : x > o->hi) return range_error(o, name, value);
+    if (o->kind == OPT_INT) *(int *)at = (int)n;
+    if (o->kind == OPT_U32) *(uint32_t *)at = (uint32_t)n;
+    if (o->kind == OPT_REAL) *(double *)at = x;
+    if (o->also_at) *(double *)((char *)s + o->also_at) = x;
+    return 0;
+}
+
+static int set_option(settings *s, const option *o, const char *name, const char *value) {
+    char *at = (char *)s + o->at, list[96];
+    int i;
+    switch (o->kind) {
+    case OPT_FLAG: *(int *)at = 1; return 0;
+    case OPT_TEXT: *(const char **)at = value; return 0;
+    case OPT_NAME:
+        if ((i = find_name(o->names, value)) < 0)
+            return usage_error("%s must be one of %s, got '%s'", name, list_names(o->names, ", ", list, sizeof list), value);
+        *(int *)at = i;
+        return 0;
+    default: return set_number(s, o, name, value);
+    }
+}
+
+static const option *find_option(unsigned command_bit, const char *arg, size_t len) {
+    size_t i;
+    for (i = 0; i < sizeof options / sizeof options[0]; i++) {
+        const option *o = &options[i];
+        int is_long = strlen(o->long_name) == len && memcmp(o->long_name, arg, len) == 0;
+        int is_short = o->short_name && strlen(o->short_name) == len && memcmp(o->short_name, arg, len) == 0;
+        if ((o->commands & command_bit) && (is_long || is_short)) return o;
+    }
+    return NULL;
+}
+
+/* "  -k, --k K                  factors per vector (8)" for each option the command takes. */
+static void print_options(unsigned command_bit) {
+    char left[80], list[96];
+    size_t i;
+    for (i = 0; i < sizeof options / sizeof options[0]; i++) {
+        const option *o = &options[i];
+        const char *value = o->names ? list_names(o->names, "|", list, sizeof list) : o->value;
+        if (!(o->commands & command_bit)) continue;
+        snprintf(left, sizeof left, "%s%s%s %s", o->short_name ? o->short_name : "", o->short_name ? ", " : "    ", o->long_name, value);
+        printf("  %-40s %s\n", left, o->help);
+    }
+}
+
+/* ============================================================================================
+   Reading data (with a progress line for big files) and the --cache file
+   ============================================================================================ */
+
+typedef struct progress {
+    const char *name;
+    long mark; /* the percent (or MB when the size is unknown) last shown */
+    int width; /* characters of the line shown; 0 = none yet */
+} progress;
+
+static void show_progress(void *user, uint64_t done, uint64_t total) {
+    progress *p = (progress *)user;
+    long mark = total ? (long)(100.0 * (double)done / (double)total) : (long)(done >> 20);
+    if ((total ? total : done) < (32u << 20) || (p->width && mark == p->mark)) return; /* small files read in a blink */
+    p->mark = mark;
+    if (total)
+        p->width = fprintf(stderr, "\rreading %s: %ld%% (%llu MB)", p->name, mark, (unsigned long long)(done >> 20));
+    else
+        p->width = fprintf(stderr, "\rreading %s: %llu MB", p->name, (unsigned long long)(done >> 20));
+}
+
+static mfm_status read_dataset(const char *path, int task, int format, mfm_dataset **out, mfm_error *err) {
+    mfm_read_options ro;
+    progress pr = {NULL, 0, 0};
+    mfm_status st;
+    memset(&ro, 0, sizeof ro);
+    ro.format = (mfm_format)format;
+    ro.task = (mfm_task)task;
+    pr.name = path;
+    if (stderr_is_terminal()) ro.on_progress = show_progress, ro.user = &pr;
+    st = mfm_dataset_read(path, &ro, out, err);
+    if (pr.width > 0) fprintf(stderr, "\r%*s\r", pr.width, ""); /* clear the progress line */
+    return st;
+}
+
+static int read_data(const char *path, int task, int format, mfm_dataset **out) {
+    mfm_error e;
+    return read_dataset(path, task, format, out, &e) == MFM_OK ? 0 : fail("%s", e.message);
+}
+
+/* Training and evaluation need labeled rows; FFM, FwFM and libffm output need field ids. */
+static int check_data(const char *path, const mfm_dataset *d, int need_labels, int need_fields, const char *who) {
+    mfm_dataset_info i;
+    mfm_dataset_get_info(d, &i);
+    if (need_labels && !i.n_rows) return fail("%s has no rows", path);
+    if (need_labels && !i.has_labels) return fail("%s has no labels (rows start with a feature)", path);
+    if (need_fields && !i.has_fields && i.nnz) return fail("%s has no field ids (libsvm rows), but %s needs them", path, who);
+    return 0;
+}
+
+/* The cache, when it was made from the text as it is now; NULL otherwise. */
+static mfm_dataset *fresh_cache(const char *cache, int task, uint64_t bytes, int64_t mtime) {
+    mfm_dataset *d = NULL;
+    mfm_dataset_info info;
+    if (read_dataset(cache, task, MFM_FORMAT_BINARY, &d, NULL) != MFM_OK) return NULL;
+    mfm_dataset_get_info(d, &info);
+    if (info.source_bytes == bytes && info.source_mtime == mtime) return d;
+    mfm_dataset_free(d);
+    return NULL;
+}
+
+/* --cache: PATH.mfmd beside a text file, reused while the text keeps its size and mtime. */
+static int read_cached(const char *path, int task, int format, int quiet, mfm_dataset **out) {
+    char *cache = join(path, ".mfmd");
+    mfm_dataset_info info;
+    mfm_error e;
+    uint64_t bytes;
+    int64_t mtime;
+    int rc = 0;
+    if (!file_stat(path, &bytes, &mtime)) {
+        rc = fail("cannot read %s: %s", path, strerror(errno));
+    } else if ((*out = fresh_cache(cache, task, bytes, mtime)) != NULL) {
+        if (!quiet) printf("using the cache %s\n", cache);
+    } else if ((rc = read_data(path, task, format, out)) == 0) {
+        mfm_dataset_get_info(*out, &info);
+        if (info.format != MFM_FORMAT_BINARY && mfm_dataset_write_cache(*out, cache, path, &e) != MFM_OK) rc = fail("%s", e.message);
+    }
+    free(cache);
+    return rc;
+}
+
+/* ============================================================================================
+   Metrics: which ones a task reports, printed the same way everywhere
+   ============================================================================================ */
+
+/* Validation during training shows the short list; eval and predict add accuracy to binary. */
+static int task_metrics(mfm_task task, int brief, const mfm_metrics *m, const char **names, double *values) {
+    int n = 0;
+    if (task == MFM_TASK_REGRESSION) {
+        names[n] = "rmse", values[n++] = m->rmse;
+        return n;
+    }
+    names[n] = "logloss", values[n++] = m->logloss;
+    if (task == MFM_TASK_BINARY) names[n] = "auc", values[n++] = m->auc;
+    if (task == MFM_TASK_MULTICLASS || !brief) names[n] = "accuracy", values[n++] = m->accuracy;
+    return n;
+}
+
+/* ============================================================================================
+   mfm train
+   ============================================================================================ */
+
+/* Everything a command allocates; main frees it whatever happened. */
+typedef struct job {
+    mfm_dataset *data, *valid;
+    mfm_model *model, *best_model;
+    float *floats;     /* predictions, or explicit class weights */
+    char *model_path;  /* train's MODEL */
+} job;
+
+/* What the epoch callback needs, and what it leaves behind. */
+typedef struct trainer {
+    const settings *s;
+    job *job;
+    mfm_csr valid;        /* n_rows 0: no validation */
+    mfm_task task;
+    int bad_epochs, best_epoch, failed;
+    double best, seconds; /* best: the best validation logloss (RMSE) so far */
+    uint64_t rows;        /* rows trained on over all epochs */
+} trainer;
+
+/* --auto-stop: keep a copy of the best epoch's model; 1 once `patience` epochs did not beat it. */
+static int keep_if_best(trainer *t, int epoch, double metric) {
+    job *j = t->job;
+    mfm_error e;
+    if (t->best_epoch && !(metric < t->best)) return ++t->bad_epochs >= t->s->patience;
+    mfm_model_free(j->best_model);
+    j->best_model = NULL;
+    if (mfm_model_clone(j->model, &j->best_model, &e) != MFM_OK) return t->failed = fail("%s", e.message);
+    t->best = metric;
+    t->best_epoch = epoch;
+    t->bad_epochs = 0;
+    return 0;
+}
+
+static void print_epoch_header(const char **metric_names, int n) {
+    char column[32];
+    int i;
+    printf("%5s %12s", "epoch", "train_loss");
+    for (i = 0; i < n; i++) {
+        snprintf(column, sizeof column, "valid_%s", metric_names[i]);
+        printf(" %14s", column);
+    }
+    printf(" %9s %11s\n", "seconds", "rows/s");
+}
+
+/* One line per epoch (a header before the first): train loss, validation metrics, speed. */
+static int on_epoch(void *user, const mfm_epoch_report *r) {
+    trainer *t = (trainer *)user;
+    const int quiet = t->s->quiet, auto_stop = t->s->auto_stop;
+    const char *names[3];
+    double values[3];
+    mfm_metrics m = {0, 0, 0, 0, 0};
+    mfm_error e;
+    int i, n = 0;
+    t->seconds += r->seconds;
+    t->rows += r->n_rows;
+    if (t->valid.n_rows && (!quiet || auto_stop)) { /* the model is consistent between epochs */
+        if (mfm_evaluate(t->job->model, &t->valid, &m, &e) != MFM_OK) return t->failed = fail("%s: %s", t->s->validation, e.message);
+        n = task_metrics(t->task, 1, &m, names, values);
+    }
+    if (!quiet && r->epoch == 1) print_epoch_header(names, n);
+    if (!quiet) {
+        printf("%5d %12.6f", r->epoch, r->train_loss);
+        for (i = 0; i < n; i++) printf(" %14.6f", values[i]);
+        printf(" %9.2f %11.0f\n", r->seconds, per_second((double)r->n_rows, r->seconds));
+        fflush(stdout);
+    }
+    return auto_stop ? keep_if_best(t, r->epoch, t->task == MFM_TASK_REGRESSION ? m.rmse : m.logloss) : 0;
+}
+
+/* MODEL defaults to TRAIN's file name + ".model" in the current directory, as in LIBFFM. */
+static char *default_model_path(const char *train_path) {
+    const char *base = train_path, *c;
+    for (c = train_path; *c; c++)
+        if (*c == '/' || *c == '\\') base = c + 1;
+    return join(base, ".model");
+}
+
+/* The largest class id + 1 among the labels (the reader lets only whole, small ids through). */
+static uint32_t count_classes(const mfm_csr *d) {
+    uint32_t top = 0;
+    uint64_t r;
+    for (r = 0; d->labels && r < d->n_rows; r++)
+        if (d->labels[r] >= 0 && d->labels[r] < 16777216.0f && (uint32_t)d->labels[r] + 1 > top) top = (uint32_t)d->labels[r] + 1;
+    return top;
+}
+
+/* --class-weight none|balanced|W0,W1,...: a list gives one explicit weight per class. */
+static int set_class_weight(const char *text, uint32_t n_classes, mfm_params *p, float **weights) {
+    const char *c;
+    char *end;
+    uint32_t n = 1, i;
+    double total = 0;
+    int named = find_name(&class_weight_set, text);
+    if (named == MFM_CLASS_WEIGHT_NONE || named == MFM_CLASS_WEIGHT_BALANCED) {
+        p->class_weight = (mfm_class_weight)named;
+        return 0;
+    }
+    for (c = text; *c; c++) n += *c == ',';
+    *weights = (float *)xmalloc(n * sizeof(float));
+    for (c = text, i = 0; i < n; i++, c = end + 1) {
+        double w = -1;
+        end = (char *)c;
+        if (!isspace((unsigned char)*c)) w = strtod(c, &end);
+        if (c == end || (*end != ',' && *end != '\0') || !(w >= 0 && w <= 3.4e38)) /* finite as a float */
+            return usage_error("--class-weight expects none, balanced or weights >= 0 like 1,3, got '%s'", text);
+        total += (*weights)[i] = (float)w;
+    }
+    if (total == 0) return usage_error("--class-weight needs at least one weight above 0, got '%s'", text);
+    if (n != n_classes) return usage_error("--class-weight gives %u weights but the model has %u classes", (unsigned)n, (unsigned)n_classes);
+    p->class_weight = MFM_CLASS_WEIGHT_EXPLICIT;
+    p->class_weights = *weights;
+    return 0;
+}
+
+/* Option combinations that cannot work, caught before any data is read. */
+static int check_train_settings(const settings *s) {
+    if (s->auto_stop && !s->validation) return usage_error("--auto-stop needs validation data (-p FILE)");
+    if (s->cache && is_std_stream(s->args[0])) return usage_error("--cache needs a training file, not standard input");
+    if (s->p.n_classes && s->task != MFM_TASK_MULTICLASS) return usage_error("--classes applies to --task multiclass only");
+    if (s->n_args < 2 && is_std_stream(s->args[0])) return usage_error("training data from standard input needs an explicit MODEL path");
+    return 0;
+}
+
+/* Reads TRAIN (and -p), makes the model as big as the data and the options ask, then trains. */
+static int fit_model(const settings *s, job *j, trainer *t) {
+    const char *path = s->args[0];
+    mfm_params p = s->p;
+    mfm_dataset_info info;
+    mfm_metrics unused;
+    mfm_csr csr;
+    mfm_error e;
+    mfm_status st;
+    uint32_t n_classes;
+    const int need_fields = s->model == MFM_MODEL_FFM || s->model == MFM_MODEL_FWFM;
+    int rc = s->cache ? read_cached(path, t->task, s->format, s->quiet, &j->data) : read_data(path, t->task, s->format, &j->data);
+    if (rc == 0) rc = check_data(path, j->data, 1, need_fields, "an FFM or FwFM model");
+    if (rc == 0 && s->validation) rc = read_data(s->validation, t->task, s->format, &j->valid);
+    if (rc == 0 && s->validation) rc = check_data(s->validation, j->valid, 1, need_fields, "an FFM or FwFM model");
+    if (rc != 0) return rc;
+    p.model = s->model == MODEL_LINEAR ? MFM_MODEL_FM : (mfm_model_type)s->model;
+    p.linear_only = s->model == MODEL_LINEAR;
+    p.task = t->task;
+    p.optimizer = (mfm_optimizer)s->optimizer;
+    p.on_epoch = on_epoch;
+    p.user = t;
+    csr = mfm_dataset_csr(j->data);
+    mfm_dataset_get_info(j->data, &info);
+    n_classes = t->task != MFM_TASK_MULTICLASS ? 2 : p.n_classes ? (uint32_t)p.n_classes : count_classes(&csr);
+    if (t->task == MFM_TASK_MULTICLASS) p.n_classes = (int)n_classes;
+    if (s->class_weight && (rc = set_class_weight(s->class_weight, n_classes, &p, &j->floats)) != 0) return rc;
+    st = mfm_model_create(&p, info.n_features > s->n_features ? info.n_features : s->n_features,
+                          info.n_fields > s->n_fields ? info.n_fields : s->n_fields, n_classes, &j->model, &e);
+    if (st != MFM_OK) return fail("%s", e.message);
+    if (j->valid) {
+        t->valid = mfm_dataset_csr(j->valid);
+        /* a shape mismatch shows now, not after the first epoch */
+        if (mfm_evaluate(j->model, &t->valid, &unused, &e) != MFM_OK) return fail("%s: %s", s->validation, e.message);
+    }
+    st = mfm_fit(j->model, &csr, &e);
+    if (t->failed) return t->failed;
+    if (st != MFM_OK && !(st == MFM_ERR_CANCELLED && s->auto_stop)) return fail("%s: %s", path, e.message);
+    return 0;
+}
+
+static int cmd_train(const settings *s, job *j) {
+    trainer t;
+    mfm_error e;
+    int rc;
+    memset(&t, 0, sizeof t);
+    t.s = s;
+    t.job = j;
+    t.task = s->task ? (mfm_task)s->task : MFM_TASK_BINARY;
+    if ((rc = check_train_settings(s)) != 0 || (rc = fit_model(s, j, &t)) != 0) return rc;
+    j->model_path = s->n_args > 1 ? join(s->args[1], "") : default_model_path(s->args[0]);
+    if (s->auto_stop) printf("auto-stop: using the model of epoch %d\n", t.best_epoch);
+    if (mfm_model_save(j->best_model ? j->best_model : j->model, j->model_path, !s->no_state, &e) != MFM_OK) return fail("%s", e.message);
+    printf("trained %s in %.2f s (%.0f rows/s)\n", j->model_path, t.seconds, per_second((double)t.rows, t.seconds));
+    return 0;
+}
+
+/* ============================================================================================
+   mfm predict and mfm eval
+   ============================================================================================ */
+
+static int write_rows(FILE *f, const float *v, uint64_t n_rows, size_t width) {
+    uint64_t r;
+    size_t c;
+    for (r = 0; r < n_rows; r++)
+        for (c = 0; c < width; c++) fprintf(f, c + 1 < width ? "%.9g " : "%.9g\n", (double)v[r * width + c]); /* %.9g reads back exactly */
+    return !ferror(f);
+}
+
+/* To OUT.tmp, then renamed over OUT: a failed run leaves no half-written OUT behind. */
+static int write_predictions(const char *path, const float *v, uint64_t n_rows, size_t width) {
+    char *tmp;
+    FILE *f;
+    int ok, rc = 0;
+    if (is_std_stream(path))
+        return write_rows(stdout, v, n_rows, width) && fflush(stdout) == 0 ? 0 : fail("could not write to standard output: %s", strerror(errno));
+    tmp = join(path, ".tmp");
+    if (!(f = fopen(tmp, "w"))) {
+        rc = fail("cannot create %s: %s", tmp, strerror(errno));
+    } else {
+        ok = write_rows(f, v, n_rows, width);
+        ok = fclose(f) == 0 && ok;
+        if (!ok || !replace_file(tmp, path)) {
+            rc = fail("could not write %s: %s", ok ? path : tmp, strerror(errno));
+            remove(tmp);
+        }
+    }
+    free(tmp);
+    return rc;
+}
+
+static int predict_to_file(const settings *s, job *j, const mfm_csr *csr, double *seconds) {
+    size_t width = mfm_output_width(j->model, (mfm_output)s->output);
+    mfm_error e;
+    double t0 = now_seconds();
+    if (csr->n_rows > SIZE_MAX / sizeof(float) / width) return fail("%s has too many rows to predict in memory", s->args[1]);
+    j->floats = (float *)xmalloc((size_t)csr->n_rows * width * sizeof(float));
+    if (mfm_predict(j->model, csr, (mfm_output)s->output, j->floats, (size_t)csr->n_rows * width, &e) != MFM_OK)
+        return fail("%s: %s", s->args[1], e.message);
+    *seconds = now_seconds() - t0;
+    return write_predictions(s->args[2], j->floats, csr->n_rows, width);
+}
+
+/* predict writes OUT and, for data with labels, the metrics to stderr; eval only the metrics. */
+static int predict_or_eval(const settings *s, job *j) {
+    const char *model_path = s->args[0], *data_path = s->args[1];
+    const int predicting = s->command_bit == CMD_PREDICT;
+    FILE *report = predicting ? stderr : stdout;
+    const char *names[3];
+    double values[3], t0, seconds = 0;
+    mfm_model_info info;
+    mfm_dataset_info data_info;
+    mfm_metrics m;
+    mfm_csr csr;
+    mfm_error e;
+    int rc, i, n;
+    if (mfm_model_load(model_path, &j->model, &e) != MFM_OK) return fail("%s", e.message);
+    mfm_model_get_info(j->model, &info);
+    if (mfm_model_set_threads(j->model, s->p.n_threads, &e) != MFM_OK) return fail("%s", e.message); /* 0: every core */
+    if (s->output == MFM_OUTPUT_PROBABILITY && info.task == MFM_TASK_REGRESSION)
+        return usage_error("--output prob needs a classification model, but %s is a regression model", model_path);
+    if ((rc = read_data(data_path, info.task, s->format, &j->data)) != 0) return rc;
+    if ((rc = check_data(data_path, j->data, !predicting, info.model != MFM_MODEL_FM, "the model")) != 0) return rc;
+    csr = mfm_dataset_csr(j->data);
+    mfm_dataset_get_info(j->data, &data_info);
+    if (predicting && (rc = predict_to_file(s, j, &csr, &seconds)) != 0) return rc;
+    if (!data_info.has_labels) return 0;
+    t0 = now_seconds();
+    if (mfm_evaluate(j->model, &csr, &m, &e) != MFM_OK) return fail("%s: %s", data_path, e.message);
+    if (!predicting) seconds = now_seconds() - t0;
+    for (i = 0, n = task_metrics(info.task, 0, &m, names, values); i < n; i++) fprintf(report, "%s %.6f  ", names[i], values[i]);
+    fprintf(report, "rows %llu  seconds %.3f  rows/s %.0f\n", (unsigned long long)m.n_rows, seconds, per_second((double)m.n_rows, seconds));
+    return 0;
+}
+
+/* ============================================================================================
+   mfm convert
+   ============================================================================================ */
+
+/* --to auto: by OUT's extension, binary unless it says text; text for standard output. */
+static mfm_format output_format(const char *path, int to, const mfm_dataset_info *in) {
+    if (to != MFM_FORMAT_AUTO) return (mfm_format)to;
+    if (is_std_stream(path)) return in->has_fields ? MFM_FORMAT_LIBFFM : MFM_FORMAT_LIBSVM;
+    if (ends_with(path, ".svm") || ends_with(path, ".libsvm")) return MFM_FORMAT_LIBSVM;
+    if (ends_with(path, ".ffm") || ends_with(path, ".libffm")) return MFM_FORMAT_LIBFFM;
+    return MFM_FORMAT_BINARY;
+}
+
+static int cmd_convert(const settings *s, job *j) {
+    const char *in = s->args[0], *out = s->args[1];
+    mfm_dataset_info info;
+    mfm_format to;
+    mfm_csr csr;
+    mfm_error e;
+    double t0 = now_seconds();
+    int rc = read_data(in, s->task, s->format, &j->data);
+    if (rc != 0) return rc;
+    mfm_dataset_get_info(j->data, &info);
+    to = output_format(out, s->to, &info);
+    if ((rc = check_data(in, j->data, 0, to == MFM_FORMAT_LIBFFM, "libffm output")) != 0) return rc;
+    csr = mfm_dataset_csr(j->data);
+    /* a binary file records where it came from and the task its labels were read for */
+    if ((to == MFM_FORMAT_BINARY ? mfm_dataset_write_cache(j->data, out, is_std_stream(in) ? NULL : in, &e) : mfm_dataset_write(&csr, out, to, &e)) != MFM_OK)
+        return fail("%s", e.message);
+    fprintf(is_std_stream(out) ? stderr : stdout, "converted %s (%llu rows, %llu non-zeros) to %s (%s) in %.2f s\n", in,
+            (unsigned long long)info.n_rows, (unsigned long long)info.nnz, out, name_of(&format_set, to), now_seconds() - t0);
+    return 0;
+}
+
+/* ============================================================================================
+   mfm info
+   ============================================================================================ */
+
+MFM_CLI_PRINTF(2, 3) static void show(const char *label, const char *fmt, ...) {
+    va_list ap;
+    printf("%-18s ", label);
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    putchar('\n');
+}
+
+static void show_model_file(const char *path, const mfm_model_file_info *f) {
+    const mfm_model_info *m = &f->model;
+    const mfm_params *p = &f->params;
+    unsigned v = f->writer_version;
+    show("model file", "%s (%llu bytes, format version %u)", path, (unsigned long long)f->file_bytes, (unsigned)f->format_version);
+    show("written by", "modern_fm %u.%u.%u", v / 10000, v / 100 % 100, v % 100);
+    show("model", "%s", model_name(p));
+    show("task", "%s", name_of(&task_set, m->task));
+    show("optimizer", "%s", name_of(&optimizer_set, m->optimizer));
+    if (!p->linear_only) show("k", "%d", m->k);
+    show("features", "%u", (unsigned)m->n_features);
+    if (m->model != MFM_MODEL_FM) show("fields", "%u", (unsigned)m->n_fields);
+    if (m->task == MFM_TASK_MULTICLASS) show("classes", "%u", (unsigned)m->n_classes);
+    show("epochs trained", "%llu", (unsigned long long)m->epochs_trained);
+    show("parameters", "%llu", (unsigned long long)m->n_parameters);
+    show("optimizer state", "%s", f->has_state ? "stored (training resumes exactly)" : "not stored");
+    show("learning rate", "%g", p->learning_rate);
+    show("l2 linear/factors", "%g / %g", p->l2_linear, p->l2_factors);
+    if (p->optimizer == MFM_OPTIMIZER_FTRL) show("l1 linear/factors", "%g / %g", p->l1_linear, p->l1_factors);
+    if (p->optimizer == MFM_OPTIMIZER_FTRL) show("ftrl beta", "%g", p->ftrl_beta);
+    if (p->optimizer == MFM_OPTIMIZER_ADAM) show("adam beta1/2, eps", "%g / %g / %g", p->adam_beta1, p->adam_beta2, p->adam_epsilon);
+    show("init scale", "%g", p->init_scale);
+    show("batch size", "%d", p->batch_size);
+    show("threads", "%d", p->n_threads);
+    show("seed", "%llu", (unsigned long long)p->seed);
+    if (p->task != MFM_TASK_REGRESSION) show("label smoothing", "%g", p->label_smoothing);
+    if (p->task != MFM_TASK_REGRESSION) show("class weight", "%s", name_of(&class_weight_set, p->class_weight));
+}
+
+static void show_dataset(const char *path, const mfm_dataset *d) {
+    mfm_dataset_info i;
+    mfm_csr csr = mfm_dataset_csr(d);
+    double lo = HUGE_VAL, hi = -HUGE_VAL, sum = 0;
+    char when[64] = "?";
+    time_t t;
+    uint64_t r;
+    mfm_dataset_get_info(d, &i);
+    show("data file", "%s (%s)", path, name_of(&format_set, i.format));
+    show("rows", "%llu", (unsigned long long)i.n_rows);
+    show("non-zeros", "%llu", (unsigned long long)i.nnz);
+    show("features", "%u (largest id + 1)", (unsigned)i.n_features);
+    show("fields", "%u (largest id + 1)", (unsigned)i.n_fields);
+    show("has", "labels %s, weights %s, fields %s, values %s", i.has_labels ? "yes" : "no", i.has_weights ? "yes" : "no",
+         i.has_fields ? "yes" : "no", i.has_values ? "yes" : "no (every value is 1)");
+    for (r = 0; i.has_labels && r < csr.n_rows; r++) {
+        lo = csr.labels[r] < lo ? csr.labels[r] : lo;
+        hi = csr.labels[r] > hi ? csr.labels[r] : hi;
+        sum += csr.labels[r];
+    }
+    if (i.has_labels && i.n_rows) show("labels", "%g .. %g, mean %g", lo, hi, sum / (double)i.n_rows);
+    if (!i.source_bytes && !i.source_mtime) return;
+    t = (time_t)i.source_mtime;
+    if (gmtime(&t)) strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S UTC", gmtime(&t));
+    show("cache of", "a file of %llu bytes modified %s", (unsigned long long)i.source_bytes, when);
+}
+
+/* Whether the file starts with an 8-byte magic ("MFMMODEL", "MFM-DATA"). */
+static int starts_with(const char *path, const char *magic) {
+    char head[8] = {0};
+    FILE *f = is_std_stream(path) ? NULL : fopen(path, "rb");
+    size_t n = f ? fread(head, 1, sizeof head, f) : 0;
+    if (f) fclose(f);
+    return n == sizeof head && memcmp(head, magic, sizeof head) == 0;
+}
+
+static int cmd_info(const settings *s, job *j) {
+    const char *path = s->args[0];
+    const int binary = starts_with(path, "MFM-DATA");
+    mfm_model_file_info mi;
+    mfm_error model_err, data_err;
+    if (mfm_model_file_inspect(path, &mi, &model_err) == MFM_OK) {
+        show_model_file(path, &mi);
+        return 0;
+    }
+    /* a binary file reads with the task it records; text as regression, which takes any label */
+    if (read_dataset(path, binary ? MFM_TASK_DEFAULT : MFM_TASK_REGRESSION, MFM_FORMAT_AUTO, &j->data, &data_err) != MFM_OK)
+        return fail("%s", starts_with(path, "MFMMODEL") ? model_err.message : data_err.message);
+    show_dataset(path, j->data);
+    return 0;
+}
+
+/* ============================================================================================
+   Commands and main
+   ============================================================================================ */
+
+typedef struct command {
+    const char *name;
+    unsigned bit;
+    int min_args, max_args;
+    const char *synopsis;
+    int (*run)(const settings *s, job *j);
+    const char *help;
+} command;
+
+static const command commands[] = {
+    {"train", CMD_TRAIN, 1, 2, "[options] TRAIN [MODEL]", cmd_train,
+     "Trains a model on TRAIN (libffm, libsvm or binary data; \"-\" = standard input) and saves it\n"
+     "to MODEL, by default TRAIN's file name + \".model\" in the current directory."},
+    {"predict", CMD_PREDICT, 3, 3, "[options] MODEL DATA OUT", predict_or_eval,
+     "Writes one line per row of DATA to OUT (\"-\" = standard output): the probability (binary),\n"
+     "the value (regression) or the class probabilities (multiclass). For DATA with labels the\n"
+     "metrics go to stderr."},
+    {"eval", CMD_EVAL, 2, 2, "[options] MODEL DATA", predict_or_eval,
+     "Prints the model's metrics on DATA: logloss, AUC and accuracy (binary), RMSE (regression),\n"
+     "logloss and accuracy (multiclass)."},
+    {"convert", CMD_CONVERT, 2, 2, "[options] IN OUT", cmd_convert, "Converts a data file (OUT \"-\" = standard output)."},
+    {"info", CMD_INFO, 1, 1, "FILE", cmd_info, "Describes a model file or a data file."},
+};
+
+static void print_usage(FILE *f) {
+    size_t i;
+    fprintf(f, "mfm %s - factorization machines (FM, FFM, FwFM) from the command line\n\nusage:\n", mfm_version_string());
+    for (i = 0; i < sizeof commands / sizeof commands[0]; i++) fprintf(f, "  mfm %-8s %s\n", commands[i].name, commands[i].synopsis);
+    fprintf(f, "  mfm COMMAND --help     the command's options\n  mfm --version\n");
+}
+
+static const command *find_command(const char *name) {
+    size_t i;
+    for (i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (strcmp(commands[i].name, name) == 0) return &commands[i];
+    return NULL;
+}
+
+/* Options anywhere among the arguments; "--" ends them; "-" alone is an argument. */
+static int parse_args(settings *s, int argc, char **argv) {
+    const char *cmd = s->command;
+    int i, only_args = 0, rc;
+    for (i = 0; i < argc; i++) {
+        const char *a = argv[i], *eq, *value = NULL;
+        const option *o;
+        char name[64];
+        size_t len;
+        if (only_args || a[0] != '-' || a[1] == '\0') {
+            if (s->n_args < (int)(sizeof s->args / sizeof s->args[0])) s->args[s->n_args] = a;
+            s->n_args++;
+            continue;
+        }
+        if (strcmp(a, "--") == 0) {
+            only_args = 1;
+            continue;
+        }
+        eq = a[1] == '-' ? strchr(a, '=') : NULL;
+        len = eq ? (size_t)(eq - a) : strlen(a);
+        snprintf(name, sizeof name, "%.*s", (int)len, a);
+        if (!(o = find_option(s->command_bit, a, len))) return usage_error("%s has no option %s (see mfm %s --help)", cmd, name, cmd);
+        if (o->kind == OPT_FLAG && eq) return usage_error("%s takes no value", name);
+        if (o->kind != OPT_FLAG && !(value = eq ? eq + 1 : i + 1 < argc ? argv[++i] : NULL)) return usage_error("%s needs a value", name);
+        if ((rc = set_option(s, o, name, value)) != 0) return rc;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    settings s;
+    job j;
+    const command *c;
+    int rc;
+    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "help") == 0) {
+        print_usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    if (strcmp(argv[1], "--version") == 0) {
+        printf("mfm %s\n", mfm_version_string());
+        return 0;
+    }
+    if (!(c = find_command(argv[1]))) return usage_error("'%s' is not a command: train, predict, eval, convert or info (see mfm --help)", argv[1]);
+    memset(&s, 0, sizeof s);
+    s.command = c->name;
+    s.command_bit = c->bit;
+    s.patience = 1;
+    if ((rc = parse_args(&s, argc - 2, argv + 2)) != 0) return rc;
+    if (s.help) {
+        printf("usage: mfm %s %s\n\n%s\n\n", c->name, c->synopsis, c->help);
+        print_options(c->bit);
+        return 0;
+    }
+    if (s.n_args < c->min_args || s.n_args > c->max_args)
+        return usage_error("%s expects %s, got %d argument%s (see mfm %s --help)", c->name, c->synopsis, s.n_args, s.n_args == 1 ? "" : "s", c->name);
+    memset(&j, 0, sizeof j);
+    rc = c->run(&s, &j);
+    mfm_model_free(j.model);
+    mfm_model_free(j.best_model);
+    mfm_dataset_free(j.data);
+    mfm_dataset_free(j.valid);
+    free(j.floats);
+    free(j.model_path);
+    return rc;
+}
