@@ -1764,6 +1764,10 @@ static const char *mfm__parse_number(const char *p, const char *end, float *out,
     uint64_t mantissa = 0;
     int digits = 0, exp10 = 0, any = 0, slow = 0, negative = 0;
     *not_finite = 0;
+    if (p < end && MFM__IS_DIGIT(*p) && (p + 1 == end || (!MFM__IS_DIGIT(p[1]) && p[1] != '.' && (p[1] | 32) != 'e'))) {
+        *out = (float)(*p - '0'); /* one digit, the one-hot "1" and the labels: most numbers */
+        return p + 1;
+    }
     if (p < end && (*p == '+' || *p == '-')) negative = *p++ == '-';
     for (; p < end && MFM__IS_DIGIT(*p); p++, any = 1) {
         if (mantissa == 0 && *p == '0') continue;
@@ -1956,22 +1960,14 @@ static void mfm__text_decide(mfm__text *t, const char *p, const char *end) {
     }
 }
 
-/* Appends part b to a (b's rows after a's). */
-static int mfm__columns_append(mfm__columns *a, const mfm__columns *b) {
+/* Copies part b's rows into a from row `row` and non-zero `nnz` on (the room is reserved). */
+static void mfm__columns_copy(mfm__columns *a, uint64_t row, uint64_t nnz, const mfm__columns *b) {
     uint64_t r;
-    if (!mfm__columns_reserve(a, a->n_rows + b->n_rows, a->nnz + b->nnz, b->fields != NULL)) return 0;
-    memcpy(a->labels + a->n_rows, b->labels, (size_t)b->n_rows * sizeof(float));
-    for (r = 1; r <= b->n_rows; r++) a->offsets[a->n_rows + r] = a->nnz + b->offsets[r];
-    memcpy(a->features + a->nnz, b->features, (size_t)b->nnz * sizeof(uint32_t));
-    if (b->fields) memcpy(a->fields + a->nnz, b->fields, (size_t)b->nnz * sizeof(uint32_t));
-    memcpy(a->values + a->nnz, b->values, (size_t)b->nnz * sizeof(float));
-    a->n_rows += b->n_rows;
-    a->nnz += b->nnz;
-    a->all_ones &= b->all_ones;
-    if (b->n_features > a->n_features) a->n_features = b->n_features;
-    if (b->n_fields > a->n_fields) a->n_fields = b->n_fields;
-    a->lines += b->lines;
-    return 1;
+    memcpy(a->labels + row, b->labels, (size_t)b->n_rows * sizeof(float));
+    for (r = 1; r <= b->n_rows; r++) a->offsets[row + r] = nnz + b->offsets[r];
+    memcpy(a->features + nnz, b->features, (size_t)b->nnz * sizeof(uint32_t));
+    if (b->fields) memcpy(a->fields + nnz, b->fields, (size_t)b->nnz * sizeof(uint32_t));
+    memcpy(a->values + nnz, b->values, (size_t)b->nnz * sizeof(float));
 }
 
 /* One chunk of whole lines, cut at newlines into parts that the pool parses in parallel: part 0
@@ -1981,14 +1977,23 @@ static int mfm__columns_append(mfm__columns *a, const mfm__columns *b) {
 
 typedef struct mfm__chunk_job {
     const mfm__text *text;
+    int n; /* parts in this chunk (the pool may have more workers) */
     const char *begin[MFM__MAX_PARTS], *end[MFM__MAX_PARTS];
     mfm__columns *cols[MFM__MAX_PARTS];
     int ok[MFM__MAX_PARTS];
+    uint64_t at_row[MFM__MAX_PARTS], at_nnz[MFM__MAX_PARTS]; /* where part i lands in the result */
 } mfm__chunk_job;
 
 static void mfm__parse_task(void *ctx, int i) {
     mfm__chunk_job *job = (mfm__chunk_job *)ctx;
-    job->ok[i] = mfm__parse_lines(job->text, job->begin[i], job->end[i], job->cols[i]);
+    if (i < job->n) job->ok[i] = mfm__parse_lines(job->text, job->begin[i], job->end[i], job->cols[i]);
+}
+
+/* Parts 1.. copy themselves into the result in parallel: copying, and the kernel's first touch
+   of the result's new pages, would otherwise run on one core. */
+static void mfm__append_task(void *ctx, int i) {
+    mfm__chunk_job *job = (mfm__chunk_job *)ctx;
+    if (i > 0 && i < job->n) mfm__columns_copy(job->cols[0], job->at_row[i], job->at_nnz[i], job->cols[i]);
 }
 
 typedef struct mfm__text_reader {
@@ -2007,6 +2012,7 @@ static mfm_status mfm__parse_chunk(mfm__text_reader *rd, const char *p, const ch
     if (n > rd->n_parts) n = rd->n_parts;
     memset(&job, 0, sizeof job);
     job.text = &rd->text;
+    job.n = n;
     for (i = 0; i < n; i++) { /* part i ends just after the first newline at or past i+1 shares */
         const char *lo = i ? job.end[i - 1] : p;
         const char *cut = i == n - 1 ? end : p + (uint64_t)(end - p) * (uint64_t)(i + 1) / (uint64_t)n;
@@ -2024,12 +2030,29 @@ static mfm_status mfm__parse_chunk(mfm__text_reader *rd, const char *p, const ch
         }
     }
     mfm__pool_run(&rd->pool, mfm__parse_task, &job);
-    for (i = 0; i < n; i++) { /* part 0 counts lines from the start; the others from their own */
-        const mfm__columns *c = job.cols[i];
-        uint64_t before = i ? rd->result.lines : 0;
-        if (!job.ok[i])
-            return mfm__fail(err, MFM_ERR_INVALID_DATA, "%s:%" PRIu64 ":%" PRIu64 ": %s", rd->text.name, before + c->error_line, c->error_column, c->error);
-        if (i && !mfm__columns_append(&rd->result, c)) return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory while reading %s", rd->text.name);
+    {
+        mfm__columns *a = &rd->result;
+        uint64_t rows = a->n_rows, nnz = a->nnz, lines = a->lines;
+        for (i = 0; i < n; i++) { /* part 0 counts lines from the start; the others from their own */
+            const mfm__columns *c = job.cols[i];
+            if (!job.ok[i])
+                return mfm__fail(err, MFM_ERR_INVALID_DATA, "%s:%" PRIu64 ":%" PRIu64 ": %s", rd->text.name, (i ? lines : 0) + c->error_line,
+                                 c->error_column, c->error);
+            if (i) {
+                job.at_row[i] = rows, job.at_nnz[i] = nnz;
+                rows += c->n_rows, nnz += c->nnz, lines += c->lines;
+            }
+        }
+        if (n > 1 && !mfm__columns_reserve(a, rows, nnz, a->fields != NULL || job.cols[n - 1]->fields != NULL))
+            return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory while reading %s", rd->text.name);
+        mfm__pool_run(&rd->pool, mfm__append_task, &job);
+        for (i = 1; i < n; i++) {
+            const mfm__columns *c = job.cols[i];
+            a->all_ones &= c->all_ones;
+            if (c->n_features > a->n_features) a->n_features = c->n_features;
+            if (c->n_fields > a->n_fields) a->n_fields = c->n_fields;
+        }
+        a->n_rows = rows, a->nnz = nnz, a->lines = lines;
     }
     return MFM_OK;
 }
