@@ -153,6 +153,18 @@ typedef enum mfm_class_weight {
     MFM_CLASS_WEIGHT_FORCE_U32 = 0x7FFFFFFF
 } mfm_class_weight;
 
+/* What early stopping watches on the validation rows (SPEC 7). */
+typedef enum mfm_metric {
+    MFM_METRIC_DEFAULT = 0,  /* binary: logloss; regression: half MSE; multiclass: cross-entropy */
+    MFM_METRIC_LOGLOSS,      /* binary, lower is better */
+    MFM_METRIC_AUC,          /* binary, higher is better */
+    MFM_METRIC_HALF_MSE,     /* regression: mean 1/2 (s - y)^2, lower is better */
+    MFM_METRIC_RMSE,         /* regression, lower is better */
+    MFM_METRIC_CROSS_ENTROPY, /* multiclass: mean -log p(y), lower is better */
+    MFM_METRIC_COUNT,
+    MFM_METRIC_FORCE_U32 = 0x7FFFFFFF
+} mfm_metric;
+
 typedef enum mfm_log_level {
     MFM_LOG_ERROR = 1,
     MFM_LOG_WARN,
@@ -167,8 +179,10 @@ typedef struct mfm_epoch_report {
     int n_epochs;       /* epochs this call will run at most */
     double train_loss;  /* mean loss of the epoch's rows, each scored just before its update
                            (row weights and label smoothing included) */
-    double seconds;     /* wall time of this epoch */
+    double seconds;     /* wall time of this epoch (validation not included) */
     uint64_t n_rows;    /* rows seen in this epoch */
+    double validation;  /* the early-stopping metric on the validation rows; NaN without them */
+    int best_epoch;     /* the epoch (of this call) with the best validation metric so far */
 } mfm_epoch_report;
 
 /* Return nonzero to stop: mfm_fit then returns MFM_ERR_CANCELLED and the model keeps the
@@ -201,6 +215,21 @@ typedef struct mfm_params {
     const float *class_weights;     /* EXPLICIT: one weight per class (binary: 2); copied */
     uint64_t seed;              /* 0 is a seed like any other */
     int linear_only;            /* 0: 1 switches the pair term off (a linear model) */
+    /* LIBFFM compatibility (SPEC 10): with normalize_rows, pairs_only and adagrad_init = 1,
+       init_scale = 1, an FFM trained with AdaGrad is the algorithm LIBFFM runs. */
+    int normalize_rows;         /* 0: 1 scales each row's values so that sum x^2 = 1 */
+    int pairs_only;             /* 0: 1 drops the bias and the linear term (they stay 0) */
+    double adagrad_init;        /* 0: AdaGrad's initial accumulator G (LIBFFM starts at 1) */
+    /* Early stopping: active with validation rows (mfm_fit_validated, or an internal seeded
+       split of validation_fraction of the training rows). After every epoch the metric is
+       computed; an epoch improves iff it beats the best by more than min_delta; training
+       stops after `patience` epochs without improvement, and the best epoch's parameters,
+       optimizer state and epoch count are restored unless keep_last is set. */
+    double validation_fraction; /* 0: no internal split; else in (0, 1) */
+    int patience;               /* 10 */
+    double min_delta;           /* 0 */
+    mfm_metric metric;          /* by task (see mfm_metric) */
+    int keep_last;              /* 0: 1 keeps the last epoch instead of restoring the best */
     mfm_epoch_fn on_epoch;      /* NULL */
     mfm_log_fn on_log;          /* NULL */
     void *user;                 /* handed to both callbacks */
@@ -277,8 +306,20 @@ MFMDEF mfm_status mfm_train(const mfm_params *params, const mfm_csr *data, mfm_m
                             mfm_error *err);
 
 /* Trains params.n_epochs more epochs, each a fresh seeded permutation of the rows, from the
-   current parameters and optimizer state. Data is validated before anything changes. */
+   current parameters and optimizer state (warm start: calling it again continues, and one call
+   per epoch equals one call of many epochs bit for bit). Data is validated before anything
+   changes. With params.validation_fraction, early stopping watches a seeded split. */
 MFMDEF mfm_status mfm_fit(mfm_model *model, const mfm_csr *data, mfm_error *err);
+
+/* mfm_fit with early stopping on the given validation rows (no internal split). */
+MFMDEF mfm_status mfm_fit_validated(mfm_model *model, const mfm_csr *data, const mfm_csr *validation,
+                                    mfm_error *err);
+
+/* One pass over the rows in their order, continuing the parameters and optimizer state. N
+   calls over consecutive chunks equal one call over their concatenation bit for bit (one
+   thread, and batch_size 1 or chunk lengths that are multiples of it). No epoch is counted,
+   no callback called; "balanced" class weights are refused (they would depend on the chunk). */
+MFMDEF mfm_status mfm_partial_fit(mfm_model *model, const mfm_csr *data, mfm_error *err);
 
 MFMDEF void mfm_model_free(mfm_model *model);
 
@@ -286,6 +327,17 @@ MFMDEF void mfm_model_free(mfm_model *model);
    core). Training results depend on the number; predictions do not. Not while another call
    uses the model. */
 MFMDEF mfm_status mfm_model_set_threads(mfm_model *model, int n_threads, mfm_error *err);
+
+/* Replaces the params that steer further training (epochs, batch, threads, learning rate,
+   regularization, Adam/FTRL settings, smoothing, class weights, early stopping, callbacks).
+   What shapes the model (model, task, optimizer, k, n_classes, linear_only, pairs_only,
+   normalize_rows) must stay as it is; a change is an MFM_ERR_INVALID_PARAM. */
+MFMDEF mfm_status mfm_model_set_params(mfm_model *model, const mfm_params *params, mfm_error *err);
+
+/* Zeroes the optimizer state (AdaGrad's at adagrad_init). A model loaded from a file saved
+   without its state refuses to train until this is called, since it could not continue
+   where it stopped. */
+MFMDEF void mfm_model_reset_state(mfm_model *model);
 
 MFMDEF void mfm_model_get_info(const mfm_model *model, mfm_model_info *out);
 MFMDEF const mfm_params *mfm_model_params(const mfm_model *model);
@@ -334,6 +386,32 @@ MFMDEF mfm_status mfm_evaluate(const mfm_model *model, const mfm_csr *data, mfm_
 
 /* The metrics on plain arrays (n values each; probabilities clipped to [1e-15, 1-1e-15]). */
 MFMDEF double mfm_logloss(const float *labels, const float *probabilities, size_t n);
+
+/* ============================================================================================
+   >>public-inspect  What a model learned
+   ============================================================================================ */
+
+/* One learned pairwise interaction: features a < b seen under fields field_a and field_b.
+   strength: FM |<v_a, v_b>|; FwFM |r(field_a, field_b) <v_a, v_b>|; FFM
+   |<V[a, field_b], V[b, field_a]>|; value is the same without the absolute value. */
+typedef struct mfm_interaction {
+    uint32_t feature_a, field_a, feature_b, field_b;
+    float strength, value;
+} mfm_interaction;
+
+/* The n strongest interactions of class cls, strongest first (ties: smaller features first),
+   by an exact scan over every pair of distinct (feature, field) slots that occur in `data`
+   (FM: with data NULL, every pair of the model's features, fields reported as 0). FFM and FwFM
+   need the data, since a model does not know which field a feature belongs to. The scan is
+   O(slots^2 k): meant for the thousands of features a person looks at, not for 10^6.
+   *n_found = min(n, pairs). */
+MFMDEF mfm_status mfm_top_interactions(const mfm_model *model, const mfm_csr *data, uint32_t cls, size_t n,
+                                       mfm_interaction *out, size_t *n_found, mfm_error *err);
+
+/* FM only: per row the k-vector bi_t = 1/2 [(sum_i v_it x_i)^2 - sum_i v_it^2 x_i^2] of each
+   class (n_rows x C x k floats), so that score = w0 + sum_i w_i x_i + sum_t bi_t. */
+MFMDEF mfm_status mfm_bi_interaction(const mfm_model *model, const mfm_csr *data, float *out, size_t capacity,
+                                     mfm_error *err);
 MFMDEF double mfm_auc(const float *labels, const float *scores, size_t n);
 MFMDEF double mfm_rmse(const float *labels, const float *predictions, size_t n);
 
@@ -577,7 +655,7 @@ static uint64_t mfm__splitmix(uint64_t *x) {
     return z ^ (z >> 31);
 }
 
-enum { MFM__STREAM_INIT = 1, MFM__STREAM_EPOCH = 2 };
+enum { MFM__STREAM_INIT = 1, MFM__STREAM_EPOCH = 2, MFM__STREAM_SPLIT = 3 };
 
 static mfm__rng mfm__rng_seed(uint64_t seed, uint64_t stream, uint64_t index) {
     mfm__rng r;
@@ -1180,6 +1258,9 @@ MFMDEF mfm_params mfm_params_resolve(const mfm_params *params) {
     if (p.adam_beta2 == 0) p.adam_beta2 = 0.999;
     if (p.adam_epsilon == 0) p.adam_epsilon = 1e-8;
     if (p.ftrl_beta == 0) p.ftrl_beta = 1.0;
+    if (p.patience == 0) p.patience = 10;
+    if (p.metric == MFM_METRIC_DEFAULT)
+        p.metric = p.task == MFM_TASK_REGRESSION ? MFM_METRIC_HALF_MSE : p.task == MFM_TASK_MULTICLASS ? MFM_METRIC_CROSS_ENTROPY : MFM_METRIC_LOGLOSS;
     return p;
 }
 
@@ -1190,7 +1271,7 @@ static mfm_status mfm__validate_params(const mfm_params *p, uint32_t n_classes, 
         const char *name;
         double value, low, high; /* valid: low <= value <= high (high exclusive where noted) */
         int high_exclusive;
-    } reals[12];
+    } reals[16];
     int n = 0, i;
     if ((unsigned)p->model >= MFM_MODEL_COUNT)
         return mfm__fail(err, MFM_ERR_INVALID_PARAM, "params.model = %d is not a known model (FM, FFM or FwFM)", (int)p->model);
@@ -1210,6 +1291,16 @@ static mfm_status mfm__validate_params(const mfm_params *p, uint32_t n_classes, 
         return mfm__fail(err, MFM_ERR_INVALID_PARAM, "params.n_threads = %d must be between 1 and 1024 (0 means 1)", p->n_threads);
     if (p->n_classes < 0)
         return mfm__fail(err, MFM_ERR_INVALID_PARAM, "params.n_classes = %d must not be negative", p->n_classes);
+    if (p->patience < 1) return mfm__fail(err, MFM_ERR_INVALID_PARAM, "params.patience = %d must be at least 1 (0 means 10)", p->patience);
+    if ((unsigned)p->metric >= MFM_METRIC_COUNT || p->metric == MFM_METRIC_DEFAULT ||
+        (p->task == MFM_TASK_BINARY) != (p->metric == MFM_METRIC_LOGLOSS || p->metric == MFM_METRIC_AUC) ||
+        (p->task == MFM_TASK_REGRESSION) != (p->metric == MFM_METRIC_HALF_MSE || p->metric == MFM_METRIC_RMSE) ||
+        (p->task == MFM_TASK_MULTICLASS) != (p->metric == MFM_METRIC_CROSS_ENTROPY))
+        return mfm__fail(err, MFM_ERR_INVALID_PARAM,
+                         "params.metric = %d does not fit a %s task (binary: logloss or AUC; regression: half MSE or RMSE; multiclass: cross-entropy)",
+                         (int)p->metric, mfm__task_names[p->task]);
+    if (p->linear_only && p->pairs_only)
+        return mfm__fail(err, MFM_ERR_INVALID_PARAM, "params.linear_only and params.pairs_only together leave nothing to learn");
 #define MFM__REAL(field, lo, hi, excl)                \
     do {                                              \
         reals[n].name = #field;                       \
@@ -1230,6 +1321,9 @@ static mfm_status mfm__validate_params(const mfm_params *p, uint32_t n_classes, 
     MFM__REAL(adam_epsilon, 0, HUGE_VAL, 0);
     MFM__REAL(ftrl_beta, 0, HUGE_VAL, 0);
     MFM__REAL(label_smoothing, 0, 1, 1);
+    MFM__REAL(adagrad_init, 0, HUGE_VAL, 0);
+    MFM__REAL(validation_fraction, 0, 1, 1);
+    MFM__REAL(min_delta, 0, HUGE_VAL, 0);
 #undef MFM__REAL
     for (i = 0; i < n; i++) {
         double v = reals[i].value;
@@ -1343,6 +1437,28 @@ static void mfm__init_parameters(mfm_model *m) {
     }
 }
 
+/* Optimizer state at its start: zero, AdaGrad's accumulator at adagrad_init. */
+static void mfm__init_state(mfm_model *m) {
+    int t;
+    for (t = 0; t < MFM_TENSOR_COUNT; t++) {
+        const mfm__table *tab = &m->t[t];
+        uint64_t b, nb = tab->n_blocks * m->n_classes;
+        uint32_t i;
+        for (b = 0; b < nb; b++) {
+            float *state = tab->data + b * tab->stride + tab->len;
+            memset(state, 0, (size_t)(tab->stride - tab->len) * sizeof(float));
+            if (m->params.optimizer == MFM_OPTIMIZER_ADAGRAD)
+                for (i = 0; i < tab->len; i++) state[i] = (float)m->params.adagrad_init;
+        }
+    }
+}
+
+MFMDEF void mfm_model_reset_state(mfm_model *m) {
+    if (!m) return;
+    mfm__init_state(m);
+    m->has_state = 1;
+}
+
 MFMDEF mfm_status mfm_model_create(const mfm_params *params, uint32_t n_features, uint32_t n_fields, uint32_t n_classes,
                                    mfm_model **out, mfm_error *err) {
     mfm_params p = mfm_params_resolve(params);
@@ -1403,6 +1519,7 @@ MFMDEF mfm_status mfm_model_create(const mfm_params *params, uint32_t n_features
     m->params = p;
     m->has_state = 1;
     mfm__init_parameters(m);
+    if (p.adagrad_init != 0) mfm__init_state(m);
     *out = m;
     return mfm__ok(err);
 }
@@ -1412,6 +1529,36 @@ MFMDEF mfm_status mfm_model_set_threads(mfm_model *m, int n_threads, mfm_error *
     if (n_threads == 0) n_threads = mfm__cores();
     if (n_threads < 1 || n_threads > 1024) return mfm__fail(err, MFM_ERR_INVALID_PARAM, "n_threads = %d must be between 0 and 1024", n_threads);
     m->params.n_threads = n_threads;
+    return mfm__ok(err);
+}
+
+MFMDEF mfm_status mfm_model_set_params(mfm_model *m, const mfm_params *params, mfm_error *err) {
+    mfm_params p = mfm_params_resolve(params), *q;
+    float *weights = NULL;
+    mfm_status st;
+    if (!m || !params) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_model_set_params: the model or the params are NULL");
+    q = &m->params;
+    if (p.task == MFM_TASK_MULTICLASS && p.n_classes == 0) p.n_classes = (int)m->n_classes;
+#define MFM__SAME(field)                                                                                                            \
+    if (p.field != q->field)                                                                                                        \
+        return mfm__fail(err, MFM_ERR_INVALID_PARAM, "mfm_model_set_params: params." #field " shapes the model and cannot change (%g to %g)", \
+                         (double)q->field, (double)p.field);
+    MFM__SAME(model) MFM__SAME(task) MFM__SAME(optimizer) MFM__SAME(k) MFM__SAME(linear_only) MFM__SAME(pairs_only) MFM__SAME(normalize_rows)
+    if (p.task == MFM_TASK_MULTICLASS && (uint32_t)p.n_classes != m->n_classes)
+        return mfm__fail(err, MFM_ERR_INVALID_PARAM, "mfm_model_set_params: params.n_classes shapes the model and cannot change (%u to %d)",
+                         (unsigned)m->n_classes, p.n_classes);
+#undef MFM__SAME
+    if ((st = mfm__validate_params(&p, m->n_classes, err)) != MFM_OK) return st;
+    if (p.class_weight == MFM_CLASS_WEIGHT_EXPLICIT) { /* the model keeps its own copy */
+        uint32_t count = p.task == MFM_TASK_BINARY ? 2 : m->n_classes;
+        if (!(weights = (float *)mfm__alloc(count, sizeof(float)))) return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for class weights");
+        memcpy(weights, p.class_weights, count * sizeof(float));
+    }
+    MFM_FREE(m->class_weight_values);
+    m->class_weight_values = weights;
+    p.class_weights = weights;
+    p.n_classes = q->n_classes;
+    *q = p;
     return mfm__ok(err);
 }
 
@@ -2595,13 +2742,25 @@ typedef struct mfm__row {
     const float *x;        /* z values (a buffer of ones when the data has none) */
 } mfm__row;
 
-static mfm__row mfm__get_row(const mfm_csr *d, uint64_t r, const float *ones) {
+/* Row r of the data. With params.normalize_rows its values are scaled into `scaled` (room for
+   the longest row) so that their squares sum to 1 (a row of zeros stays as it is); callers
+   that only look at ids pass scaled = NULL. */
+static mfm__row mfm__get_row(const mfm_model *m, const mfm_csr *d, uint64_t r, const float *ones, float *scaled) {
     mfm__row row;
     uint64_t lo = d->row_offsets[r];
     row.z = (uint32_t)(d->row_offsets[r + 1] - lo);
     row.feat = d->features + lo;
     row.field = d->fields ? d->fields + lo : NULL;
     row.x = d->values ? d->values + lo : ones;
+    if (m->params.normalize_rows && scaled && row.z) {
+        double squares = 0;
+        float inv;
+        uint32_t a;
+        for (a = 0; a < row.z; a++) squares += (double)row.x[a] * row.x[a];
+        inv = squares > 0 ? (float)(1.0 / sqrt(squares)) : 1.0f;
+        for (a = 0; a < row.z; a++) scaled[a] = row.x[a] * inv;
+        row.x = scaled;
+    }
     return row;
 }
 
@@ -2626,10 +2785,13 @@ static float mfm__fwfm_r(const mfm_model *m, uint32_t c, uint32_t fa, uint32_t f
 /* Score of class c. FM leaves sum[t] = sum_i v_it x_i (k values) for its gradient. */
 static float mfm__score(const mfm_model *m, uint32_t c, const mfm__row *row, float *sum) {
     const int k = m->k;
-    float s = *mfm__block(m, MFM_TENSOR_W0, c, 0);
+    float s = 0;
     uint32_t a, b;
     int t;
-    for (a = 0; a < row->z; a++) s += *mfm__block(m, MFM_TENSOR_W, c, row->feat[a]) * row->x[a];
+    if (!m->params.pairs_only) {
+        s = *mfm__block(m, MFM_TENSOR_W0, c, 0);
+        for (a = 0; a < row->z; a++) s += *mfm__block(m, MFM_TENSOR_W, c, row->feat[a]) * row->x[a];
+    }
     if (m->params.linear_only) return s;
     switch (m->params.model) {
     case MFM_MODEL_FFM:
@@ -2761,6 +2923,7 @@ typedef struct mfm__worker {
     float *g[MFM_TENSOR_COUNT]; /* gradient sums of this chunk: [class][touched index][len] */
     uint64_t cap[MFM_TENSOR_COUNT];
     float *sum;   /* C x k: FM's per-row sums */
+    float *scaled; /* the row's values under normalize_rows */
     float *score; /* C */
     double *prob; /* C */
     double loss, weight;
@@ -2804,7 +2967,7 @@ static int mfm__collect_touched(mfm__trainer *tr) {
     int w, t;
     tr->n_touched[MFM_TENSOR_W] = tr->n_touched[MFM_TENSOR_V] = tr->n_touched[MFM_TENSOR_R] = 0;
     for (q = 0; q < tr->n_batch; q++) {
-        mfm__row row = mfm__get_row(tr->d, tr->rows[q], tr->ones);
+        mfm__row row = mfm__get_row(tr->m, tr->d, tr->rows[q], tr->ones, NULL);
         for (a = 0; a < row.z; a++) {
             uint32_t i = row.feat[a];
             if (tr->map[MFM_TENSOR_W][i] != MFM__NONE) continue;
@@ -2848,8 +3011,10 @@ static void mfm__accumulate_row(const mfm__trainer *tr, mfm__worker *wk, uint32_
     float *gr = wk->g[MFM_TENSOR_R] + c * tr->n_touched[MFM_TENSOR_R];
     uint32_t a, b;
     int t;
-    wk->g[MFM_TENSOR_W0][c] += g;
-    for (a = 0; a < row->z; a++) gw[wmap[row->feat[a]]] += g * row->x[a];
+    if (!m->params.pairs_only) { /* else w0 and w take zero steps and stay 0 */
+        wk->g[MFM_TENSOR_W0][c] += g;
+        for (a = 0; a < row->z; a++) gw[wmap[row->feat[a]]] += g * row->x[a];
+    }
     if (m->params.linear_only) return;
     switch (m->params.model) {
     case MFM_MODEL_FFM:
@@ -2897,7 +3062,7 @@ static void mfm__train_row(const mfm__trainer *tr, mfm__worker *wk, uint64_t r) 
     const mfm_csr *d = tr->d;
     const uint32_t C = m->n_classes;
     const float eps = tr->smoothing, y = d->labels[r];
-    mfm__row row = mfm__get_row(d, r, tr->ones);
+    mfm__row row = mfm__get_row(m, d, r, tr->ones, wk->scaled);
     float weight = d->weights ? d->weights[r] : 1.0f;
     double loss;
     uint32_t c;
@@ -2999,6 +3164,7 @@ static void mfm__trainer_free(mfm__trainer *tr) {
         MFM_FREE(tr->workers[w].sum);
         MFM_FREE(tr->workers[w].score);
         MFM_FREE(tr->workers[w].prob);
+        MFM_FREE(tr->workers[w].scaled);
     }
     MFM_FREE(tr->workers);
     MFM_FREE(tr->class_weights);
@@ -3013,7 +3179,7 @@ static uint32_t *mfm__new_map(uint64_t n) {
 }
 
 /* Everything a fit needs besides the model: maps, workers, class weights. 0 when memory is short. */
-static int mfm__trainer_init(mfm__trainer *tr, mfm_model *m, const mfm_csr *d, const mfm__data_info *info) {
+static int mfm__trainer_init(mfm__trainer *tr, mfm_model *m, const mfm_csr *d, const uint64_t *rows, uint64_t n_rows, const mfm__data_info *info) {
     const mfm_params *p = &m->params;
     const uint32_t C = m->n_classes, n_weights = p->task == MFM_TASK_BINARY ? 2 : C;
     float *ones;
@@ -3038,12 +3204,12 @@ static int mfm__trainer_init(mfm__trainer *tr, mfm_model *m, const mfm_csr *d, c
         if (!tr->class_weights) return 0;
         if (p->class_weight == MFM_CLASS_WEIGHT_EXPLICIT) {
             memcpy(tr->class_weights, p->class_weights, n_weights * sizeof(float));
-        } else { /* balanced: n_rows / (C * max(count_c, 1)), counted on this data */
+        } else { /* balanced: n_rows / (C * max(count_c, 1)), counted on the training rows */
             uint64_t *count = (uint64_t *)mfm__calloc(n_weights, sizeof(uint64_t));
             if (!count) return 0;
-            for (r = 0; r < d->n_rows; r++) count[(uint32_t)d->labels[r]]++;
+            for (r = 0; r < n_rows; r++) count[(uint32_t)d->labels[rows[r]]]++;
             for (c = 0; c < n_weights; c++)
-                tr->class_weights[c] = (float)((double)d->n_rows / ((double)n_weights * (double)(count[c] > 1 ? count[c] : 1)));
+                tr->class_weights[c] = (float)((double)n_rows / ((double)n_weights * (double)(count[c] > 1 ? count[c] : 1)));
             MFM_FREE(count);
         }
     }
@@ -3063,85 +3229,264 @@ static int mfm__trainer_init(mfm__trainer *tr, mfm_model *m, const mfm_csr *d, c
         wk->sum = (float *)mfm__alloc((uint64_t)C * m->k, sizeof(float));
         wk->score = (float *)mfm__alloc(C, sizeof(float));
         wk->prob = (double *)mfm__alloc(C, sizeof(double));
-        if (!wk->g[MFM_TENSOR_W0] || !wk->sum || !wk->score || !wk->prob) return 0;
+        wk->scaled = (float *)mfm__alloc(info->max_row_nnz, sizeof(float));
+        if (!wk->g[MFM_TENSOR_W0] || !wk->sum || !wk->score || !wk->prob || !wk->scaled) return 0;
     }
     return 1;
 }
 
-MFMDEF mfm_status mfm_fit(mfm_model *m, const mfm_csr *d, mfm_error *err) {
-    mfm__data_info info;
+/* One pass over rows[0..n) in that order, batch by batch. Adds the loss to the workers. */
+static mfm_status mfm__pass(mfm__trainer *tr, mfm__pool *pool, const uint64_t *rows, uint64_t n, mfm_error *err) {
+    const uint64_t batch = (uint64_t)tr->m->params.batch_size;
+    uint64_t start;
+    for (start = 0; start < n; start += batch) {
+        tr->rows = rows + start;
+        tr->n_batch = n - start < batch ? n - start : batch;
+        tr->n_chunks = (uint64_t)tr->n_workers < tr->n_batch ? tr->n_workers : (int)tr->n_batch;
+        if (!mfm__collect_touched(tr))
+            return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for the gradient buffers; the model holds the updates of the batches before it");
+        mfm__pool_run(pool, mfm__accumulate_task, tr);
+        mfm__pool_run(pool, mfm__apply_task, tr);
+    }
+    return MFM_OK;
+}
+
+/* The validation rows of an internal split as a CSR of their own. */
+typedef struct mfm__subset {
+    mfm_csr csr;
+    uint64_t *offsets;
+    uint32_t *features, *fields;
+    float *values, *labels, *weights;
+} mfm__subset;
+
+static void mfm__subset_free(mfm__subset *s) {
+    MFM_FREE(s->offsets);
+    MFM_FREE(s->features);
+    MFM_FREE(s->fields);
+    MFM_FREE(s->values);
+    MFM_FREE(s->labels);
+    MFM_FREE(s->weights);
+    memset(s, 0, sizeof *s);
+}
+
+static int mfm__subset_make(mfm__subset *s, const mfm_csr *d, const uint64_t *rows, uint64_t n) {
+    uint64_t i, nnz = 0, at = 0;
+    memset(s, 0, sizeof *s);
+    for (i = 0; i < n; i++) nnz += d->row_offsets[rows[i] + 1] - d->row_offsets[rows[i]];
+    s->offsets = (uint64_t *)mfm__alloc(n + 1, sizeof(uint64_t));
+    s->features = (uint32_t *)mfm__alloc(nnz, sizeof(uint32_t));
+    s->fields = d->fields ? (uint32_t *)mfm__alloc(nnz, sizeof(uint32_t)) : NULL;
+    s->values = d->values ? (float *)mfm__alloc(nnz, sizeof(float)) : NULL;
+    s->labels = (float *)mfm__alloc(n, sizeof(float));
+    if (!s->offsets || !s->features || (d->fields && !s->fields) || (d->values && !s->values) || !s->labels) return 0;
+    s->offsets[0] = 0;
+    for (i = 0; i < n; i++) {
+        uint64_t lo = d->row_offsets[rows[i]], z = d->row_offsets[rows[i] + 1] - lo;
+        memcpy(s->features + at, d->features + lo, (size_t)z * sizeof(uint32_t));
+        if (s->fields) memcpy(s->fields + at, d->fields + lo, (size_t)z * sizeof(uint32_t));
+        if (s->values) memcpy(s->values + at, d->values + lo, (size_t)z * sizeof(float));
+        s->labels[i] = d->labels[rows[i]];
+        s->offsets[i + 1] = at += z;
+    }
+    s->csr.n_rows = n;
+    s->csr.row_offsets = s->offsets;
+    s->csr.features = s->features;
+    s->csr.fields = s->fields;
+    s->csr.values = s->values;
+    s->csr.labels = s->labels;
+    return 1;
+}
+
+/* The early-stopping metric of the model on the validation rows (without weights or label
+   smoothing); *higher_better says which way improves. */
+static mfm_status mfm__validation_metric(const mfm_model *m, const mfm_csr *v, double *out, int *higher_better, mfm_error *err) {
+    mfm_metrics met;
+    mfm_status st = mfm_evaluate(m, v, &met, err);
+    *higher_better = m->params.metric == MFM_METRIC_AUC;
+    switch (m->params.metric) {
+    case MFM_METRIC_AUC: *out = met.auc; break;
+    case MFM_METRIC_RMSE: *out = met.rmse; break;
+    case MFM_METRIC_HALF_MSE: *out = 0.5 * met.rmse * met.rmse; break;
+    default: *out = met.logloss; break; /* logloss, cross-entropy */
+    }
+    return st;
+}
+
+/* The parameter tables and epoch count of the best epoch so far. */
+typedef struct mfm__snapshot {
+    float *t[MFM_TENSOR_COUNT];
+    uint64_t epochs_trained;
+    int taken;
+} mfm__snapshot;
+
+static size_t mfm__table_bytes(const mfm_model *m, int t) { return (size_t)(m->t[t].n_blocks * m->n_classes * m->t[t].stride) * sizeof(float); }
+
+static void mfm__snapshot_copy(mfm_model *m, mfm__snapshot *s, int restore) {
+    int t;
+    for (t = 0; t < MFM_TENSOR_COUNT; t++) memcpy(restore ? m->t[t].data : s->t[t], restore ? s->t[t] : m->t[t].data, mfm__table_bytes(m, t));
+    if (restore) m->epochs_trained = s->epochs_trained;
+    else s->epochs_trained = m->epochs_trained, s->taken = 1;
+}
+
+/* The rows to train on and, with an internal split, the validation rows (SPEC 7: a seeded
+   permutation; its first max(1, round(f n)) rows validate, the rest train in permuted order). */
+static mfm_status mfm__split(const mfm_model *m, const mfm_csr *d, uint64_t **rows, uint64_t *n_train, mfm__subset *valid, mfm_error *err) {
+    const double f = m->params.validation_fraction;
+    uint64_t n = d->n_rows, n_val, r;
+    *rows = (uint64_t *)mfm__alloc(n, sizeof(uint64_t));
+    if (!*rows) return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for the row order (%" PRIu64 " rows)", n);
+    for (r = 0; r < n; r++) (*rows)[r] = r;
+    *n_train = n;
+    if (f <= 0) return MFM_OK;
+    n_val = (uint64_t)floor(f * (double)n + 0.5);
+    if (n_val < 1) n_val = 1;
+    if (n_val >= n)
+        return mfm__fail(err, MFM_ERR_INVALID_PARAM, "params.validation_fraction = %g of %" PRIu64 " rows leaves no training rows", f, n);
+    {
+        mfm__rng rng = mfm__rng_seed(m->params.seed, MFM__STREAM_SPLIT, 0);
+        for (r = n - 1; r > 0; r--) {
+            uint64_t j = mfm__rng_below(&rng, r + 1), tmp = (*rows)[r];
+            (*rows)[r] = (*rows)[j];
+            (*rows)[j] = tmp;
+        }
+    }
+    if (!mfm__subset_make(valid, d, *rows, n_val)) return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for %" PRIu64 " validation rows", n_val);
+    memmove(*rows, *rows + n_val, (size_t)(n - n_val) * sizeof(uint64_t));
+    *n_train = n - n_val;
+    return MFM_OK;
+}
+
+/* Checks data (and validation rows) against the model before anything changes. */
+static mfm_status mfm__check_fit_data(const mfm_model *m, const mfm_csr *d, int check_weights, mfm__data_info *info, mfm_error *err) {
+    uint32_t n_classes = m->n_classes;
+    mfm_status st;
+    if ((st = mfm__check_csr(d, m->params.model != MFM_MODEL_FM, info, err)) != MFM_OK) return st;
+    if ((st = mfm__check_shape(m, d, info, err)) != MFM_OK) return st;
+    return mfm__check_targets(m->params.task, d, &n_classes, check_weights, err);
+}
+
+/* mfm_fit, mfm_fit_validated and mfm_partial_fit: epochs of seeded permutations with early
+   stopping, or (partial) one pass in row order. */
+static mfm_status mfm__fit(mfm_model *m, const mfm_csr *d, const mfm_csr *validation, int partial, mfm_error *err) {
+    const char *fn = partial ? "mfm_partial_fit" : validation ? "mfm_fit_validated" : "mfm_fit";
+    mfm__data_info info, vinfo;
+    mfm__subset split;
+    mfm__snapshot best;
     mfm__trainer tr;
     mfm__pool pool;
     mfm_status st;
-    uint32_t n_classes;
-    uint64_t *order = NULL, n, r, start;
-    int e, w;
-    if (!m) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_fit: the model is NULL");
-    n_classes = m->n_classes;
-    if ((st = mfm__check_csr(d, m->params.model != MFM_MODEL_FM, &info, err)) != MFM_OK) return st;
+    const mfm_csr *valid = validation;
+    uint64_t *rows = NULL, *order = NULL, n = 0, r;
+    double best_metric = 0;
+    int e, w, higher_better = 0, best_epoch = 0, stale = 0, n_epochs = partial ? 1 : m ? m->params.n_epochs : 0;
+    if (!m) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "%s: the model is NULL", fn);
+    if (!m->has_state)
+        return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT,
+                         "%s: the model was loaded from a file saved without its optimizer state, so training could not continue where it "
+                         "stopped; call mfm_model_reset_state to start the optimizer afresh",
+                         fn);
+    if ((st = mfm__check_fit_data(m, d, 1, &info, err)) != MFM_OK) return st;
     if (d->n_rows == 0) return mfm__fail(err, MFM_ERR_INVALID_DATA, "the training data has no rows");
-    if ((st = mfm__check_shape(m, d, &info, err)) != MFM_OK) return st;
-    if ((st = mfm__check_targets(m->params.task, d, &n_classes, 1, err)) != MFM_OK) return st;
-    n = d->n_rows;
-    order = (uint64_t *)mfm__alloc(n, sizeof(uint64_t));
-    if (!order || !mfm__trainer_init(&tr, m, d, &info)) {
-        if (order) mfm__trainer_free(&tr);
-        MFM_FREE(order);
-        return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for the training buffers (%" PRIu64 " rows)", n);
+    if (partial && m->params.class_weight == MFM_CLASS_WEIGHT_BALANCED)
+        return mfm__fail(err, MFM_ERR_INVALID_PARAM, "mfm_partial_fit: balanced class weights would depend on each chunk; give explicit weights");
+    if (validation && (st = mfm__check_fit_data(m, validation, 0, &vinfo, err)) != MFM_OK) return mfm__name_error(err, st, "the validation data");
+    if (validation && validation->n_rows == 0) return mfm__fail(err, MFM_ERR_INVALID_DATA, "the validation data has no rows");
+    memset(&split, 0, sizeof split);
+    memset(&best, 0, sizeof best);
+    memset(&tr, 0, sizeof tr);
+    st = partial || validation ? MFM_OK : mfm__split(m, d, &rows, &n, &split, err);
+    if (st == MFM_OK && !rows) {
+        n = d->n_rows;
+        if (!(rows = (uint64_t *)mfm__alloc(n, sizeof(uint64_t)))) st = mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for the row order");
+        for (r = 0; rows && r < n; r++) rows[r] = r;
     }
-    if ((st = mfm__pool_start(&pool, tr.n_workers, err)) != MFM_OK) {
-        mfm__trainer_free(&tr);
-        MFM_FREE(order);
-        return st;
+    if (split.offsets) valid = &split.csr;
+    if (st == MFM_OK) {
+        order = (uint64_t *)mfm__alloc(n, sizeof(uint64_t));
+        for (e = 0; valid && e < MFM_TENSOR_COUNT; e++) best.t[e] = (float *)mfm__alloc(mfm__table_bytes(m, e) / sizeof(float), sizeof(float));
+        if (!order || (valid && (!best.t[0] || !best.t[1] || !best.t[2] || !best.t[3])) || !mfm__trainer_init(&tr, m, d, rows, n, &info))
+            st = mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for the training buffers (%" PRIu64 " rows)", n);
     }
-    mfm__log(&m->params, MFM_LOG_INFO,
-             "training %s %s on %" PRIu64 " rows (%" PRIu64 " non-zeros), %u features, %u fields, k=%d, %s, batch %d, %d thread(s), %d epoch(s)",
-             mfm__model_names[m->params.model], mfm__task_names[m->params.task], n, info.nnz, (unsigned)m->n_features, (unsigned)m->n_fields, m->k,
-             mfm__optimizer_names[m->params.optimizer], m->params.batch_size, tr.n_workers, m->params.n_epochs);
-    st = MFM_OK;
-    for (e = 0; e < m->params.n_epochs && st == MFM_OK; e++) {
-        double t0 = mfm__seconds(), loss = 0, weight = 0;
-        mfm__rng rng = mfm__rng_seed(m->params.seed, MFM__STREAM_EPOCH, m->epochs_trained);
+    if (st == MFM_OK) st = mfm__pool_start(&pool, tr.n_workers, err);
+    if (st != MFM_OK) {
+        if (tr.m) mfm__trainer_free(&tr);
+        goto done;
+    }
+    if (!partial)
+        mfm__log(&m->params, MFM_LOG_INFO,
+                 "training %s %s on %" PRIu64 " rows (%" PRIu64 " non-zeros), %u features, %u fields, k=%d, %s, batch %d, %d thread(s), %d epoch(s)%s",
+                 mfm__model_names[m->params.model], mfm__task_names[m->params.task], n, info.nnz, (unsigned)m->n_features, (unsigned)m->n_fields, m->k,
+                 mfm__optimizer_names[m->params.optimizer], m->params.batch_size, tr.n_workers, n_epochs, valid ? ", early stopping" : "");
+    for (e = 0; e < n_epochs && st == MFM_OK; e++) {
+        double t0 = mfm__seconds(), loss = 0, weight = 0, metric = NAN;
         mfm_epoch_report rep;
-        for (r = 0; r < n; r++) order[r] = r;
-        for (r = n - 1; r > 0; r--) { /* Fisher-Yates: epoch e's order depends on (seed, e) only */
-            uint64_t j = mfm__rng_below(&rng, r + 1), tmp = order[r];
-            order[r] = order[j];
-            order[j] = tmp;
+        memcpy(order, rows, (size_t)n * sizeof(uint64_t));
+        if (!partial) { /* Fisher-Yates: epoch e's order depends on (seed, epochs trained) only */
+            mfm__rng rng = mfm__rng_seed(m->params.seed, MFM__STREAM_EPOCH, m->epochs_trained);
+            for (r = n - 1; r > 0; r--) {
+                uint64_t j = mfm__rng_below(&rng, r + 1), tmp = order[r];
+                order[r] = order[j];
+                order[j] = tmp;
+            }
         }
         for (w = 0; w < tr.n_workers; w++) tr.workers[w].loss = tr.workers[w].weight = 0;
-        for (start = 0; start < n; start += (uint64_t)m->params.batch_size) {
-            tr.rows = order + start;
-            tr.n_batch = n - start < (uint64_t)m->params.batch_size ? n - start : (uint64_t)m->params.batch_size;
-            tr.n_chunks = (uint64_t)tr.n_workers < tr.n_batch ? tr.n_workers : (int)tr.n_batch;
-            if (!mfm__collect_touched(&tr)) {
-                st = mfm__fail(err, MFM_ERR_OUT_OF_MEMORY,
-                               "out of memory for the gradient buffers in epoch %d; the model holds the updates of the batches before it", e + 1);
-                break;
-            }
-            mfm__pool_run(&pool, mfm__accumulate_task, &tr);
-            mfm__pool_run(&pool, mfm__apply_task, &tr);
-        }
-        if (st != MFM_OK) break;
-        m->epochs_trained++;
+        if ((st = mfm__pass(&tr, &pool, order, n, err)) != MFM_OK) break;
         m->has_state = 1;
+        if (partial) break;
+        m->epochs_trained++;
         for (w = 0; w < tr.n_workers; w++) { /* in worker order: the same bits every run */
             loss += tr.workers[w].loss;
             weight += tr.workers[w].weight;
         }
-        rep.epoch = e + 1;
-        rep.n_epochs = m->params.n_epochs;
-        rep.train_loss = weight > 0 ? loss / weight : 0;
         rep.seconds = mfm__seconds() - t0;
+        if (valid) {
+            if ((st = mfm__validation_metric(m, valid, &metric, &higher_better, err)) != MFM_OK) break;
+            if (!best.taken || (higher_better ? metric > best_metric + m->params.min_delta : metric < best_metric - m->params.min_delta)) {
+                if (metric == metric) { /* NaN (AUC without both classes) never improves */
+                    best_metric = metric;
+                    best_epoch = e + 1;
+                    stale = 0;
+                    mfm__snapshot_copy(m, &best, 0);
+                } else {
+                    stale++;
+                }
+            } else {
+                stale++;
+            }
+        }
+        rep.epoch = e + 1;
+        rep.n_epochs = n_epochs;
+        rep.train_loss = weight > 0 ? loss / weight : 0;
         rep.n_rows = n;
+        rep.validation = metric;
+        rep.best_epoch = best_epoch;
         if (m->params.on_epoch && m->params.on_epoch(m->params.user, &rep))
-            st = mfm__fail(err, MFM_ERR_CANCELLED, "training was stopped by the epoch callback after epoch %d of %d", e + 1, m->params.n_epochs);
+            st = mfm__fail(err, MFM_ERR_CANCELLED, "training was stopped by the epoch callback after epoch %d of %d", e + 1, n_epochs);
+        else if (valid && stale >= m->params.patience)
+            break;
+    }
+    if (st == MFM_OK && best.taken && !m->params.keep_last && m->epochs_trained != best.epochs_trained) {
+        mfm__log(&m->params, MFM_LOG_INFO, "early stopping: restoring the parameters of epoch %d", best_epoch);
+        mfm__snapshot_copy(m, &best, 1);
     }
     mfm__pool_stop(&pool);
     mfm__trainer_free(&tr);
+done:
+    for (e = 0; e < MFM_TENSOR_COUNT; e++) MFM_FREE(best.t[e]);
+    mfm__subset_free(&split);
+    MFM_FREE(rows);
     MFM_FREE(order);
     return st == MFM_OK ? mfm__ok(err) : st;
 }
+
+MFMDEF mfm_status mfm_fit(mfm_model *m, const mfm_csr *d, mfm_error *err) { return mfm__fit(m, d, NULL, 0, err); }
+
+MFMDEF mfm_status mfm_fit_validated(mfm_model *m, const mfm_csr *d, const mfm_csr *validation, mfm_error *err) {
+    if (!validation) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_fit_validated: the validation data is NULL");
+    return mfm__fit(m, d, validation, 0, err);
+}
+
+MFMDEF mfm_status mfm_partial_fit(mfm_model *m, const mfm_csr *d, mfm_error *err) { return mfm__fit(m, d, NULL, 1, err); }
 
 MFMDEF mfm_status mfm_train(const mfm_params *params, const mfm_csr *d, mfm_model **out, mfm_error *err) {
     mfm_params p = mfm_params_resolve(params);
@@ -3180,6 +3525,8 @@ typedef struct mfm__predictor {
     const float *ones;
     float *scratch;  /* per worker: C x k sums then C scores */
     double *prob;    /* per worker: C */
+    float *scaled;   /* per worker: the longest row, for normalize_rows */
+    uint32_t max_row_nnz;
     int n_workers;
 } mfm__predictor;
 
@@ -3194,7 +3541,7 @@ static void mfm__predict_task(void *ctx, int index) {
     uint32_t c;
     mfm__share(pr->d->n_rows, pr->n_workers, index, &lo, &hi);
     for (r = lo; r < hi; r++) {
-        mfm__row row = mfm__get_row(pr->d, r, pr->ones);
+        mfm__row row = mfm__get_row(m, pr->d, r, pr->ones, pr->scaled + (uint64_t)index * pr->max_row_nnz);
         float *out = pr->out + r * width;
         for (c = 0; c < C; c++) score[c] = mfm__score(m, c, &row, sum + (uint64_t)c * m->k);
         if (pr->kind == MFM_OUTPUT_SCORE || m->params.task == MFM_TASK_REGRESSION) {
@@ -3244,7 +3591,9 @@ MFMDEF mfm_status mfm_predict(const mfm_model *m, const mfm_csr *d, mfm_output k
     pr.ones = ones = (float *)mfm__alloc(info.max_row_nnz, sizeof(float));
     pr.scratch = (float *)mfm__alloc((uint64_t)pr.n_workers * m->n_classes * (m->k + 1), sizeof(float));
     pr.prob = (double *)mfm__alloc((uint64_t)pr.n_workers * m->n_classes, sizeof(double));
-    st = ones && pr.scratch && pr.prob ? mfm__pool_start(&pool, pr.n_workers, err)
+    pr.max_row_nnz = info.max_row_nnz;
+    pr.scaled = (float *)mfm__alloc((uint64_t)pr.n_workers * info.max_row_nnz, sizeof(float));
+    st = ones && pr.scratch && pr.prob && pr.scaled ? mfm__pool_start(&pool, pr.n_workers, err)
                                        : mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for prediction buffers");
     if (st == MFM_OK) {
         for (r = 0; r < info.max_row_nnz; r++) ones[r] = 1.0f;
@@ -3254,6 +3603,7 @@ MFMDEF mfm_status mfm_predict(const mfm_model *m, const mfm_csr *d, mfm_output k
     MFM_FREE(ones);
     MFM_FREE(pr.scratch);
     MFM_FREE(pr.prob);
+    MFM_FREE(pr.scaled);
     return st == MFM_OK ? mfm__ok(err) : st;
 }
 
@@ -3375,6 +3725,146 @@ MFMDEF mfm_status mfm_evaluate(const mfm_model *m, const mfm_csr *d, mfm_metrics
 }
 
 /* ============================================================================================
+   >>inspect  The strongest learned interactions and FM's bi-interaction vector
+   ============================================================================================ */
+
+/* x ranks before y: stronger, or as strong with the smaller (feature, field) pair. */
+static int mfm__ranks_before(const mfm_interaction *x, const mfm_interaction *y) {
+    const uint32_t kx[4] = {x->feature_a, x->field_a, x->feature_b, x->field_b}, ky[4] = {y->feature_a, y->field_a, y->feature_b, y->field_b};
+    int i;
+    if (x->strength != y->strength) return x->strength > y->strength;
+    for (i = 0; i < 4; i++)
+        if (kx[i] != ky[i]) return kx[i] < ky[i];
+    return 0;
+}
+
+static int mfm__by_rank(const void *a, const void *b) {
+    const mfm_interaction *x = (const mfm_interaction *)a, *y = (const mfm_interaction *)b;
+    return mfm__ranks_before(x, y) ? -1 : mfm__ranks_before(y, x) ? 1 : 0;
+}
+
+/* Keeps the n best of everything offered in heap[0..*count), the weakest at the root. */
+static void mfm__offer(mfm_interaction *heap, size_t n, size_t *count, const mfm_interaction *x) {
+    size_t i;
+    if (*count < n) { /* sift up: a parent never ranks before its children */
+        for (i = (*count)++; i > 0 && mfm__ranks_before(&heap[(i - 1) / 2], x); i = (i - 1) / 2) heap[i] = heap[(i - 1) / 2];
+        heap[i] = *x;
+        return;
+    }
+    if (!mfm__ranks_before(x, &heap[0])) return;
+    for (i = 0;;) { /* sift down from the root */
+        size_t c = 2 * i + 1;
+        if (c >= n) break;
+        if (c + 1 < n && mfm__ranks_before(&heap[c], &heap[c + 1])) c++; /* the weaker child */
+        if (!mfm__ranks_before(x, &heap[c])) break;
+        heap[i] = heap[c];
+        i = c;
+    }
+    heap[i] = *x;
+}
+
+typedef struct mfm__slot {
+    uint32_t feature, field;
+} mfm__slot;
+
+static int mfm__by_slot(const void *a, const void *b) {
+    const mfm__slot *x = (const mfm__slot *)a, *y = (const mfm__slot *)b;
+    if (x->feature != y->feature) return x->feature < y->feature ? -1 : 1;
+    return (x->field > y->field) - (x->field < y->field);
+}
+
+MFMDEF mfm_status mfm_top_interactions(const mfm_model *m, const mfm_csr *d, uint32_t cls, size_t n, mfm_interaction *out, size_t *n_found,
+                                       mfm_error *err) {
+    const int fm = m && m->params.model == MFM_MODEL_FM;
+    mfm__data_info info;
+    mfm__slot *slots;
+    mfm_status st;
+    uint64_t n_slots = 0, i, j;
+    if (!m || !n_found || (n && !out)) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_top_interactions: the model, the output or n_found is NULL");
+    *n_found = 0;
+    if (cls >= m->n_classes)
+        return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_top_interactions: class %u does not exist: the model has %u class(es)", (unsigned)cls,
+                         (unsigned)m->n_classes);
+    if (m->params.linear_only) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_top_interactions: a linear model learns no interactions");
+    if (!d && !fm)
+        return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_top_interactions: a %s model needs data to know which field each feature belongs to",
+                         mfm__model_names[m->params.model]);
+    if (d && ((st = mfm__check_csr(d, !fm, &info, err)) != MFM_OK || (st = mfm__check_shape(m, d, &info, err)) != MFM_OK)) return st;
+    slots = (mfm__slot *)mfm__alloc(d ? info.nnz : m->n_features, sizeof(mfm__slot));
+    if (!slots) return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for the features to scan");
+    if (!d) {
+        for (i = 0; i < m->n_features; i++) slots[i].feature = (uint32_t)i, slots[i].field = 0;
+        n_slots = m->n_features;
+    } else if (info.nnz) { /* the distinct (feature, field) pairs of the data; FM ignores fields */
+        for (i = 0; i < info.nnz; i++) slots[i].feature = d->features[i], slots[i].field = fm ? 0 : d->fields[i];
+        qsort(slots, (size_t)info.nnz, sizeof *slots, mfm__by_slot);
+        for (i = 0; i < info.nnz; i++)
+            if (n_slots == 0 || mfm__by_slot(&slots[n_slots - 1], &slots[i]) != 0) slots[n_slots++] = slots[i];
+    }
+    for (i = 0; i < n_slots && n; i++)
+        for (j = i + 1; j < n_slots; j++) {
+            const mfm__slot *a = &slots[i], *b = &slots[j];
+            mfm_interaction x;
+            if (a->feature == b->feature) continue; /* a feature seen under two fields is no pair */
+            if (m->params.model == MFM_MODEL_FFM)
+                x.value = mfm__dot(mfm__ffm_slot(m, cls, a->feature, b->field), mfm__ffm_slot(m, cls, b->feature, a->field), m->k);
+            else
+                x.value = mfm__dot(mfm__block(m, MFM_TENSOR_V, cls, a->feature), mfm__block(m, MFM_TENSOR_V, cls, b->feature), m->k) *
+                          (fm ? 1.0f : mfm__fwfm_r(m, cls, a->field, b->field));
+            x.strength = fabsf(x.value);
+            x.feature_a = a->feature, x.field_a = a->field, x.feature_b = b->feature, x.field_b = b->field;
+            mfm__offer(out, n, n_found, &x);
+        }
+    qsort(out, *n_found, sizeof *out, mfm__by_rank);
+    MFM_FREE(slots);
+    return mfm__ok(err);
+}
+
+MFMDEF mfm_status mfm_bi_interaction(const mfm_model *m, const mfm_csr *d, float *out, size_t capacity, mfm_error *err) {
+    mfm__data_info info;
+    mfm_status st;
+    float *ones, *scaled;
+    uint64_t r, need;
+    uint32_t c, a;
+    int t;
+    if (!m || !d) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_bi_interaction: the model or the data is NULL");
+    if (m->params.model != MFM_MODEL_FM || m->params.linear_only)
+        return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_bi_interaction: the bi-interaction vector belongs to FM models with pairs, not to a%s %s",
+                         m->params.linear_only ? " linear" : "n", m->params.linear_only ? "model" : mfm__model_names[m->params.model]);
+    if ((st = mfm__check_csr(d, 0, &info, err)) != MFM_OK || (st = mfm__check_shape(m, d, &info, err)) != MFM_OK) return st;
+    need = d->n_rows * m->n_classes * (uint64_t)m->k;
+    if ((uint64_t)capacity < need || (need && !out))
+        return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_bi_interaction: the output holds %" PRIu64 " values but %" PRIu64 " rows need %" PRIu64,
+                         (uint64_t)capacity, d->n_rows, need);
+    ones = (float *)mfm__alloc(info.max_row_nnz, sizeof(float));
+    scaled = (float *)mfm__alloc(info.max_row_nnz, sizeof(float));
+    if (!ones || !scaled) {
+        MFM_FREE(ones);
+        MFM_FREE(scaled);
+        return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for bi-interaction buffers");
+    }
+    for (a = 0; a < info.max_row_nnz; a++) ones[a] = 1.0f;
+    for (r = 0; r < d->n_rows; r++) {
+        mfm__row row = mfm__get_row(m, d, r, ones, scaled);
+        for (c = 0; c < m->n_classes; c++) {
+            float *bi = out + (r * m->n_classes + c) * (uint64_t)m->k;
+            for (t = 0; t < m->k; t++) {
+                float sum = 0, sq = 0;
+                for (a = 0; a < row.z; a++) {
+                    float vx = mfm__block(m, MFM_TENSOR_V, c, row.feat[a])[t] * row.x[a];
+                    sum += vx;
+                    sq += vx * vx;
+                }
+                bi[t] = 0.5f * (sum * sum - sq);
+            }
+        }
+    }
+    MFM_FREE(ones);
+    MFM_FREE(scaled);
+    return mfm__ok(err);
+}
+
+/* ============================================================================================
    >>model-files  Saving and loading models: header, params, tensors, optional state, checksum
    ============================================================================================ */
 
@@ -3387,9 +3877,11 @@ typedef struct mfm__model_header {
     uint32_t format_version, endian_mark, writer_version, flags;
     uint32_t model, task, optimizer, k, n_features, n_fields, n_classes, n_slots;
     uint32_t linear_only, class_weight, n_class_weights, n_epochs, batch_size, n_threads;
+    uint32_t normalize_rows, pairs_only, patience, metric, keep_last;
     uint64_t epochs_trained, seed;
     double learning_rate, l2_linear, l2_factors, l1_linear, l1_factors, init_scale;
     double adam_beta1, adam_beta2, adam_epsilon, ftrl_beta, label_smoothing;
+    double adagrad_init, validation_fraction, min_delta;
 } mfm__model_header;
 
 #define MFM__FIELD(name) {offsetof(mfm__model_header, name), sizeof(((mfm__model_header *)0)->name)}
@@ -3402,7 +3894,8 @@ static const struct {
     MFM__FIELD(n_epochs),       MFM__FIELD(batch_size),      MFM__FIELD(n_threads),      MFM__FIELD(epochs_trained), MFM__FIELD(seed),
     MFM__FIELD(learning_rate),  MFM__FIELD(l2_linear),       MFM__FIELD(l2_factors),     MFM__FIELD(l1_linear),     MFM__FIELD(l1_factors),
     MFM__FIELD(init_scale),     MFM__FIELD(adam_beta1),      MFM__FIELD(adam_beta2),     MFM__FIELD(adam_epsilon),  MFM__FIELD(ftrl_beta),
-    MFM__FIELD(label_smoothing)};
+    MFM__FIELD(label_smoothing), MFM__FIELD(normalize_rows),  MFM__FIELD(pairs_only),     MFM__FIELD(patience),      MFM__FIELD(metric),
+    MFM__FIELD(keep_last),      MFM__FIELD(adagrad_init),    MFM__FIELD(validation_fraction), MFM__FIELD(min_delta)};
 #undef MFM__FIELD
 #define MFM__N_MODEL_FIELDS (sizeof mfm__model_fields / sizeof mfm__model_fields[0])
 enum { MFM__MODEL_STATE = 1 };
@@ -3430,6 +3923,9 @@ static void mfm__header_from_model(const mfm_model *m, int with_state, mfm__mode
     h->l1_linear = p->l1_linear, h->l1_factors = p->l1_factors, h->init_scale = p->init_scale;
     h->adam_beta1 = p->adam_beta1, h->adam_beta2 = p->adam_beta2, h->adam_epsilon = p->adam_epsilon;
     h->ftrl_beta = p->ftrl_beta, h->label_smoothing = p->label_smoothing;
+    h->normalize_rows = (uint32_t)p->normalize_rows, h->pairs_only = (uint32_t)p->pairs_only, h->patience = (uint32_t)p->patience;
+    h->metric = (uint32_t)p->metric, h->keep_last = (uint32_t)p->keep_last;
+    h->adagrad_init = p->adagrad_init, h->validation_fraction = p->validation_fraction, h->min_delta = p->min_delta;
 }
 
 static mfm_params mfm__params_from_header(const mfm__model_header *h) {
@@ -3442,6 +3938,9 @@ static mfm_params mfm__params_from_header(const mfm__model_header *h) {
     p.adam_beta1 = h->adam_beta1, p.adam_beta2 = h->adam_beta2, p.adam_epsilon = h->adam_epsilon;
     p.ftrl_beta = h->ftrl_beta, p.label_smoothing = h->label_smoothing;
     p.class_weight = (mfm_class_weight)h->class_weight, p.seed = h->seed, p.linear_only = (int)h->linear_only;
+    p.normalize_rows = (int)h->normalize_rows, p.pairs_only = (int)h->pairs_only, p.patience = (int)h->patience;
+    p.metric = (mfm_metric)h->metric, p.keep_last = (int)h->keep_last;
+    p.adagrad_init = h->adagrad_init, p.validation_fraction = h->validation_fraction, p.min_delta = h->min_delta;
     return p;
 }
 

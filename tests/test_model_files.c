@@ -3,8 +3,8 @@
    independent deep copies, damaged files are refused with a sentence saying what is wrong, and
    a failed save leaves the old file in place.
 
-   Expected sizes follow the layout described in the header (a 184-byte header: magic, 18 u32,
-   2 u64, 11 f64; class weights; every tensor class by class, slot by slot; an 8-byte checksum),
+   Expected sizes follow the layout described in the header (a 228-byte header: magic, 18 u32,
+   2 u64, 11 f64, then 5 u32 and 3 f64 of the LIBFFM switches and early stopping; class weights; every tensor class by class, slot by slot; an 8-byte checksum),
    computed here by hand. */
 #if !defined(_XOPEN_SOURCE)
 #define _XOPEN_SOURCE 700
@@ -25,7 +25,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-enum { MODEL_HEADER_BYTES = 8 + 18 * 4 + 2 * 8 + 11 * 8 }; /* 184 */
+enum { MODEL_HEADER_BYTES = 8 + 18 * 4 + 2 * 8 + 11 * 8 + 5 * 4 + 3 * 8 }; /* 228 */
 enum { N_FEATURES = 20, N_FIELDS = 4 };
 
 static const char *task_name(mfm_task t) { return t == MFM_TASK_REGRESSION ? "regression" : t == MFM_TASK_MULTICLASS ? "multiclass" : "binary"; }
@@ -250,11 +250,15 @@ void test_model_save_load_round_trip(void) {
                         same_params(&fi.params, mfm_model_params(m), what);
                         CHECK(fi.params.class_weights == NULL && fi.params.on_epoch == NULL, "%s: inspect hands back pointers", what);
                     }
-                    if (!with_state) { /* a model loaded without state trains on, and has state again */
+                    if (!with_state) { /* refuses to resume until its state is reset, then trains on */
                         mfm_model_info after;
                         st = mfm_fit(l, &td.csr, &e);
+                        CHECK(st == MFM_ERR_INVALID_ARGUMENT && strstr(e.message, "mfm_model_reset_state"), "%s: fit without state: %d %s", what,
+                              (int)st, e.message);
+                        mfm_model_reset_state(l);
+                        st = mfm_fit(l, &td.csr, &e);
                         mfm_model_get_info(l, &after);
-                        CHECK(st == MFM_OK && after.has_state == 1 && after.epochs_trained == 4, "%s: fit after load: %d, has_state %d, epochs %llu",
+                        CHECK(st == MFM_OK && after.has_state == 1 && after.epochs_trained == 4, "%s: fit after reset: %d, has_state %d, epochs %llu",
                               what, (int)st, after.has_state, (unsigned long long)after.epochs_trained);
                     }
                     mfm_model_free(l);
