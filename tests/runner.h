@@ -85,7 +85,8 @@
     X(test_cli_epoch_lines_and_auto_stop)     \
     X(test_cli_stdin)                         \
     X(test_cli_convert_and_info)              \
-    X(test_cli_errors)
+    X(test_cli_errors)                        \
+    X(test_cli_resume)
 
 #define TEST_DECLARE(name) void name(void);
 TEST_LIST(TEST_DECLARE)

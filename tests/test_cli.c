@@ -32,7 +32,7 @@ static int run_tool(const char *args, char *out, size_t out_size, char *errs, si
     int status;
     scratch_path(out_path, sizeof out_path, "tool.out");
     scratch_path(err_path, sizeof err_path, "tool.err");
-    snprintf(cmd, sizeof cmd, "%s >%s 2>%s", args, out_path, err_path);
+    snprintf(cmd, sizeof cmd, "{ %s ; } >%s 2>%s", args, out_path, err_path); /* every command of a chain */
     status = system(cmd);
     out[0] = errs[0] = '\0';
     if ((text = read_whole_file(out_path, &n)) != NULL) snprintf(out, out_size, "%s", (const char *)text), free(text);
@@ -282,5 +282,46 @@ void test_cli_errors(void) {
     snprintf(cmd, sizeof cmd, "%s train %s %s.model", MFM_TOOL, bad, bad);
     rc = run_tool(cmd, out, sizeof out, errs, sizeof errs);
     CHECK(rc == 1 && strstr(errs, "bad.ffm:2:11:"), "a malformed line should fail with its line and column (exit %d): %s", rc, errs);
+    scratch_clean();
+}
+
+/* --resume continues exactly: 2 epochs, then 2 more from the file, score every row as 4 epochs
+   in one go would (one thread); a model saved with --no-state is refused. */
+void test_cli_resume(void) {
+    char once[512], twice[512], stateless[512], cmd[2400], out[4096], errs[4096];
+    mfm_dataset *data = read_data(CRITEO_TRAIN, MFM_TASK_BINARY);
+    mfm_model *a = NULL, *b = NULL;
+    mfm_error e;
+    float *sa = NULL, *sb = NULL;
+    int rc;
+    REQUIRE(data != NULL, "no data");
+    scratch_path(once, sizeof once, "four.model");
+    scratch_path(twice, sizeof twice, "two-plus-two.model");
+    scratch_path(stateless, sizeof stateless, "stateless.model");
+    snprintf(cmd, sizeof cmd, "%s train --model fwfm --optimizer adam -k 3 -t 4 --batch 3 --quiet %s %s && %s train --model fwfm --optimizer adam -k 3 -t 2 --batch 3 --quiet %s %s && %s train --resume %s -t 2 --quiet %s",
+             MFM_TOOL, CRITEO_TRAIN, once, MFM_TOOL, CRITEO_TRAIN, twice, MFM_TOOL, twice, CRITEO_TRAIN);
+    rc = run_tool(cmd, out, sizeof out, errs, sizeof errs);
+    if (CHECK(rc == 0, "'%s' exited with %d: %s", cmd, rc, errs) && CHECK(mfm_model_load(once, &a, &e) == MFM_OK, "%s", e.message) &&
+        CHECK(mfm_model_load(twice, &b, &e) == MFM_OK, "%s", e.message)) {
+        mfm_csr d = mfm_dataset_csr(data);
+        mfm_model_info ia, ib;
+        sa = (float *)malloc(d.n_rows * sizeof(float));
+        sb = (float *)malloc(d.n_rows * sizeof(float));
+        mfm_model_get_info(a, &ia);
+        mfm_model_get_info(b, &ib);
+        CHECK(ib.epochs_trained == 4, "the resumed model trained %llu epochs, not 4", (unsigned long long)ib.epochs_trained);
+        if (sa && sb && CHECK(mfm_predict(a, &d, MFM_OUTPUT_SCORE, sa, d.n_rows, &e) == MFM_OK, "%s", e.message) &&
+            CHECK(mfm_predict(b, &d, MFM_OUTPUT_SCORE, sb, d.n_rows, &e) == MFM_OK, "%s", e.message))
+            CHECK(memcmp(sa, sb, d.n_rows * sizeof(float)) == 0, "2 + 2 resumed epochs score differently from 4 epochs");
+    }
+    snprintf(cmd, sizeof cmd, "%s train --no-state -t 1 --quiet %s %s && %s train --resume %s %s", MFM_TOOL, CRITEO_TRAIN, stateless, MFM_TOOL,
+             stateless, CRITEO_TRAIN);
+    rc = run_tool(cmd, out, sizeof out, errs, sizeof errs);
+    CHECK(rc == 1 && strstr(errs, "without its optimizer state"), "resuming a stateless model should fail (exit %d): %s", rc, errs);
+    free(sa);
+    free(sb);
+    mfm_model_free(a);
+    mfm_model_free(b);
+    mfm_dataset_free(data);
     scratch_clean();
 }

@@ -142,12 +142,14 @@ static const char *const format_names[] = {[MFM_FORMAT_AUTO] = "auto", [MFM_FORM
                                            [MFM_FORMAT_BINARY] = "binary"};
 static const char *const output_names[] = {[MFM_OUTPUT_DEFAULT] = "default", [MFM_OUTPUT_SCORE] = "score", [MFM_OUTPUT_PROBABILITY] = "prob",
                                            [MFM_OUTPUT_LABEL] = "label"};
+static const char *const metric_names[] = {[MFM_METRIC_LOGLOSS] = "logloss", [MFM_METRIC_AUC] = "auc", [MFM_METRIC_HALF_MSE] = "half-mse",
+                                           [MFM_METRIC_RMSE] = "rmse", [MFM_METRIC_CROSS_ENTROPY] = "cross-entropy"};
 static const char *const class_weight_names[] = {[MFM_CLASS_WEIGHT_NONE] = "none", [MFM_CLASS_WEIGHT_BALANCED] = "balanced",
                                                  [MFM_CLASS_WEIGHT_EXPLICIT] = "explicit"};
 
 static const name_set model_set = NAME_SET(model_names), task_set = NAME_SET(task_names), optimizer_set = NAME_SET(optimizer_names),
                       format_set = NAME_SET(format_names), output_set = NAME_SET(output_names),
-                      class_weight_set = NAME_SET(class_weight_names);
+                      class_weight_set = NAME_SET(class_weight_names), metric_set = NAME_SET(metric_names);
 
 static const char *name_of(const name_set *set, int value) {
     return value >= 0 && value < set->count && set->names[value] ? set->names[value] : "unknown";
@@ -192,10 +194,10 @@ typedef struct settings {
     const char *command;  /* "train", ... */
     unsigned command_bit; /* CMD_TRAIN, ... */
     mfm_params p; /* the library parameters; zero = the library's default */
-    int model, task, optimizer, format, output, to; /* indices into the name tables */
+    int model, task, optimizer, format, output, to, metric; /* indices into the name tables */
     uint32_t n_features, n_fields;
-    int patience, auto_stop, cache, no_state, quiet, help;
-    const char *validation, *class_weight;
+    int auto_stop, libffm, cache, no_state, quiet, help;
+    const char *validation, *class_weight, *resume;
     const char *args[3];
     int n_args;
 } settings;
@@ -228,8 +230,13 @@ static const option options[] = {
     OPTION_NUMBER(CMD_TRAIN | CMD_PREDICT | CMD_EVAL, "-s", "--threads", OPT_INT, p.n_threads, 1, 1024, 0, "N",
                   "threads (train: 1; predict and eval: every core)"),
     OPTION_TEXT(CMD_TRAIN, "-p", "--validation", validation, "FILE", "report validation metrics after every epoch"),
-    OPTION_FLAG(CMD_TRAIN, NULL, "--auto-stop", auto_stop, "stop when the validation logloss (RMSE) stops improving"),
-    OPTION_INT(NULL, "--patience", patience, 1, INT_MAX, "N", "epochs without improvement that --auto-stop allows (1)"),
+    OPTION_FLAG(CMD_TRAIN, NULL, "--auto-stop", auto_stop, "early stopping on -p FILE; keeps the best epoch's model"),
+    OPTION_REAL("--validation-fraction", p.validation_fraction, 0, 1, OPEN_LO | OPEN_HI, "early stopping on a seeded split of TRAIN"),
+    OPTION_INT(NULL, "--patience", p.patience, 1, INT_MAX, "N", "epochs without improvement before stopping (1)"),
+    OPTION_REAL("--min-delta", p.min_delta, 0, HUGE_VAL, 0, "the least change that counts as improvement (0)"),
+    OPTION_NAME(CMD_TRAIN, "--metric", metric, metric_set, "what early stopping watches (logloss; rmse...)"),
+    OPTION_FLAG(CMD_TRAIN, NULL, "--keep-last", p.keep_last, "keep the last epoch, not the best"),
+    OPTION_TEXT(CMD_TRAIN, NULL, "--resume", resume, "MODEL", "continue training MODEL (saved with its state)"),
     OPTION_NAME(CMD_TRAIN, "--model", model, model_set, "linear = FM without pairs (fm)"),
     OPTION_NAME(CMD_TRAIN | CMD_CONVERT, "--task", task, task_set, "the labels and the loss (binary)"),
     OPTION_NAME(CMD_TRAIN, "--optimizer", optimizer, optimizer_set, "(adagrad)"),
@@ -245,6 +252,10 @@ static const option options[] = {
     OPTION_REAL("--adam-epsilon", p.adam_epsilon, 0, HUGE_VAL, OPEN_LO, "Adam's epsilon (1e-8)"),
     OPTION_REAL("--ftrl-beta", p.ftrl_beta, 0, HUGE_VAL, OPEN_LO, "FTRL's beta (1)"),
     OPTION_REAL("--label-smoothing", p.label_smoothing, 0, 1, OPEN_HI, "classification only (0)"),
+    OPTION_FLAG(CMD_TRAIN, NULL, "--normalize", p.normalize_rows, "scale each row to sum x^2 = 1 (LIBFFM, xLearn)"),
+    OPTION_FLAG(CMD_TRAIN, NULL, "--pairs-only", p.pairs_only, "no bias and no linear term (LIBFFM)"),
+    OPTION_REAL("--adagrad-init", p.adagrad_init, 0, HUGE_VAL, 0, "AdaGrad's initial accumulator (0; LIBFFM: 1)"),
+    OPTION_FLAG(CMD_TRAIN, NULL, "--libffm", libffm, "LIBFFM's FFM: the three above, init scale 1, -k 4 -t 15 -r 0.2 -l 2e-5"),
     OPTION_TEXT(CMD_TRAIN, NULL, "--class-weight", class_weight, "W", "none, balanced, or a weight per class: 1,3 (none)"),
     OPTION_NUMBER(CMD_TRAIN, NULL, "--seed", OPT_U64, p.seed, 0, 0, 0, "N", "random seed (0)"),
     OPTION_NUMBER(CMD_TRAIN, NULL, "--features", OPT_U32, n_features, 1, 4294967295.0, 0, "N", "make room for larger feature ids than TRAIN's"),
@@ -442,7 +453,7 @@ static int task_metrics(mfm_task task, int brief, const mfm_metrics *m, const ch
 /* Everything a command allocates; main frees it whatever happened. */
 typedef struct job {
     mfm_dataset *data, *valid;
-    mfm_model *model, *best_model;
+    mfm_model *model;
     float *floats;     /* predictions, or explicit class weights */
     char *model_path;  /* train's MODEL */
 } job;
@@ -451,61 +462,50 @@ typedef struct job {
 typedef struct trainer {
     const settings *s;
     job *job;
-    mfm_csr valid;        /* n_rows 0: no validation */
+    mfm_csr valid;        /* -p FILE; n_rows 0 without */
     mfm_task task;
-    int bad_epochs, best_epoch, failed;
-    double best, seconds; /* best: the best validation logloss (RMSE) so far */
+    mfm_metric metric;    /* what early stopping watches */
+    int best_epoch, failed;
+    double seconds;
     uint64_t rows;        /* rows trained on over all epochs */
 } trainer;
 
-/* --auto-stop: keep a copy of the best epoch's model; 1 once `patience` epochs did not beat it. */
-static int keep_if_best(trainer *t, int epoch, double metric) {
-    job *j = t->job;
-    mfm_error e;
-    if (t->best_epoch && !(metric < t->best)) return ++t->bad_epochs >= t->s->patience;
-    mfm_model_free(j->best_model);
-    j->best_model = NULL;
-    if (mfm_model_clone(j->model, &j->best_model, &e) != MFM_OK) return t->failed = fail("%s", e.message);
-    t->best = metric;
-    t->best_epoch = epoch;
-    t->bad_epochs = 0;
-    return 0;
-}
-
-static void print_epoch_header(const char **metric_names, int n) {
+static void print_epoch_header(const char **names, int n) {
     char column[32];
     int i;
     printf("%5s %12s", "epoch", "train_loss");
     for (i = 0; i < n; i++) {
-        snprintf(column, sizeof column, "valid_%s", metric_names[i]);
+        snprintf(column, sizeof column, "valid_%s", names[i]);
         printf(" %14s", column);
     }
     printf(" %9s %11s\n", "seconds", "rows/s");
 }
 
-/* One line per epoch (a header before the first): train loss, validation metrics, speed. */
+/* One line per epoch (a header before the first): train loss, validation metrics (of -p FILE,
+   or early stopping's metric on a split of TRAIN), speed. */
 static int on_epoch(void *user, const mfm_epoch_report *r) {
     trainer *t = (trainer *)user;
-    const int quiet = t->s->quiet, auto_stop = t->s->auto_stop;
     const char *names[3];
     double values[3];
-    mfm_metrics m = {0, 0, 0, 0, 0};
+    mfm_metrics m;
     mfm_error e;
     int i, n = 0;
     t->seconds += r->seconds;
     t->rows += r->n_rows;
-    if (t->valid.n_rows && (!quiet || auto_stop)) { /* the model is consistent between epochs */
+    t->best_epoch = r->best_epoch;
+    if (t->s->quiet) return 0;
+    if (t->valid.n_rows) { /* the model is consistent between epochs */
         if (mfm_evaluate(t->job->model, &t->valid, &m, &e) != MFM_OK) return t->failed = fail("%s: %s", t->s->validation, e.message);
         n = task_metrics(t->task, 1, &m, names, values);
+    } else if (r->validation == r->validation) {
+        names[0] = name_of(&metric_set, t->metric), values[0] = r->validation, n = 1;
     }
-    if (!quiet && r->epoch == 1) print_epoch_header(names, n);
-    if (!quiet) {
-        printf("%5d %12.6f", r->epoch, r->train_loss);
-        for (i = 0; i < n; i++) printf(" %14.6f", values[i]);
-        printf(" %9.2f %11.0f\n", r->seconds, per_second((double)r->n_rows, r->seconds));
-        fflush(stdout);
-    }
-    return auto_stop ? keep_if_best(t, r->epoch, t->task == MFM_TASK_REGRESSION ? m.rmse : m.logloss) : 0;
+    if (r->epoch == 1) print_epoch_header(names, n);
+    printf("%5d %12.6f", r->epoch, r->train_loss);
+    for (i = 0; i < n; i++) printf(" %14.6f", values[i]);
+    printf(" %9.2f %11.0f\n", r->seconds, per_second((double)r->n_rows, r->seconds));
+    fflush(stdout);
+    return 0;
 }
 
 /* MODEL defaults to TRAIN's file name + ".model" in the current directory, as in LIBFFM. */
@@ -555,51 +555,108 @@ static int set_class_weight(const char *text, uint32_t n_classes, mfm_params *p,
 
 /* Option combinations that cannot work, caught before any data is read. */
 static int check_train_settings(const settings *s) {
-    if (s->auto_stop && !s->validation) return usage_error("--auto-stop needs validation data (-p FILE)");
+    if (s->auto_stop && !s->validation && !s->p.validation_fraction) return usage_error("--auto-stop needs validation data (-p FILE or --validation-fraction F)");
+    if (s->validation && s->p.validation_fraction) return usage_error("give -p FILE or --validation-fraction, not both");
+    if (s->libffm && s->model && s->model != MFM_MODEL_FFM) return usage_error("--libffm trains an FFM; drop --model");
     if (s->cache && is_std_stream(s->args[0])) return usage_error("--cache needs a training file, not standard input");
     if (s->p.n_classes && s->task != MFM_TASK_MULTICLASS) return usage_error("--classes applies to --task multiclass only");
     if (s->n_args < 2 && is_std_stream(s->args[0])) return usage_error("training data from standard input needs an explicit MODEL path");
     return 0;
 }
 
-/* Reads TRAIN (and -p), makes the model as big as the data and the options ask, then trains. */
+/* --libffm: LIBFFM's algorithm and, where the command line leaves them, its defaults. */
+static void apply_libffm(mfm_params *p) {
+    p->model = MFM_MODEL_FFM;
+    p->normalize_rows = p->pairs_only = 1;
+    p->adagrad_init = 1;
+    if (!p->init_scale) p->init_scale = 1;
+    if (!p->k) p->k = 4;
+    if (!p->n_epochs) p->n_epochs = 15;
+    if (!p->learning_rate) p->learning_rate = 0.2;
+    if (!p->l2_linear && !p->l2_factors) p->l2_linear = p->l2_factors = 2e-5;
+}
+
+/* --resume: the saved model's params, with what the command line sets on top (its shape stays:
+   a different -k is the library's error). */
+static void resume_params(const settings *s, const mfm_model *model, mfm_params *p) {
+    const mfm_params *c = &s->p;
+    *p = *mfm_model_params(model);
+#define TAKE(field) \
+    if (c->field) p->field = c->field;
+    TAKE(k) TAKE(n_epochs) TAKE(batch_size) TAKE(n_threads) TAKE(learning_rate) TAKE(l2_linear) TAKE(l2_factors) TAKE(l1_linear) TAKE(l1_factors)
+    TAKE(adam_beta1) TAKE(adam_beta2) TAKE(adam_epsilon) TAKE(ftrl_beta) TAKE(label_smoothing) TAKE(patience) TAKE(min_delta)
+    TAKE(validation_fraction) TAKE(keep_last)
+#undef TAKE
+    if (s->metric) p->metric = (mfm_metric)s->metric;
+}
+
+/* The model to train: MODEL of --resume (with its state), or a new one as big as the data and
+   the options ask. */
+static int make_model(const settings *s, job *j, trainer *t, mfm_params *p) {
+    const mfm_csr csr = mfm_dataset_csr(j->data);
+    mfm_dataset_info info;
+    mfm_error e;
+    uint32_t n_classes;
+    int rc;
+    if (s->resume) {
+        resume_params(s, j->model, p);
+    } else {
+        p->model = s->model == MODEL_LINEAR ? MFM_MODEL_FM : (mfm_model_type)s->model;
+        p->linear_only = s->model == MODEL_LINEAR;
+        p->task = t->task;
+        p->optimizer = (mfm_optimizer)s->optimizer;
+        p->metric = (mfm_metric)s->metric;
+        if (s->libffm) apply_libffm(p);
+    }
+    p->on_epoch = on_epoch;
+    p->user = t;
+    n_classes = t->task != MFM_TASK_MULTICLASS ? 2 : s->resume ? mfm_model_params(j->model)->n_classes ? (uint32_t)mfm_model_params(j->model)->n_classes : count_classes(&csr)
+                                                              : p->n_classes ? (uint32_t)p->n_classes : count_classes(&csr);
+    if (t->task == MFM_TASK_MULTICLASS && !s->resume) p->n_classes = (int)n_classes;
+    if (s->class_weight && (rc = set_class_weight(s->class_weight, n_classes, p, &j->floats)) != 0) return rc;
+    if (s->resume) return mfm_model_set_params(j->model, p, &e) == MFM_OK ? 0 : fail("%s: %s", s->resume, e.message);
+    mfm_dataset_get_info(j->data, &info);
+    if (mfm_model_create(p, info.n_features > s->n_features ? info.n_features : s->n_features, info.n_fields > s->n_fields ? info.n_fields : s->n_fields,
+                         n_classes, &j->model, &e) != MFM_OK)
+        return fail("%s", e.message);
+    return 0;
+}
+
+/* Reads TRAIN (and -p), makes or loads the model, trains: early stopping with --auto-stop on
+   -p FILE or with --validation-fraction, metrics of -p FILE reported either way. */
 static int fit_model(const settings *s, job *j, trainer *t) {
     const char *path = s->args[0];
     mfm_params p = s->p;
-    mfm_dataset_info info;
     mfm_metrics unused;
+    mfm_model_info info;
     mfm_csr csr;
     mfm_error e;
     mfm_status st;
-    uint32_t n_classes;
-    const int need_fields = s->model == MFM_MODEL_FFM || s->model == MFM_MODEL_FWFM;
-    int rc = s->cache ? read_cached(path, t->task, s->format, s->quiet, &j->data) : read_data(path, t->task, s->format, &j->data);
+    int need_fields, rc = 0;
+    if (s->resume) {
+        if (mfm_model_load(s->resume, &j->model, &e) != MFM_OK) return fail("%s", e.message);
+        mfm_model_get_info(j->model, &info);
+        if (!info.has_state)
+            return fail("%s was saved without its optimizer state (--no-state), so training cannot continue where it stopped", s->resume);
+        t->task = info.task;
+    }
+    need_fields = s->resume ? info.model != MFM_MODEL_FM : s->model == MFM_MODEL_FFM || s->model == MFM_MODEL_FWFM || s->libffm;
+    rc = s->cache ? read_cached(path, t->task, s->format, s->quiet, &j->data) : read_data(path, t->task, s->format, &j->data);
     if (rc == 0) rc = check_data(path, j->data, 1, need_fields, "an FFM or FwFM model");
     if (rc == 0 && s->validation) rc = read_data(s->validation, t->task, s->format, &j->valid);
     if (rc == 0 && s->validation) rc = check_data(s->validation, j->valid, 1, need_fields, "an FFM or FwFM model");
+    if (rc == 0) rc = make_model(s, j, t, &p);
     if (rc != 0) return rc;
-    p.model = s->model == MODEL_LINEAR ? MFM_MODEL_FM : (mfm_model_type)s->model;
-    p.linear_only = s->model == MODEL_LINEAR;
-    p.task = t->task;
-    p.optimizer = (mfm_optimizer)s->optimizer;
-    p.on_epoch = on_epoch;
-    p.user = t;
+    t->metric = mfm_model_params(j->model)->metric;
     csr = mfm_dataset_csr(j->data);
-    mfm_dataset_get_info(j->data, &info);
-    n_classes = t->task != MFM_TASK_MULTICLASS ? 2 : p.n_classes ? (uint32_t)p.n_classes : count_classes(&csr);
-    if (t->task == MFM_TASK_MULTICLASS) p.n_classes = (int)n_classes;
-    if (s->class_weight && (rc = set_class_weight(s->class_weight, n_classes, &p, &j->floats)) != 0) return rc;
-    st = mfm_model_create(&p, info.n_features > s->n_features ? info.n_features : s->n_features,
-                          info.n_fields > s->n_fields ? info.n_fields : s->n_fields, n_classes, &j->model, &e);
-    if (st != MFM_OK) return fail("%s", e.message);
     if (j->valid) {
         t->valid = mfm_dataset_csr(j->valid);
         /* a shape mismatch shows now, not after the first epoch */
         if (mfm_evaluate(j->model, &t->valid, &unused, &e) != MFM_OK) return fail("%s: %s", s->validation, e.message);
     }
-    st = mfm_fit(j->model, &csr, &e);
+    st = s->auto_stop && j->valid ? mfm_fit_validated(j->model, &csr, &t->valid, &e) : mfm_fit(j->model, &csr, &e);
     if (t->failed) return t->failed;
-    if (st != MFM_OK && !(st == MFM_ERR_CANCELLED && s->auto_stop)) return fail("%s: %s", path, e.message);
+    if (st != MFM_OK) return fail("%s: %s", path, e.message);
     return 0;
 }
 
@@ -612,9 +669,9 @@ static int cmd_train(const settings *s, job *j) {
     t.job = j;
     t.task = s->task ? (mfm_task)s->task : MFM_TASK_BINARY;
     if ((rc = check_train_settings(s)) != 0 || (rc = fit_model(s, j, &t)) != 0) return rc;
-    j->model_path = s->n_args > 1 ? join(s->args[1], "") : default_model_path(s->args[0]);
-    if (s->auto_stop) printf("auto-stop: using the model of epoch %d\n", t.best_epoch);
-    if (mfm_model_save(j->best_model ? j->best_model : j->model, j->model_path, !s->no_state, &e) != MFM_OK) return fail("%s", e.message);
+    j->model_path = s->n_args > 1 ? join(s->args[1], "") : s->resume ? join(s->resume, "") : default_model_path(s->args[0]);
+    if (t.best_epoch) printf("early stopping: using the model of epoch %d\n", t.best_epoch);
+    if (mfm_model_save(j->model, j->model_path, !s->no_state, &e) != MFM_OK) return fail("%s", e.message);
     printf("trained %s in %.2f s (%.0f rows/s)\n", j->model_path, t.seconds, per_second((double)t.rows, t.seconds));
     return 0;
 }
@@ -765,6 +822,12 @@ static void show_model_file(const char *path, const mfm_model_file_info *f) {
     if (p->optimizer == MFM_OPTIMIZER_FTRL) show("l1 linear/factors", "%g / %g", p->l1_linear, p->l1_factors);
     if (p->optimizer == MFM_OPTIMIZER_FTRL) show("ftrl beta", "%g", p->ftrl_beta);
     if (p->optimizer == MFM_OPTIMIZER_ADAM) show("adam beta1/2, eps", "%g / %g / %g", p->adam_beta1, p->adam_beta2, p->adam_epsilon);
+    if (p->optimizer == MFM_OPTIMIZER_ADAGRAD) show("adagrad init", "%g", p->adagrad_init);
+    show("rows normalized", "%s", p->normalize_rows ? "yes (sum x^2 = 1)" : "no");
+    show("bias and linear", "%s", p->pairs_only ? "none (pairs only)" : "yes");
+    show("early stopping", "%s, patience %d, min delta %g, %s", name_of(&metric_set, p->metric), p->patience, p->min_delta,
+         p->keep_last ? "keeps the last epoch" : "restores the best epoch");
+    if (p->validation_fraction) show("validation split", "%g of the training rows", p->validation_fraction);
     show("init scale", "%g", p->init_scale);
     show("batch size", "%d", p->batch_size);
     show("threads", "%d", p->n_threads);
@@ -913,7 +976,7 @@ int main(int argc, char **argv) {
     memset(&s, 0, sizeof s);
     s.command = c->name;
     s.command_bit = c->bit;
-    s.patience = 1;
+    s.p.patience = 1; /* LIBFFM's --auto-stop: the first epoch without improvement stops */
     if ((rc = parse_args(&s, argc - 2, argv + 2)) != 0) return rc;
     if (s.help) {
         printf("usage: mfm %s %s\n\n%s\n\n", c->name, c->synopsis, c->help);
@@ -925,7 +988,6 @@ int main(int argc, char **argv) {
     memset(&j, 0, sizeof j);
     rc = c->run(&s, &j);
     mfm_model_free(j.model);
-    mfm_model_free(j.best_model);
     mfm_dataset_free(j.data);
     mfm_dataset_free(j.valid);
     free(j.floats);
