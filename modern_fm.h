@@ -556,6 +556,11 @@ MFMDEF mfm_status mfm_model_file_inspect(const char *path, mfm_model_file_info *
 #include <pthread.h>
 #endif
 
+#if defined(__SSE2__) || defined(_M_X64) || (defined(_M_IX86_FP) && _M_IX86_FP >= 2)
+#include <emmintrin.h> /* SSE2: part of every x86-64, so no run-time check is needed */
+#define MFM__SSE2 1
+#endif
+
 #include <errno.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -2732,6 +2737,59 @@ MFMDEF mfm_status mfm_dataset_write_cache(const mfm_dataset *ds, const char *pat
 }
 
 /* ============================================================================================
+   >>lanes  Four floats at a time: SSE2 where the CPU has it, the same arithmetic in C elsewhere
+   ============================================================================================ */
+
+/* Every lane does IEEE single-precision operations, so both builds give the same bits. Loops
+   over k take four factors at a time, then the rest one by one. */
+#if defined(MFM__SSE2)
+typedef __m128 mfm__f4;
+#define mfm__f4_load(p) _mm_loadu_ps(p)
+#define mfm__f4_store(p, a) _mm_storeu_ps(p, a)
+#define mfm__f4_set1(x) _mm_set1_ps(x)
+#define mfm__f4_add(a, b) _mm_add_ps(a, b)
+#define mfm__f4_sub(a, b) _mm_sub_ps(a, b)
+#define mfm__f4_mul(a, b) _mm_mul_ps(a, b)
+#define mfm__f4_div(a, b) _mm_div_ps(a, b)
+#define mfm__f4_sqrt(a) _mm_sqrt_ps(a)
+#else
+typedef struct mfm__f4 {
+    float v[4];
+} mfm__f4;
+#define MFM__F4_MAP(expr)        \
+    mfm__f4 r;                   \
+    int i;                       \
+    for (i = 0; i < 4; i++) r.v[i] = expr; \
+    return r
+static mfm__f4 mfm__f4_load(const float *p) { MFM__F4_MAP(p[i]); }
+static void mfm__f4_store(float *p, mfm__f4 a) { memcpy(p, a.v, sizeof a.v); }
+static mfm__f4 mfm__f4_set1(float x) { MFM__F4_MAP(x); }
+static mfm__f4 mfm__f4_add(mfm__f4 a, mfm__f4 b) { MFM__F4_MAP(a.v[i] + b.v[i]); }
+static mfm__f4 mfm__f4_sub(mfm__f4 a, mfm__f4 b) { MFM__F4_MAP(a.v[i] - b.v[i]); }
+static mfm__f4 mfm__f4_mul(mfm__f4 a, mfm__f4 b) { MFM__F4_MAP(a.v[i] * b.v[i]); }
+static mfm__f4 mfm__f4_div(mfm__f4 a, mfm__f4 b) { MFM__F4_MAP(a.v[i] / b.v[i]); }
+static mfm__f4 mfm__f4_sqrt(mfm__f4 a) { MFM__F4_MAP(sqrtf(a.v[i])); }
+#undef MFM__F4_MAP
+#endif
+
+/* (a0 + a1) + (a2 + a3), in this order in both builds. */
+static float mfm__f4_sum(mfm__f4 a) {
+    float v[4];
+    mfm__f4_store(v, a);
+    return (v[0] + v[1]) + (v[2] + v[3]);
+}
+
+/* sum_t a_t b_t: lanes of four, then the rest in order. */
+static float mfm__dot(const float *a, const float *b, int k) {
+    mfm__f4 acc = mfm__f4_set1(0.0f);
+    float rest = 0;
+    int t = 0;
+    for (; t + 4 <= k; t += 4) acc = mfm__f4_add(acc, mfm__f4_mul(mfm__f4_load(a + t), mfm__f4_load(b + t)));
+    for (; t < k; t++) rest += a[t] * b[t];
+    return mfm__f4_sum(acc) + rest;
+}
+
+/* ============================================================================================
    >>score  The score of one row under FM, FFM and FwFM
    ============================================================================================ */
 
@@ -2762,13 +2820,6 @@ static mfm__row mfm__get_row(const mfm_model *m, const mfm_csr *d, uint64_t r, c
         row.x = scaled;
     }
     return row;
-}
-
-static float mfm__dot(const float *a, const float *b, int k) {
-    float s = 0;
-    int t;
-    for (t = 0; t < k; t++) s += a[t] * b[t];
-    return s;
 }
 
 /* FFM slot (i, g): the vector feature i uses against field g. */
@@ -2856,6 +2907,28 @@ typedef struct mfm__optim {
     double beta1, beta2, eps;
 } mfm__optim;
 
+/* AdaGrad on a block [theta x len][G x len], four coordinates at a time. Small enough to be
+   inlined into the batch-1 loops, which is where most of its calls come from. */
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((always_inline)) inline
+#endif
+static void mfm__adagrad(const mfm__optim *o, float *blk, uint32_t len, const float *gsum, float rows, float l2) {
+    float *theta = blk, *s1 = blk + len;
+    const mfm__f4 lr = mfm__f4_set1(o->lr), n = mfm__f4_set1(rows), l2v = mfm__f4_set1(l2), eps = mfm__f4_set1(1e-10f);
+    uint32_t i;
+    for (i = 0; i + 4 <= len; i += 4) { /* the same operations as the loop below */
+        mfm__f4 th = mfm__f4_load(theta + i), g = mfm__f4_add(mfm__f4_div(mfm__f4_load(gsum + i), n), mfm__f4_mul(l2v, th));
+        mfm__f4 G = mfm__f4_add(mfm__f4_load(s1 + i), mfm__f4_mul(g, g));
+        mfm__f4_store(s1 + i, G);
+        mfm__f4_store(theta + i, mfm__f4_sub(th, mfm__f4_div(mfm__f4_mul(lr, g), mfm__f4_sqrt(mfm__f4_add(G, eps)))));
+    }
+    for (; i < len; i++) {
+        float g = gsum[i] / rows + l2 * theta[i];
+        s1[i] += g * g;
+        theta[i] -= o->lr * g / sqrtf(s1[i] + 1e-10f);
+    }
+}
+
 /* Steps `len` coordinates of a block; gsum holds their data-gradient sums over a batch of
    `rows` rows. w0 passes l1 = l2 = 0: it is never regularized. */
 static void mfm__step(const mfm__optim *o, float *blk, uint32_t len, const float *gsum, float rows, float l1, float l2) {
@@ -2865,12 +2938,8 @@ static void mfm__step(const mfm__optim *o, float *blk, uint32_t len, const float
     case MFM_OPTIMIZER_SGD:
         for (i = 0; i < len; i++) theta[i] -= o->lr * (gsum[i] / rows + l2 * theta[i]);
         break;
-    case MFM_OPTIMIZER_ADAGRAD: /* s1 = G */
-        for (i = 0; i < len; i++) {
-            float g = gsum[i] / rows + l2 * theta[i];
-            s1[i] += g * g;
-            theta[i] -= o->lr * g / sqrtf(s1[i] + 1e-10f);
-        }
+    case MFM_OPTIMIZER_ADAGRAD:
+        mfm__adagrad(o, blk, len, gsum, rows, l2);
         break;
     case MFM_OPTIMIZER_ADAM: { /* s1 = m, s2 = v, s3 = t; the bias corrections are shared by equal t */
         double t_seen = -1, c1 = 1, c2 = 1;
@@ -2924,6 +2993,7 @@ typedef struct mfm__worker {
     uint64_t cap[MFM_TENSOR_COUNT];
     float *sum;   /* C x k: FM's per-row sums */
     float *scaled; /* the row's values under normalize_rows */
+    float *row_g;  /* batch 1: z x k gradients of FwFM's vectors, then one coordinate's (k) */
     float *score; /* C */
     double *prob; /* C */
     double loss, weight;
@@ -2947,6 +3017,9 @@ typedef struct mfm__trainer {
     uint64_t n_touched[MFM_TENSOR_COUNT], cap_touched[MFM_TENSOR_COUNT];
     mfm__worker *workers;
     int n_workers;
+    /* batch 1: which rows may update in place (see mfm__row_is_simple) */
+    uint32_t *field_stamp, stamp;
+    uint32_t feature_set[512];
 } mfm__trainer;
 
 /* Gives `id` a compact index in tensor t's touched list unless it has one. 0 when out of memory. */
@@ -3056,8 +3129,109 @@ static void mfm__accumulate_row(const mfm__trainer *tr, mfm__worker *wk, uint32_
     }
 }
 
-/* Scores one row, adds its loss, and accumulates its gradient for every class. */
-static void mfm__train_row(const mfm__trainer *tr, mfm__worker *wk, uint64_t r) {
+/* Batch 1, a row whose coordinates each take part in one term only (mfm__row_is_simple): every
+   coordinate's step can be taken as soon as its gradient is known, from the same frozen values
+   and with the same float operations as accumulate + apply, so the bits are the same. */
+/* One coordinate block's step: AdaGrad, the default, without the call through the switch. */
+#define MFM__STEP(blk, len, grad, l1, l2)                                                     \
+    do {                                                                                      \
+        if (adagrad)                                                                          \
+            mfm__adagrad(o, blk, len, grad, 1.0f, l2);                                        \
+        else                                                                                  \
+            mfm__step(o, blk, len, grad, 1.0f, l1, l2);                                       \
+    } while (0)
+
+static void mfm__update_row(const mfm__trainer *tr, mfm__worker *wk, uint32_t c, const mfm__row *row, float g, const float *sum) {
+    mfm_model *m = tr->m;
+    const mfm_params *p = &m->params;
+    const mfm__optim *o = &tr->opt;
+    const int k = m->k, adagrad = o->kind == MFM_OPTIMIZER_ADAGRAD;
+    const float l1w = (float)p->l1_linear, l2w = (float)p->l2_linear, l1v = (float)p->l1_factors, l2v = (float)p->l2_factors;
+    float *gk = wk->row_g + (uint64_t)row->z * k, g0; /* gk: one coordinate's k gradients */
+    uint32_t a, b;
+    int t;
+    /* "0 +" everywhere: the batched path sums into zeros, which turns a -0 into +0 */
+    g0 = p->pairs_only ? 0.0f : 0 + g; /* pairs_only: w0 and w take zero steps, as batched */
+    MFM__STEP(mfm__block(m, MFM_TENSOR_W0, c, 0), 1, &g0, 0, 0);
+    for (a = 0; a < row->z; a++) {
+        float gw = p->pairs_only ? 0.0f : 0 + g * row->x[a];
+        MFM__STEP(mfm__block(m, MFM_TENSOR_W, c, row->feat[a]), 1, &gw, l1w, l2w);
+    }
+    if (p->linear_only) return;
+    switch (p->model) {
+    case MFM_MODEL_FFM: /* slot (a, field b) is read by the pair (a, b) alone */
+        for (a = 0; a < row->z; a++)
+            for (b = a + 1; b < row->z; b++) {
+                float *va = mfm__block(m, MFM_TENSOR_V, c, (uint64_t)row->feat[a] * m->n_fields + row->field[b]);
+                float *vb = mfm__block(m, MFM_TENSOR_V, c, (uint64_t)row->feat[b] * m->n_fields + row->field[a]);
+                float coef = g * row->x[a] * row->x[b], *gb = wk->row_g;
+                for (t = 0; t < k; t++) {
+                    gk[t] = 0 + coef * vb[t];
+                    gb[t] = 0 + coef * va[t];
+                }
+                MFM__STEP(va, (uint32_t)k, gk, l1v, l2v);
+                MFM__STEP(vb, (uint32_t)k, gb, l1v, l2v);
+            }
+        break;
+    case MFM_MODEL_FWFM: { /* v_a's gradient sums over every pair: collect, then step */
+        float *gv = wk->row_g;
+        memset(gv, 0, (size_t)row->z * k * sizeof(float));
+        for (a = 0; a < row->z; a++)
+            for (b = a + 1; b < row->z; b++) {
+                uint32_t fa = row->field[a], fb = row->field[b];
+                const float *va = mfm__block(m, MFM_TENSOR_V, c, row->feat[a]), *vb = mfm__block(m, MFM_TENSOR_V, c, row->feat[b]);
+                float *rab = mfm__block(m, MFM_TENSOR_R, c, fa < fb ? (uint64_t)fa * m->n_fields + fb : (uint64_t)fb * m->n_fields + fa);
+                float coef = g * row->x[a] * row->x[b], coef_r = coef * *rab, dot = 0, gr;
+                for (t = 0; t < k; t++) {
+                    dot += va[t] * vb[t];
+                    gv[a * k + t] += coef_r * vb[t];
+                    gv[b * k + t] += coef_r * va[t];
+                }
+                gr = 0 + coef * dot;
+                MFM__STEP(rab, 1, &gr, l1v, l2v); /* r(fa, fb) is read by this pair alone */
+            }
+        for (a = 0; a < row->z; a++) MFM__STEP(mfm__block(m, MFM_TENSOR_V, c, row->feat[a]), (uint32_t)k, gv + a * k, l1v, l2v);
+        break;
+    }
+    default: /* FM: the sums are frozen in `sum`; v_a is read before it is written */
+        for (a = 0; a < row->z; a++) {
+            float *v = mfm__block(m, MFM_TENSOR_V, c, row->feat[a]);
+            float xa = row->x[a], gx = g * xa;
+            for (t = 0; t < k; t++) gk[t] = 0 + gx * (sum[t] - v[t] * xa);
+            MFM__STEP(v, (uint32_t)k, gk, l1v, l2v);
+        }
+        break;
+    }
+}
+#undef MFM__STEP
+
+/* Whether a row's features are distinct and (FFM, FwFM) so are its fields: then each
+   coordinate takes part in one term of the row only, and it may update in place. */
+static int mfm__row_is_simple(mfm__trainer *tr, const mfm__row *row) {
+    const uint32_t size = sizeof tr->feature_set / sizeof tr->feature_set[0];
+    uint32_t a, h;
+    if (row->z > size / 2) return 0;
+    if (++tr->stamp == 0) { /* wrapped: clear the stamps once every 2^32 rows */
+        memset(tr->field_stamp, 0, tr->m->n_fields * sizeof(uint32_t));
+        tr->stamp = 1;
+    }
+    if (row->field && tr->m->params.model != MFM_MODEL_FM)
+        for (a = 0; a < row->z; a++) {
+            if (tr->field_stamp[row->field[a]] == tr->stamp) return 0;
+            tr->field_stamp[row->field[a]] = tr->stamp;
+        }
+    memset(tr->feature_set, 0xFF, sizeof tr->feature_set); /* open addressing over feature ids */
+    for (a = 0; a < row->z; a++) {
+        for (h = (row->feat[a] * 2654435761u) >> 23; tr->feature_set[h] != MFM__NONE; h = (h + 1) & (size - 1))
+            if (tr->feature_set[h] == row->feat[a]) return 0;
+        tr->feature_set[h] = row->feat[a];
+    }
+    return 1;
+}
+
+/* Scores one row, adds its loss, and accumulates its gradient for every class (or, direct,
+   takes the steps of a batch of this one row at once). */
+static void mfm__train_row(const mfm__trainer *tr, mfm__worker *wk, uint64_t r, int direct) {
     const mfm_model *m = tr->m;
     const mfm_csr *d = tr->d;
     const uint32_t C = m->n_classes;
@@ -3074,7 +3248,7 @@ static void mfm__train_row(const mfm__trainer *tr, mfm__worker *wk, uint64_t r) 
         for (c = 0; c < C; c++) {
             double target = c == (uint32_t)y ? 1.0 - eps : eps / (C - 1);
             loss -= target * (wk->score[c] - lse);
-            mfm__accumulate_row(tr, wk, c, &row, weight * (float)(wk->prob[c] - target), wk->sum + (uint64_t)c * m->k);
+            (direct ? mfm__update_row : mfm__accumulate_row)(tr, wk, c, &row, weight * (float)(wk->prob[c] - target), wk->sum + (uint64_t)c * m->k);
         }
     } else {
         double s = wk->score[0], dlds;
@@ -3086,7 +3260,7 @@ static void mfm__train_row(const mfm__trainer *tr, mfm__worker *wk, uint64_t r) 
             dlds = mfm__sigmoid(s) - target;
             loss = (s > 0 ? s : 0) - s * target + log1p(exp(-fabs(s)));
         }
-        mfm__accumulate_row(tr, wk, 0, &row, weight * (float)dlds, wk->sum);
+        (direct ? mfm__update_row : mfm__accumulate_row)(tr, wk, 0, &row, weight * (float)dlds, wk->sum);
     }
     wk->loss += weight * loss;
     wk->weight += weight;
@@ -3109,7 +3283,7 @@ static void mfm__accumulate_task(void *ctx, int index) {
     for (t = 0; t < MFM_TENSOR_COUNT; t++)
         if (tr->n_touched[t]) memset(wk->g[t], 0, tr->m->n_classes * tr->n_touched[t] * tr->m->t[t].len * sizeof(float));
     mfm__share(tr->n_batch, tr->n_chunks, index, &lo, &hi);
-    for (q = lo; q < hi; q++) mfm__train_row(tr, wk, tr->rows[q]);
+    for (q = lo; q < hi; q++) mfm__train_row(tr, wk, tr->rows[q], 0);
 }
 
 static void mfm__apply_task(void *ctx, int index) {
@@ -3165,8 +3339,10 @@ static void mfm__trainer_free(mfm__trainer *tr) {
         MFM_FREE(tr->workers[w].score);
         MFM_FREE(tr->workers[w].prob);
         MFM_FREE(tr->workers[w].scaled);
+        MFM_FREE(tr->workers[w].row_g);
     }
     MFM_FREE(tr->workers);
+    MFM_FREE(tr->field_stamp);
     MFM_FREE(tr->class_weights);
     MFM_FREE((void *)tr->ones);
 }
@@ -3219,6 +3395,7 @@ static int mfm__trainer_init(mfm__trainer *tr, mfm_model *m, const mfm_csr *d, c
     tr->map[MFM_TENSOR_V] = p->model == MFM_MODEL_FFM ? mfm__new_map(m->t[MFM_TENSOR_V].n_blocks) : tr->map[MFM_TENSOR_W];
     tr->map[MFM_TENSOR_R] = mfm__new_map(m->t[MFM_TENSOR_R].n_blocks);
     if (!tr->touched[MFM_TENSOR_W0] || !tr->map[MFM_TENSOR_W] || !tr->map[MFM_TENSOR_V] || !tr->map[MFM_TENSOR_R]) return 0;
+    if (p->batch_size == 1 && !(tr->field_stamp = (uint32_t *)mfm__calloc(m->n_fields, sizeof(uint32_t)))) return 0;
     tr->n_workers = p->n_threads < p->batch_size ? p->n_threads : p->batch_size;
     tr->workers = (mfm__worker *)mfm__calloc((uint64_t)tr->n_workers, sizeof(mfm__worker));
     if (!tr->workers) return 0;
@@ -3230,16 +3407,30 @@ static int mfm__trainer_init(mfm__trainer *tr, mfm_model *m, const mfm_csr *d, c
         wk->score = (float *)mfm__alloc(C, sizeof(float));
         wk->prob = (double *)mfm__alloc(C, sizeof(double));
         wk->scaled = (float *)mfm__alloc(info->max_row_nnz, sizeof(float));
-        if (!wk->g[MFM_TENSOR_W0] || !wk->sum || !wk->score || !wk->prob || !wk->scaled) return 0;
+        wk->row_g = (float *)mfm__alloc(((uint64_t)info->max_row_nnz + 2) * m->k, sizeof(float));
+        if (!wk->g[MFM_TENSOR_W0] || !wk->sum || !wk->score || !wk->prob || !wk->scaled || !wk->row_g) return 0;
     }
     return 1;
 }
+
+/* Tests build a second copy of the library with 0 here, to check that the shortcut gives the
+   bits the batched path gives. */
+#ifndef MFM__BATCH1_IN_PLACE
+#define MFM__BATCH1_IN_PLACE 1
+#endif
 
 /* One pass over rows[0..n) in that order, batch by batch. Adds the loss to the workers. */
 static mfm_status mfm__pass(mfm__trainer *tr, mfm__pool *pool, const uint64_t *rows, uint64_t n, mfm_error *err) {
     const uint64_t batch = (uint64_t)tr->m->params.batch_size;
     uint64_t start;
     for (start = 0; start < n; start += batch) {
+        if (batch == 1 && MFM__BATCH1_IN_PLACE) { /* most rows need no touched sets: steps in place */
+            mfm__row row = mfm__get_row(tr->m, tr->d, rows[start], tr->ones, NULL);
+            if (mfm__row_is_simple(tr, &row)) {
+                mfm__train_row(tr, &tr->workers[0], rows[start], 1);
+                continue;
+            }
+        }
         tr->rows = rows + start;
         tr->n_batch = n - start < batch ? n - start : batch;
         tr->n_chunks = (uint64_t)tr->n_workers < tr->n_batch ? tr->n_workers : (int)tr->n_batch;

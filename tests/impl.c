@@ -8,3 +8,14 @@
 #include <stdint.h>
 uint64_t test_checksum(const void *data, size_t n);
 uint64_t test_checksum(const void *data, size_t n) { return mfm__checksum(data, n); }
+
+/* The main library's side of tests/test_inplace.c: train, then dump every tensor and slot. */
+#include "dump.h"
+size_t inplace_train_dump(const mfm_params *p, const mfm_csr *d, float *out, size_t cap);
+size_t inplace_train_dump(const mfm_params *p, const mfm_csr *d, float *out, size_t cap) {
+    mfm_model *m = NULL;
+    size_t n = 0;
+    if (mfm_train(p, d, &m, NULL) == MFM_OK) n = dump_model(m, out, cap);
+    mfm_model_free(m);
+    return n;
+}

@@ -32,6 +32,7 @@
     X(test_optimizer_steps_match_reference) \
     X(test_ftrl_l1_gives_exact_zeros)       \
     X(test_batch_step_matches_reference)    \
+    X(test_inplace_equals_batched)          \
     X(test_batch_ffm_single_nonzero_row)    \
     X(test_row_weight_scales_step)          \
     X(test_class_weight_balanced)           \
