@@ -4143,8 +4143,11 @@ static uint64_t mfm__model_payload_floats(const mfm__model_header *h, const uint
     return total;
 }
 
+#define MFM__SAVE_FLOATS 16384
+
 MFMDEF mfm_status mfm_model_save(const mfm_model *m, const char *path, int with_state, mfm_error *err) {
     unsigned char header[512];
+    float *buf;
     mfm__model_header h;
     mfm__writer w;
     mfm_status st;
@@ -4166,7 +4169,11 @@ MFMDEF mfm_status mfm_model_save(const mfm_model *m, const char *path, int with_
         mfm__store_le(header + at, v, (int)mfm__model_fields[i].size);
         at += mfm__model_fields[i].size;
     }
-    if ((st = mfm__writer_open(&w, path, err)) != MFM_OK) return st;
+    if (!(buf = (float *)mfm__alloc(MFM__SAVE_FLOATS + m->k, sizeof(float)))) return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory saving a model");
+    if ((st = mfm__writer_open(&w, path, err)) != MFM_OK) {
+        MFM_FREE(buf);
+        return st;
+    }
     mfm__write(&w, header, at);
     mfm__write_words(&w, m->class_weight_values, h.n_class_weights, 4);
     for (t = 0; t < MFM_TENSOR_COUNT; t++) {
@@ -4174,9 +4181,18 @@ MFMDEF mfm_status mfm_model_save(const mfm_model *m, const char *path, int with_
         for (cls = 0; cls < m->n_classes; cls++)
             for (slot = 0; slot < (with_state ? m->n_slots : 1); slot++) {
                 uint64_t b;
-                for (b = 0; b < tab->n_blocks; b++) mfm__write_words(&w, mfm__block(m, (mfm_tensor)t, cls, b) + (uint32_t)slot * tab->len, tab->len, 4);
+                size_t used = 0;
+                for (b = 0; b < tab->n_blocks; b++) { /* one slot of every block, gathered for big writes */
+                    memcpy(buf + used, mfm__block(m, (mfm_tensor)t, cls, b) + (uint32_t)slot * tab->len, tab->len * sizeof(float));
+                    if ((used += tab->len) >= MFM__SAVE_FLOATS) {
+                        mfm__write_words(&w, buf, used, 4);
+                        used = 0;
+                    }
+                }
+                mfm__write_words(&w, buf, used, 4);
             }
     }
+    MFM_FREE(buf);
     mfm__write_checksum(&w);
     return mfm__writer_commit(&w, err);
 }
