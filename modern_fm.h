@@ -2860,19 +2860,26 @@ static float mfm__score(const mfm_model *m, uint32_t c, const mfm__row *row, flo
             }
         return s;
     default: {
-        /* sum_{a<b} <v_a, v_b> x_a x_b = 1/2 sum_t [(sum_a v_at x_a)^2 - sum_a (v_at x_a)^2] */
-        float sq = 0, dot = 0;
+        /* sum_{a<b} <v_a, v_b> x_a x_b = 1/2 sum_t [(sum_a v_at x_a)^2 - sum_a (v_at x_a)^2];
+           the squares add up in four lanes, then the rest */
+        mfm__f4 sq4 = mfm__f4_set1(0.0f);
+        float sq = 0;
         memset(sum, 0, (size_t)k * sizeof *sum);
         for (a = 0; a < row->z; a++) {
             const float *v = mfm__block(m, MFM_TENSOR_V, c, row->feat[a]);
-            for (t = 0; t < k; t++) {
+            const mfm__f4 x4 = mfm__f4_set1(row->x[a]);
+            for (t = 0; t + 4 <= k; t += 4) {
+                mfm__f4 vx = mfm__f4_mul(mfm__f4_load(v + t), x4);
+                mfm__f4_store(sum + t, mfm__f4_add(mfm__f4_load(sum + t), vx));
+                sq4 = mfm__f4_add(sq4, mfm__f4_mul(vx, vx));
+            }
+            for (; t < k; t++) {
                 float vx = v[t] * row->x[a];
                 sum[t] += vx;
                 sq += vx * vx;
             }
         }
-        for (t = 0; t < k; t++) dot += sum[t] * sum[t];
-        return s + 0.5f * (dot - sq);
+        return s + 0.5f * (mfm__dot(sum, sum, k) - (mfm__f4_sum(sq4) + sq));
     }
     }
 }
@@ -3197,7 +3204,10 @@ static void mfm__update_row(const mfm__trainer *tr, mfm__worker *wk, uint32_t c,
         for (a = 0; a < row->z; a++) {
             float *v = mfm__block(m, MFM_TENSOR_V, c, row->feat[a]);
             float xa = row->x[a], gx = g * xa;
-            for (t = 0; t < k; t++) gk[t] = 0 + gx * (sum[t] - v[t] * xa);
+            const mfm__f4 gx4 = mfm__f4_set1(gx), xa4 = mfm__f4_set1(xa), zero4 = mfm__f4_set1(0.0f);
+            for (t = 0; t + 4 <= k; t += 4)
+                mfm__f4_store(gk + t, mfm__f4_add(zero4, mfm__f4_mul(gx4, mfm__f4_sub(mfm__f4_load(sum + t), mfm__f4_mul(mfm__f4_load(v + t), xa4)))));
+            for (; t < k; t++) gk[t] = 0 + gx * (sum[t] - v[t] * xa);
             MFM__STEP(v, (uint32_t)k, gk, l1v, l2v);
         }
         break;
@@ -3210,6 +3220,7 @@ static void mfm__update_row(const mfm__trainer *tr, mfm__worker *wk, uint32_t c,
 static int mfm__row_is_simple(mfm__trainer *tr, const mfm__row *row) {
     const uint32_t size = sizeof tr->feature_set / sizeof tr->feature_set[0];
     uint32_t a, h;
+    int simple;
     if (row->z > size / 2) return 0;
     if (++tr->stamp == 0) { /* wrapped: clear the stamps once every 2^32 rows */
         memset(tr->field_stamp, 0, tr->m->n_fields * sizeof(uint32_t));
@@ -3220,13 +3231,19 @@ static int mfm__row_is_simple(mfm__trainer *tr, const mfm__row *row) {
             if (tr->field_stamp[row->field[a]] == tr->stamp) return 0;
             tr->field_stamp[row->field[a]] = tr->stamp;
         }
-    memset(tr->feature_set, 0xFF, sizeof tr->feature_set); /* open addressing over feature ids */
+    /* open addressing over feature ids; the set is left empty again (it starts all NONE) */
     for (a = 0; a < row->z; a++) {
         for (h = (row->feat[a] * 2654435761u) >> 23; tr->feature_set[h] != MFM__NONE; h = (h + 1) & (size - 1))
-            if (tr->feature_set[h] == row->feat[a]) return 0;
+            if (tr->feature_set[h] == row->feat[a]) break;
+        if (tr->feature_set[h] == row->feat[a]) break;
         tr->feature_set[h] = row->feat[a];
     }
-    return 1;
+    simple = a == row->z;
+    while (a-- > 0) { /* take out what went in, in reverse: probe chains stay intact */
+        for (h = (row->feat[a] * 2654435761u) >> 23; tr->feature_set[h] != row->feat[a]; h = (h + 1) & (size - 1)) {}
+        tr->feature_set[h] = MFM__NONE;
+    }
+    return simple;
 }
 
 /* Scores one row, adds its loss, and accumulates its gradient for every class (or, direct,
@@ -3396,6 +3413,7 @@ static int mfm__trainer_init(mfm__trainer *tr, mfm_model *m, const mfm_csr *d, c
     tr->map[MFM_TENSOR_R] = mfm__new_map(m->t[MFM_TENSOR_R].n_blocks);
     if (!tr->touched[MFM_TENSOR_W0] || !tr->map[MFM_TENSOR_W] || !tr->map[MFM_TENSOR_V] || !tr->map[MFM_TENSOR_R]) return 0;
     if (p->batch_size == 1 && !(tr->field_stamp = (uint32_t *)mfm__calloc(m->n_fields, sizeof(uint32_t)))) return 0;
+    memset(tr->feature_set, 0xFF, sizeof tr->feature_set);
     tr->n_workers = p->n_threads < p->batch_size ? p->n_threads : p->batch_size;
     tr->workers = (mfm__worker *)mfm__calloc((uint64_t)tr->n_workers, sizeof(mfm__worker));
     if (!tr->workers) return 0;
@@ -3419,6 +3437,34 @@ static int mfm__trainer_init(mfm__trainer *tr, mfm_model *m, const mfm_csr *d, c
 #define MFM__BATCH1_IN_PLACE 1
 #endif
 
+#if defined(__GNUC__) || defined(__clang__)
+#define MFM__PREFETCH(p) __builtin_prefetch((p), 1, 3)
+#elif defined(MFM__SSE2)
+#define MFM__PREFETCH(p) _mm_prefetch((const char *)(p), _MM_HINT_T0)
+#else
+#define MFM__PREFETCH(p) ((void)(p))
+#endif
+
+/* Asks the memory system for the next row's parameters while this row trains: with millions of
+   features most of them are far away, and a row waits on dozens of them. FFM fetches each
+   feature's vectors for the row's fields. */
+static void mfm__prefetch_row(const mfm__trainer *tr, uint64_t r) {
+    const mfm_model *m = tr->m;
+    const mfm_csr *d = tr->d;
+    const uint64_t lo = d->row_offsets[r], hi = d->row_offsets[r + 1];
+    uint64_t j, q;
+    uint32_t c;
+    for (c = 0; c < m->n_classes; c++)
+        for (j = lo; j < hi; j++) {
+            MFM__PREFETCH(mfm__block(m, MFM_TENSOR_W, c, d->features[j]));
+            if (m->params.linear_only) continue;
+            if (m->params.model != MFM_MODEL_FFM)
+                MFM__PREFETCH(mfm__block(m, MFM_TENSOR_V, c, d->features[j]));
+            else
+                for (q = lo; q < hi; q++) MFM__PREFETCH(mfm__block(m, MFM_TENSOR_V, c, (uint64_t)d->features[j] * m->n_fields + d->fields[q]));
+        }
+}
+
 /* One pass over rows[0..n) in that order, batch by batch. Adds the loss to the workers. */
 static mfm_status mfm__pass(mfm__trainer *tr, mfm__pool *pool, const uint64_t *rows, uint64_t n, mfm_error *err) {
     const uint64_t batch = (uint64_t)tr->m->params.batch_size;
@@ -3426,6 +3472,7 @@ static mfm_status mfm__pass(mfm__trainer *tr, mfm__pool *pool, const uint64_t *r
     for (start = 0; start < n; start += batch) {
         if (batch == 1 && MFM__BATCH1_IN_PLACE) { /* most rows need no touched sets: steps in place */
             mfm__row row = mfm__get_row(tr->m, tr->d, rows[start], tr->ones, NULL);
+            if (start + 1 < n) mfm__prefetch_row(tr, rows[start + 1]);
             if (mfm__row_is_simple(tr, &row)) {
                 mfm__train_row(tr, &tr->workers[0], rows[start], 1);
                 continue;
