@@ -4053,7 +4053,7 @@ MFMDEF mfm_status mfm_top_interactions(const mfm_model *m, const mfm_csr *d, uin
             x.feature_a = a->feature, x.field_a = a->field, x.feature_b = b->feature, x.field_b = b->field;
             mfm__offer(out, n, n_found, &x);
         }
-    qsort(out, *n_found, sizeof *out, mfm__by_rank);
+    if (*n_found) qsort(out, *n_found, sizeof *out, mfm__by_rank); /* qsort wants a real pointer even for 0 */
     MFM_FREE(slots);
     return mfm__ok(err);
 }

@@ -87,7 +87,29 @@
     X(test_cli_stdin)                         \
     X(test_cli_convert_and_info)              \
     X(test_cli_errors)                        \
-    X(test_cli_resume)
+    X(test_cli_resume)                        \
+    X(test_lifecycle_early_stop_restores_best) \
+    X(test_lifecycle_early_stop_keep_last) \
+    X(test_lifecycle_early_stop_patience_min_delta) \
+    X(test_lifecycle_early_stop_metrics) \
+    X(test_lifecycle_validation_fraction) \
+    X(test_lifecycle_warm_start_equals_one_call) \
+    X(test_lifecycle_warm_start_through_files) \
+    X(test_lifecycle_partial_fit_chunks) \
+    X(test_lifecycle_partial_fit_order) \
+    X(test_lifecycle_partial_fit_no_epochs) \
+    X(test_lifecycle_refusals) \
+    X(test_lifecycle_stateless_file) \
+    X(test_lifecycle_resume_exact) \
+    X(test_lifecycle_top_interactions_fm) \
+    X(test_lifecycle_top_interactions_fields) \
+    X(test_lifecycle_top_interactions_learned) \
+    X(test_lifecycle_bi_interaction) \
+    X(test_lifecycle_normalize_rows) \
+    X(test_lifecycle_pairs_only) \
+    X(test_lifecycle_adagrad_init) \
+    X(test_lifecycle_libffm_reference) \
+    X(test_lifecycle_top_interactions_n_zero)
 
 #define TEST_DECLARE(name) void name(void);
 TEST_LIST(TEST_DECLARE)
