@@ -522,3 +522,15 @@ int mentions_word(const char *msg, const char *words) {
     }
     return 0;
 }
+
+mfm_csr csr_of(uint64_t n_rows, const uint64_t *offsets, const uint32_t *features, const uint32_t *fields, const float *values, const float *labels) {
+    mfm_csr d;
+    memset(&d, 0, sizeof d);
+    d.n_rows = n_rows;
+    d.row_offsets = offsets;
+    d.features = features;
+    d.fields = fields;
+    d.values = values;
+    d.labels = labels;
+    return d;
+}

@@ -132,6 +132,9 @@ typedef struct one_row {
    until the caller sets csr.weights = &row.weight. */
 void one_row_init(one_row *r, int z, const uint32_t *features, const uint32_t *fields, const float *values, float label);
 
+/* A CSR view of hand-written arrays (fields, values and labels may be NULL). */
+mfm_csr csr_of(uint64_t n_rows, const uint64_t *offsets, const uint32_t *features, const uint32_t *fields, const float *values, const float *labels);
+
 /* Random data owning its arrays. */
 typedef struct data_spec {
     uint64_t n_rows;

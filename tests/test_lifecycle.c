@@ -1427,11 +1427,7 @@ void test_lifecycle_top_interactions_fm(void) {
     { /* data with features 0, 3, 5 (5 twice) */
         static const uint64_t offsets[3] = {0, 2, 4};
         static const uint32_t features[4] = {3, 0, 5, 3};
-        mfm_csr d;
-        memset(&d, 0, sizeof d);
-        d.n_rows = 2;
-        d.row_offsets = offsets;
-        d.features = features;
+        mfm_csr d = csr_of(2, offsets, features, NULL, NULL, NULL);
         if (CHECK(mfm_top_interactions(m, &d, 0, 10, out, &found, &e) == MFM_OK, "FM with data: %s", e.message) &&
             CHECK(found == 3, "FM with data: %lu pairs found, expected 3", (unsigned long)found)) {
             interaction_is(&out[0], 0, 0, 3, 0, 2.5, "FM with data", 1);
@@ -1442,12 +1438,7 @@ void test_lifecycle_top_interactions_fm(void) {
     { /* FM ignores fields: feature 3 under fields 0 and 2 is one slot */
         static const uint64_t offsets[3] = {0, 2, 4};
         static const uint32_t features[4] = {3, 0, 5, 3}, fields[4] = {0, 1, 1, 2};
-        mfm_csr d;
-        memset(&d, 0, sizeof d);
-        d.n_rows = 2;
-        d.row_offsets = offsets;
-        d.features = features;
-        d.fields = fields;
+        mfm_csr d = csr_of(2, offsets, features, fields, NULL, NULL);
         if (CHECK(mfm_top_interactions(m, &d, 0, 10, out, &found, &e) == MFM_OK, "FM with fields: %s", e.message) &&
             CHECK(found == 3, "FM with fields: %lu pairs found, expected 3 (FM has no fields)", (unsigned long)found))
             interaction_is(&out[0], 0, 0, 3, 0, 2.5, "FM with fields", 1);
@@ -1517,12 +1508,7 @@ void test_lifecycle_top_interactions_fields(void) {
         static const uint64_t offsets[3] = {0, 2, 4};
         static const uint32_t features[4] = {0, 1, 2, 3}, fields[4] = {0, 1, 2, 0};
         mfm_params p = lc_params(MFM_MODEL_FWFM, MFM_TASK_BINARY, MFM_OPTIMIZER_SGD);
-        mfm_csr d;
-        memset(&d, 0, sizeof d);
-        d.n_rows = 2;
-        d.row_offsets = offsets;
-        d.features = features;
-        d.fields = fields;
+        mfm_csr d = csr_of(2, offsets, features, fields, NULL, NULL);
         p.k = 1;
         m = make_model(&p, 4, 3, 1);
         if (m && write_tensor(m, MFM_TENSOR_V, 0, v) && write_tensor(m, MFM_TENSOR_R, 0, R)) {
@@ -1545,12 +1531,7 @@ void test_lifecycle_top_interactions_fields(void) {
         static const uint64_t offsets[3] = {0, 2, 4};
         static const uint32_t features[4] = {0, 1, 1, 2}, fields[4] = {0, 1, 0, 1};
         mfm_params p = lc_params(MFM_MODEL_FFM, MFM_TASK_BINARY, MFM_OPTIMIZER_SGD);
-        mfm_csr d;
-        memset(&d, 0, sizeof d);
-        d.n_rows = 2;
-        d.row_offsets = offsets;
-        d.features = features;
-        d.fields = fields;
+        mfm_csr d = csr_of(2, offsets, features, fields, NULL, NULL);
         p.k = 1;
         m = make_model(&p, 3, 2, 1);
         if (m && write_tensor(m, MFM_TENSOR_V, 0, V)) {
