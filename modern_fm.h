@@ -3327,7 +3327,10 @@ static void mfm__apply_task(void *ctx, int index) {
                     const float *other = tr->workers[w].g[t] + (c * tr->n_touched[t] + j) * len;
                     for (i = 0; i < len; i++) g[i] += other[i];
                 }
-                mfm__step(&tr->opt, mfm__block(m, (mfm_tensor)t, c, id), len, g, rows, l1[t], l2[t]);
+                if (tr->opt.kind == MFM_OPTIMIZER_ADAGRAD) /* the default, inlined */
+                    mfm__adagrad(&tr->opt, mfm__block(m, (mfm_tensor)t, c, id), len, g, rows, l2[t]);
+                else
+                    mfm__step(&tr->opt, mfm__block(m, (mfm_tensor)t, c, id), len, g, rows, l1[t], l2[t]);
             }
             if (owns_map) tr->map[t][id] = MFM__NONE;
         }
