@@ -2936,6 +2936,26 @@ static void mfm__adagrad(const mfm__optim *o, float *blk, uint32_t len, const fl
     }
 }
 
+/* AdaGrad on n single coordinates anywhere in memory (theta, G at blk[i]) with gradient
+   grad[i] of a one-row batch: gathered four at a time so that the square roots and divisions
+   run four wide, with the same operations per coordinate as mfm__adagrad. */
+static void mfm__adagrad_scattered(const mfm__optim *o, float *const *blk, const float *grad, uint32_t n, float l2) {
+    const mfm__f4 lr = mfm__f4_set1(o->lr), l2v = mfm__f4_set1(l2), eps = mfm__f4_set1(1e-10f), one = mfm__f4_set1(1.0f);
+    float th[4], G[4];
+    uint32_t i = 0, j;
+    for (; i + 4 <= n; i += 4) {
+        mfm__f4 t4, g4, G4;
+        for (j = 0; j < 4; j++) th[j] = blk[i + j][0], G[j] = blk[i + j][1];
+        t4 = mfm__f4_load(th);
+        g4 = mfm__f4_add(mfm__f4_div(mfm__f4_load(grad + i), one), mfm__f4_mul(l2v, t4));
+        G4 = mfm__f4_add(mfm__f4_load(G), mfm__f4_mul(g4, g4));
+        mfm__f4_store(G, G4);
+        mfm__f4_store(th, mfm__f4_sub(t4, mfm__f4_div(mfm__f4_mul(lr, g4), mfm__f4_sqrt(mfm__f4_add(G4, eps)))));
+        for (j = 0; j < 4; j++) blk[i + j][0] = th[j], blk[i + j][1] = G[j];
+    }
+    for (; i < n; i++) mfm__adagrad(o, blk[i], 1, grad + i, 1.0f, l2);
+}
+
 /* Steps `len` coordinates of a block; gsum holds their data-gradient sums over a batch of
    `rows` rows. w0 passes l1 = l2 = 0: it is never regularized. */
 static void mfm__step(const mfm__optim *o, float *blk, uint32_t len, const float *gsum, float rows, float l1, float l2) {
@@ -2995,12 +3015,16 @@ static void mfm__step(const mfm__optim *o, float *blk, uint32_t len, const float
         chunk order, takes one optimizer step, and clears its map entry.
    One chunk is the canonical order; a fixed chunk count gives the same bits on every run. */
 
+#define MFM__MAX_SIMPLE_NNZ 256 /* longer rows take the batched path at batch 1 */
+
 typedef struct mfm__worker {
     float *g[MFM_TENSOR_COUNT]; /* gradient sums of this chunk: [class][touched index][len] */
     uint64_t cap[MFM_TENSOR_COUNT];
     float *sum;   /* C x k: FM's per-row sums */
     float *scaled; /* the row's values under normalize_rows */
     float *row_g;  /* batch 1: z x k gradients of FwFM's vectors, then one coordinate's (k) */
+    float **one_blk; /* batch 1, AdaGrad: single coordinates (w, FwFM's r) stepped together */
+    float *one_g;
     float *score; /* C */
     double *prob; /* C */
     double loss, weight;
@@ -3026,7 +3050,7 @@ typedef struct mfm__trainer {
     int n_workers;
     /* batch 1: which rows may update in place (see mfm__row_is_simple) */
     uint32_t *field_stamp, stamp;
-    uint32_t feature_set[512];
+    uint32_t feature_set[2 * MFM__MAX_SIMPLE_NNZ];
 } mfm__trainer;
 
 /* Gives `id` a compact index in tensor t's touched list unless it has one. 0 when out of memory. */
@@ -3081,6 +3105,27 @@ static int mfm__collect_touched(mfm__trainer *tr) {
 }
 
 /* Adds g * ds/dtheta of class c's score to the worker's buffers (g = weight * dL/ds). */
+/* FwFM's pair (a, b), for both the batched and the in-place path: adds coef_r v_b to ga and
+   coef_r v_a to gb, returns <v_a, v_b> (four lanes, then the rest). */
+static float mfm__fwfm_pair(const float *va, const float *vb, float *ga, float *gb, float coef_r, int k) {
+    const mfm__f4 c4 = mfm__f4_set1(coef_r);
+    mfm__f4 dot4 = mfm__f4_set1(0.0f);
+    float rest = 0;
+    int t = 0;
+    for (; t + 4 <= k; t += 4) {
+        const mfm__f4 a4 = mfm__f4_load(va + t), b4 = mfm__f4_load(vb + t);
+        dot4 = mfm__f4_add(dot4, mfm__f4_mul(a4, b4));
+        mfm__f4_store(ga + t, mfm__f4_add(mfm__f4_load(ga + t), mfm__f4_mul(c4, b4)));
+        mfm__f4_store(gb + t, mfm__f4_add(mfm__f4_load(gb + t), mfm__f4_mul(c4, a4)));
+    }
+    for (; t < k; t++) {
+        rest += va[t] * vb[t];
+        ga[t] += coef_r * vb[t];
+        gb[t] += coef_r * va[t];
+    }
+    return mfm__f4_sum(dot4) + rest;
+}
+
 static void mfm__accumulate_row(const mfm__trainer *tr, mfm__worker *wk, uint32_t c, const mfm__row *row, float g, const float *sum) {
     const mfm_model *m = tr->m;
     const int k = m->k;
@@ -3116,13 +3161,8 @@ static void mfm__accumulate_row(const mfm__trainer *tr, mfm__worker *wk, uint32_
                 uint32_t fa = row->field[a], fb = row->field[b];
                 const float *va = mfm__block(m, MFM_TENSOR_V, c, row->feat[a]), *vb = mfm__block(m, MFM_TENSOR_V, c, row->feat[b]);
                 float *ga = gv + (uint64_t)vmap[row->feat[a]] * k, *gb = gv + (uint64_t)vmap[row->feat[b]] * k;
-                float coef = g * row->x[a] * row->x[b], coef_r = coef * mfm__fwfm_r(m, c, fa, fb), dot = 0;
-                for (t = 0; t < k; t++) {
-                    dot += va[t] * vb[t];
-                    ga[t] += coef_r * vb[t];
-                    gb[t] += coef_r * va[t];
-                }
-                gr[rmap[fa < fb ? (uint64_t)fa * F + fb : (uint64_t)fb * F + fa]] += coef * dot;
+                float coef = g * row->x[a] * row->x[b], coef_r = coef * mfm__fwfm_r(m, c, fa, fb);
+                gr[rmap[fa < fb ? (uint64_t)fa * F + fb : (uint64_t)fb * F + fa]] += coef * mfm__fwfm_pair(va, vb, ga, gb, coef_r, k);
             }
         break;
     default: /* FM: ds/dv_it = x_i (sum_t - v_it x_i) */
@@ -3162,8 +3202,12 @@ static void mfm__update_row(const mfm__trainer *tr, mfm__worker *wk, uint32_t c,
     MFM__STEP(mfm__block(m, MFM_TENSOR_W0, c, 0), 1, &g0, 0, 0);
     for (a = 0; a < row->z; a++) {
         float gw = p->pairs_only ? 0.0f : 0 + g * row->x[a];
-        MFM__STEP(mfm__block(m, MFM_TENSOR_W, c, row->feat[a]), 1, &gw, l1w, l2w);
+        if (adagrad)
+            wk->one_blk[a] = mfm__block(m, MFM_TENSOR_W, c, row->feat[a]), wk->one_g[a] = gw;
+        else
+            mfm__step(o, mfm__block(m, MFM_TENSOR_W, c, row->feat[a]), 1, &gw, 1.0f, l1w, l2w);
     }
+    if (adagrad) mfm__adagrad_scattered(o, wk->one_blk, wk->one_g, row->z, l2w);
     if (p->linear_only) return;
     switch (p->model) {
     case MFM_MODEL_FFM: /* slot (a, field b) is read by the pair (a, b) alone */
@@ -3182,21 +3226,21 @@ static void mfm__update_row(const mfm__trainer *tr, mfm__worker *wk, uint32_t c,
         break;
     case MFM_MODEL_FWFM: { /* v_a's gradient sums over every pair: collect, then step */
         float *gv = wk->row_g;
+        uint32_t n_r = 0;
         memset(gv, 0, (size_t)row->z * k * sizeof(float));
         for (a = 0; a < row->z; a++)
             for (b = a + 1; b < row->z; b++) {
                 uint32_t fa = row->field[a], fb = row->field[b];
                 const float *va = mfm__block(m, MFM_TENSOR_V, c, row->feat[a]), *vb = mfm__block(m, MFM_TENSOR_V, c, row->feat[b]);
                 float *rab = mfm__block(m, MFM_TENSOR_R, c, fa < fb ? (uint64_t)fa * m->n_fields + fb : (uint64_t)fb * m->n_fields + fa);
-                float coef = g * row->x[a] * row->x[b], coef_r = coef * *rab, dot = 0, gr;
-                for (t = 0; t < k; t++) {
-                    dot += va[t] * vb[t];
-                    gv[a * k + t] += coef_r * vb[t];
-                    gv[b * k + t] += coef_r * va[t];
-                }
-                gr = 0 + coef * dot;
-                MFM__STEP(rab, 1, &gr, l1v, l2v); /* r(fa, fb) is read by this pair alone */
+                float coef = g * row->x[a] * row->x[b], coef_r = coef * *rab;
+                float gr = 0 + coef * mfm__fwfm_pair(va, vb, gv + a * k, gv + b * k, coef_r, k);
+                if (adagrad) /* r(fa, fb) is read by this pair alone: its step can wait */
+                    wk->one_blk[n_r] = rab, wk->one_g[n_r++] = gr;
+                else
+                    mfm__step(o, rab, 1, &gr, 1.0f, l1v, l2v);
             }
+        if (adagrad) mfm__adagrad_scattered(o, wk->one_blk, wk->one_g, n_r, l2v);
         for (a = 0; a < row->z; a++) MFM__STEP(mfm__block(m, MFM_TENSOR_V, c, row->feat[a]), (uint32_t)k, gv + a * k, l1v, l2v);
         break;
     }
@@ -3360,6 +3404,8 @@ static void mfm__trainer_free(mfm__trainer *tr) {
         MFM_FREE(tr->workers[w].prob);
         MFM_FREE(tr->workers[w].scaled);
         MFM_FREE(tr->workers[w].row_g);
+        MFM_FREE(tr->workers[w].one_blk);
+        MFM_FREE(tr->workers[w].one_g);
     }
     MFM_FREE(tr->workers);
     MFM_FREE(tr->field_stamp);
@@ -3429,7 +3475,9 @@ static int mfm__trainer_init(mfm__trainer *tr, mfm_model *m, const mfm_csr *d, c
         wk->prob = (double *)mfm__alloc(C, sizeof(double));
         wk->scaled = (float *)mfm__alloc(info->max_row_nnz, sizeof(float));
         wk->row_g = (float *)mfm__alloc(((uint64_t)info->max_row_nnz + 2) * m->k, sizeof(float));
-        if (!wk->g[MFM_TENSOR_W0] || !wk->sum || !wk->score || !wk->prob || !wk->scaled || !wk->row_g) return 0;
+        wk->one_blk = (float **)mfm__alloc(MFM__MAX_SIMPLE_NNZ * MFM__MAX_SIMPLE_NNZ / 2, sizeof(float *));
+        wk->one_g = (float *)mfm__alloc(MFM__MAX_SIMPLE_NNZ * MFM__MAX_SIMPLE_NNZ / 2, sizeof(float));
+        if (!wk->g[MFM_TENSOR_W0] || !wk->sum || !wk->score || !wk->prob || !wk->scaled || !wk->row_g || !wk->one_blk || !wk->one_g) return 0;
     }
     return 1;
 }
