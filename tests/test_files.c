@@ -71,6 +71,21 @@ typedef struct expect {
     mfm_format format;
 } expect;
 
+static expect expect_of(uint64_t n_rows, const uint64_t *offsets, const uint32_t *features, const uint32_t *fields, const float *values, const float *labels,
+                        uint32_t n_features, uint32_t n_fields, mfm_format format) {
+    expect x;
+    x.n_rows = n_rows;
+    x.offsets = offsets;
+    x.features = features;
+    x.fields = fields;
+    x.values = values;
+    x.labels = labels;
+    x.n_features = n_features;
+    x.n_fields = n_fields;
+    x.format = format;
+    return x;
+}
+
 static void check_dataset(const mfm_dataset *ds, const expect *x, const char *what) {
     mfm_csr d = mfm_dataset_csr(ds);
     mfm_dataset_info info;
@@ -252,16 +267,7 @@ static void naive_free(naive *nv) {
 /* The dataset against the naive parse of the same text, array for array. */
 static void check_against_naive(const mfm_dataset *ds, const naive *nv, const char *what) {
     expect x;
-    memset(&x, 0, sizeof x);
-    x.n_rows = nv->n_rows;
-    x.offsets = nv->offsets;
-    x.features = nv->features;
-    x.fields = nv->ffm == 1 && nv->nnz ? nv->fields : NULL;
-    x.values = nv->all_ones ? NULL : nv->values;
-    x.labels = nv->has_labels && nv->n_rows ? nv->labels : NULL;
-    x.n_features = nv->n_features;
-    x.n_fields = nv->n_fields;
-    x.format = nv->ffm == 1 ? MFM_FORMAT_LIBFFM : MFM_FORMAT_LIBSVM;
+    x = expect_of(nv->n_rows, nv->offsets, nv->features, nv->ffm == 1 && nv->nnz ? nv->fields : NULL, nv->all_ones ? NULL : nv->values, nv->has_labels && nv->n_rows ? nv->labels : NULL, nv->n_features, nv->n_fields, nv->ffm == 1 ? MFM_FORMAT_LIBFFM : MFM_FORMAT_LIBSVM);
     check_dataset(ds, &x, what);
 }
 
@@ -315,16 +321,7 @@ void test_text_quirks_libffm(void) {
     expect x;
     mfm_dataset *ds;
     values[7] = strtof("3e-2", NULL);
-    memset(&x, 0, sizeof x);
-    x.n_rows = 5;
-    x.offsets = offsets;
-    x.features = features;
-    x.fields = fields;
-    x.values = values;
-    x.labels = labels;
-    x.n_features = 13;
-    x.n_fields = 10;
-    x.format = MFM_FORMAT_LIBFFM;
+    x = expect_of(5, offsets, features, fields, values, labels, 13, 10, MFM_FORMAT_LIBFFM);
     if ((ds = parse_text(text, "quirks.ffm", MFM_FORMAT_AUTO, MFM_TASK_DEFAULT, 1)) != NULL) check_dataset(ds, &x, "libffm quirks (auto)");
     mfm_dataset_free(ds);
     if ((ds = parse_text(text, "quirks.ffm", MFM_FORMAT_LIBFFM, MFM_TASK_BINARY, 2)) != NULL) check_dataset(ds, &x, "libffm quirks (explicit)");
@@ -354,13 +351,7 @@ void test_text_quirks_libsvm(void) {
     static const float labels[] = {0, 1, 0, 1, 0, 1};
     expect x;
     mfm_dataset *ds;
-    memset(&x, 0, sizeof x);
-    x.n_rows = 6;
-    x.offsets = offsets;
-    x.features = features;
-    x.labels = labels;
-    x.n_features = 11;
-    x.format = MFM_FORMAT_LIBSVM;
+    x = expect_of(6, offsets, features, NULL, NULL, labels, 11, 0, MFM_FORMAT_LIBSVM);
     if ((ds = parse_text(text, "quirks.svm", MFM_FORMAT_AUTO, MFM_TASK_DEFAULT, 1)) != NULL) check_dataset(ds, &x, "libsvm quirks (auto)");
     mfm_dataset_free(ds);
     if ((ds = parse_text(text, "quirks.svm", MFM_FORMAT_LIBSVM, MFM_TASK_BINARY, 4)) != NULL) check_dataset(ds, &x, "libsvm quirks (explicit)");
@@ -370,14 +361,7 @@ void test_text_quirks_libsvm(void) {
         static const uint64_t offsets2[] = {0, 2, 3};
         static const uint32_t features2[] = {1, 2, 3};
         static const float values2[] = {1, 0.5f, 1}, labels2[] = {1, 0};
-        memset(&x, 0, sizeof x);
-        x.n_rows = 2;
-        x.offsets = offsets2;
-        x.features = features2;
-        x.values = values2;
-        x.labels = labels2;
-        x.n_features = 4;
-        x.format = MFM_FORMAT_LIBSVM;
+        x = expect_of(2, offsets2, features2, NULL, values2, labels2, 4, 0, MFM_FORMAT_LIBSVM);
         if ((ds = parse_text(text2, "values.svm", MFM_FORMAT_AUTO, MFM_TASK_DEFAULT, 1)) != NULL) check_dataset(ds, &x, "libsvm with a value");
         mfm_dataset_free(ds);
     }
@@ -386,14 +370,7 @@ void test_text_quirks_libsvm(void) {
         static const uint64_t offsets3[] = {0, 2};
         static const uint32_t features3[] = {4294967294u, 0};
         static const float values3[] = {1, 2}, labels3[] = {1};
-        memset(&x, 0, sizeof x);
-        x.n_rows = 1;
-        x.offsets = offsets3;
-        x.features = features3;
-        x.values = values3;
-        x.labels = labels3;
-        x.n_features = 4294967295u;
-        x.format = MFM_FORMAT_LIBSVM;
+        x = expect_of(1, offsets3, features3, NULL, values3, labels3, 4294967295u, 0, MFM_FORMAT_LIBSVM);
         if ((ds = parse_text(text3, "maxid.svm", MFM_FORMAT_AUTO, MFM_TASK_DEFAULT, 1)) != NULL) check_dataset(ds, &x, "libsvm id 4294967294");
         mfm_dataset_free(ds);
     }
@@ -409,23 +386,10 @@ void test_text_unlabeled(void) {
     static const float values_ffm[] = {1, 0.5f, 1};
     expect x;
     mfm_dataset *ds;
-    memset(&x, 0, sizeof x);
-    x.n_rows = 2;
-    x.offsets = offsets_ffm;
-    x.features = features_ffm;
-    x.fields = fields_ffm;
-    x.values = values_ffm;
-    x.n_features = 4;
-    x.n_fields = 3;
-    x.format = MFM_FORMAT_LIBFFM;
+    x = expect_of(2, offsets_ffm, features_ffm, fields_ffm, values_ffm, NULL, 4, 3, MFM_FORMAT_LIBFFM);
     if ((ds = parse_text(ffm, "unlabeled.ffm", MFM_FORMAT_AUTO, MFM_TASK_DEFAULT, 1)) != NULL) check_dataset(ds, &x, "unlabeled libffm");
     mfm_dataset_free(ds);
-    memset(&x, 0, sizeof x);
-    x.n_rows = 2;
-    x.offsets = offsets_svm;
-    x.features = features_svm;
-    x.n_features = 8;
-    x.format = MFM_FORMAT_LIBSVM;
+    x = expect_of(2, offsets_svm, features_svm, NULL, NULL, NULL, 8, 0, MFM_FORMAT_LIBSVM);
     if ((ds = parse_text(svm, "unlabeled.svm", MFM_FORMAT_AUTO, MFM_TASK_REGRESSION, 1)) != NULL) check_dataset(ds, &x, "unlabeled libsvm");
     mfm_dataset_free(ds);
 }
@@ -446,24 +410,10 @@ void test_text_labels_by_task(void) {
     reg_labels[2] = strtof("0.1", NULL);
     reg_labels[3] = -0.0f;
     reg_labels[4] = strtof("7.25e-3", NULL);
-    memset(&x, 0, sizeof x);
-    x.n_rows = 5;
-    x.offsets = off_reg;
-    x.features = feat_reg;
-    x.fields = fld_reg;
-    x.labels = reg_labels;
-    x.n_features = 3;
-    x.n_fields = 2;
-    x.format = MFM_FORMAT_LIBFFM;
+    x = expect_of(5, off_reg, feat_reg, fld_reg, NULL, reg_labels, 3, 2, MFM_FORMAT_LIBFFM);
     if ((ds = parse_text(reg, "reg.ffm", MFM_FORMAT_AUTO, MFM_TASK_REGRESSION, 1)) != NULL) check_dataset(ds, &x, "regression labels");
     mfm_dataset_free(ds);
-    memset(&x, 0, sizeof x);
-    x.n_rows = 4;
-    x.offsets = off_multi;
-    x.features = feat_multi;
-    x.labels = multi_labels;
-    x.n_features = 4;
-    x.format = MFM_FORMAT_LIBSVM;
+    x = expect_of(4, off_multi, feat_multi, NULL, NULL, multi_labels, 4, 0, MFM_FORMAT_LIBSVM);
     if ((ds = parse_text(multi, "multi.svm", MFM_FORMAT_AUTO, MFM_TASK_MULTICLASS, 1)) != NULL) check_dataset(ds, &x, "multiclass labels");
     mfm_dataset_free(ds);
 }
@@ -1211,13 +1161,7 @@ void test_write_text_round_trip(void) {
         mfm_csr c;
         unsigned char *got;
         size_t size;
-        memset(&c, 0, sizeof c);
-        c.n_rows = 3;
-        c.row_offsets = offsets;
-        c.features = features;
-        c.fields = fields;
-        c.values = values;
-        c.labels = labels;
+        c = csr_of(3, offsets, features, fields, values, labels);
         scratch_path(path, sizeof path, "small.ffm");
         st = mfm_dataset_write(&c, path, MFM_FORMAT_LIBFFM, &e);
         got = st == MFM_OK ? read_whole_file(path, &size) : NULL;
@@ -1245,11 +1189,7 @@ void test_write_unlabeled_empty_row(void) {
     mfm_error e;
     mfm_status st;
     int f;
-    memset(&c, 0, sizeof c);
-    c.n_rows = 3;
-    c.row_offsets = offsets;
-    c.features = features;
-    c.fields = fields;
+    c = csr_of(3, offsets, features, fields, NULL, NULL);
     for (f = 0; f < 2; f++) {
         const mfm_format format = f ? MFM_FORMAT_LIBSVM : MFM_FORMAT_LIBFFM;
         scratch_path(path, sizeof path, f ? "empty-row.svm" : "empty-row.ffm");

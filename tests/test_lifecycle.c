@@ -888,11 +888,7 @@ void test_lifecycle_validation_fraction(void) {
             labels[r] = (float)rng_below(&rng, 2);
         }
         offsets[ROWS] = ROWS * 3;
-        memset(&d, 0, sizeof d);
-        d.n_rows = ROWS;
-        d.row_offsets = offsets;
-        d.features = features;
-        d.labels = labels;
+        d = csr_of(ROWS, offsets, features, NULL, NULL, labels);
         p.validation_fraction = 0.3;
         p.n_epochs = 3;
         p.patience = 100;
@@ -1075,12 +1071,7 @@ void test_lifecycle_partial_fit_order(void) {
     mfm_model *both, *one_by_one, *reversed;
     ref_model expected, before;
     ref_opt o;
-    memset(&d, 0, sizeof d);
-    d.n_rows = 2;
-    d.row_offsets = offsets;
-    d.features = features;
-    d.values = values;
-    d.labels = labels;
+    d = csr_of(2, offsets, features, NULL, values, labels);
     p.k = 3;
     p.l2_linear = 0.01;
     p.l2_factors = 0.02;
@@ -1451,10 +1442,7 @@ void test_lifecycle_top_interactions_fm(void) {
         CHECK(st == MFM_OK && found == 0, "n = 0: status %d, %lu found", (int)st, (unsigned long)found);
         st = mfm_top_interactions(m, NULL, 1, 3, out, &found, &e);
         CHECK(st == MFM_ERR_INVALID_ARGUMENT, "class 1 of a binary model: status %d", (int)st);
-        memset(&d, 0, sizeof d);
-        d.n_rows = 1;
-        d.row_offsets = offsets;
-        d.features = features;
+        d = csr_of(1, offsets, features, NULL, NULL, NULL);
         st = mfm_top_interactions(m, &d, 0, 3, out, &found, &e);
         CHECK(st == MFM_ERR_SHAPE_MISMATCH, "feature 6 of a 6-feature model: status %d", (int)st);
     }
@@ -1580,11 +1568,7 @@ void test_lifecycle_top_interactions_learned(void) {
         offsets[r + 1] = nnz;
         labels[r] = has3 != has7 ? 1.0f : 0.0f;
     }
-    memset(&d, 0, sizeof d);
-    d.n_rows = ROWS;
-    d.row_offsets = offsets;
-    d.features = features;
-    d.labels = labels;
+    d = csr_of(ROWS, offsets, features, NULL, NULL, labels);
     d.n_features = FEATS;
     p.k = 4;
     p.n_epochs = 15;
@@ -2060,13 +2044,7 @@ void test_lifecycle_libffm_reference(void) {
         offsets[r + 1] = nnz;
         labels[r] = t + rng_uniform(&rng, -1, 1) > 0 ? 1.0f : 0.0f;
     }
-    memset(&d, 0, sizeof d);
-    d.n_rows = ROWS;
-    d.row_offsets = offsets;
-    d.features = features;
-    d.fields = fields;
-    d.values = values;
-    d.labels = labels;
+    d = csr_of(ROWS, offsets, features, fields, values, labels);
     memset(&p, 0, sizeof p);
     p.model = MFM_MODEL_FFM;
     p.optimizer = MFM_OPTIMIZER_ADAGRAD;
