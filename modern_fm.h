@@ -2516,13 +2516,22 @@ static mfm_status mfm__write_binary(const mfm_csr *d, const char *path, mfm_task
    >>data-io  Reading any dataset, and writing text
    ============================================================================================ */
 
+/* What an input's first bytes make it: a binary dataset (*binary = 1) or text; a model file, or
+   text where the options ask for binary, is refused. */
+static mfm_status mfm__sniff(const unsigned char *b, uint64_t size, const char *name, const mfm_read_options *o, int *binary, mfm_error *err) {
+    if (size >= 8 && memcmp(b, MFM__MODEL_MAGIC, 8) == 0) return mfm__fail(err, MFM_ERR_BAD_FILE, "%s is a modern_fm model file, not a dataset", name);
+    *binary = size >= 8 && memcmp(b, MFM__DATA_MAGIC, 8) == 0 && o->format != MFM_FORMAT_LIBFFM && o->format != MFM_FORMAT_LIBSVM;
+    if (!*binary && o->format == MFM_FORMAT_BINARY) return mfm__fail(err, MFM_ERR_BAD_FILE, "%s is not a modern_fm binary dataset (no MFM-DATA magic)", name);
+    return MFM_OK;
+}
+
 static mfm_status mfm__dataset_from_memory(const unsigned char *b, uint64_t size, const char *name, const mfm_read_options *o, mfm_dataset **out,
                                            mfm_error *err) {
     mfm__text_reader rd;
-    mfm_status st;
-    if (size >= 8 && memcmp(b, MFM__MODEL_MAGIC, 8) == 0) return mfm__fail(err, MFM_ERR_BAD_FILE, "%s is a modern_fm model file, not a dataset", name);
-    int binary = size >= 8 && memcmp(b, MFM__DATA_MAGIC, 8) == 0;
-    if (binary && o->format != MFM_FORMAT_LIBFFM && o->format != MFM_FORMAT_LIBSVM) {
+    int binary;
+    mfm_status st = mfm__sniff(b, size, name, o, &binary, err);
+    if (st != MFM_OK) return st;
+    if (binary) {
         mfm_dataset *ds = (mfm_dataset *)mfm__calloc(1, sizeof *ds);
         unsigned char *copy = (unsigned char *)mfm__alloc(size, 1); /* aligned for the arrays, and ours */
         if (!ds || !copy) {
@@ -2539,7 +2548,6 @@ static mfm_status mfm__dataset_from_memory(const unsigned char *b, uint64_t size
         *out = ds;
         return mfm__ok(err);
     }
-    if (o->format == MFM_FORMAT_BINARY) return mfm__fail(err, MFM_ERR_BAD_FILE, "%s is not a modern_fm binary dataset (no MFM-DATA magic)", name);
     if ((st = mfm__reader_start(&rd, name, o, err)) == MFM_OK && (st = mfm__parse_chunk(&rd, (const char *)b, (const char *)b + size, err)) == MFM_OK)
         st = mfm__reader_finish(&rd, out, err);
     mfm__reader_free(&rd);
@@ -2573,7 +2581,7 @@ MFMDEF mfm_status mfm_dataset_read(const char *path, const mfm_read_options *o, 
     size_t n_first;
     uint64_t total;
     int64_t mtime;
-    int from_stdin;
+    int from_stdin, binary;
     FILE *f;
     mfm_status st = mfm__check_read_args(&o, &defaults, out, err);
     if (st != MFM_OK) return st;
@@ -2583,11 +2591,11 @@ MFMDEF mfm_status mfm_dataset_read(const char *path, const mfm_read_options *o, 
     if (!f) return mfm__fail(err, MFM_ERR_IO, "cannot open %s: %s", path, mfm__os_error());
     if (from_stdin) path = "<stdin>";
     n_first = fread(first, 1, sizeof first, f);
-    if (n_first == sizeof first && memcmp(first, MFM__MODEL_MAGIC, 8) == 0) {
+    if ((st = mfm__sniff(first, n_first, path, o, &binary, err)) != MFM_OK) {
         if (!from_stdin) fclose(f);
-        return mfm__fail(err, MFM_ERR_BAD_FILE, "%s is a modern_fm model file, not a dataset", path);
+        return st;
     }
-    if (n_first == sizeof first && memcmp(first, MFM__DATA_MAGIC, 8) == 0 && o->format != MFM_FORMAT_LIBFFM && o->format != MFM_FORMAT_LIBSVM) {
+    if (binary) {
         mfm_dataset *ds;
         if (from_stdin) { /* a pipe cannot be mapped: read it all, then use the bytes */
             uint64_t cap = 1u << 20, used = 8;
@@ -2623,10 +2631,6 @@ MFMDEF mfm_status mfm_dataset_read(const char *path, const mfm_read_options *o, 
         }
         *out = ds;
         return mfm__ok(err);
-    }
-    if (o->format == MFM_FORMAT_BINARY) {
-        if (!from_stdin) fclose(f);
-        return mfm__fail(err, MFM_ERR_BAD_FILE, "%s is not a modern_fm binary dataset (no MFM-DATA magic)", path);
     }
     mfm__file_stamp(from_stdin ? NULL : path, &total, &mtime);
     if ((st = mfm__reader_start(&rd, path, o, err)) == MFM_OK && (st = mfm__read_text_stream(&rd, f, first, n_first, total, o, err)) == MFM_OK)
@@ -3617,10 +3621,10 @@ static void mfm__snapshot_copy(mfm_model *m, mfm__snapshot *s, int restore) {
     else s->epochs_trained = m->epochs_trained, s->taken = 1;
 }
 
-/* The rows to train on and, with an internal split, the validation rows (SPEC 7: a seeded
-   permutation; its first max(1, round(f n)) rows validate, the rest train in permuted order). */
-static mfm_status mfm__split(const mfm_model *m, const mfm_csr *d, uint64_t **rows, uint64_t *n_train, mfm__subset *valid, mfm_error *err) {
-    const double f = m->params.validation_fraction;
+/* The rows to train on (all, in order, for f = 0) and, with an internal split of a fraction f,
+   the validation rows (SPEC 7: a seeded permutation; its first max(1, round(f n)) rows
+   validate, the rest train in permuted order). */
+static mfm_status mfm__split(const mfm_model *m, const mfm_csr *d, double f, uint64_t **rows, uint64_t *n_train, mfm__subset *valid, mfm_error *err) {
     uint64_t n = d->n_rows, n_val, r;
     *rows = (uint64_t *)mfm__alloc(n, sizeof(uint64_t));
     if (!*rows) return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for the row order (%" PRIu64 " rows)", n);
@@ -3683,12 +3687,7 @@ static mfm_status mfm__fit(mfm_model *m, const mfm_csr *d, const mfm_csr *valida
     memset(&split, 0, sizeof split);
     memset(&best, 0, sizeof best);
     memset(&tr, 0, sizeof tr);
-    st = partial || validation ? MFM_OK : mfm__split(m, d, &rows, &n, &split, err);
-    if (st == MFM_OK && !rows) {
-        n = d->n_rows;
-        if (!(rows = (uint64_t *)mfm__alloc(n, sizeof(uint64_t)))) st = mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for the row order");
-        for (r = 0; rows && r < n; r++) rows[r] = r;
-    }
+    st = mfm__split(m, d, partial || validation ? 0.0 : m->params.validation_fraction, &rows, &n, &split, err);
     if (split.offsets) valid = &split.csr;
     if (st == MFM_OK) {
         order = (uint64_t *)mfm__alloc(n, sizeof(uint64_t));
