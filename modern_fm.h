@@ -2940,6 +2940,36 @@ static void mfm__adagrad(const mfm__optim *o, float *blk, uint32_t len, const fl
     }
 }
 
+/* The pair (a, b) of an FFM row that is a batch of its own, under AdaGrad: slot va's gradient
+   is coef times vb's old value and the other way round. The same operations as mfm__adagrad on
+   those gradients (a division by one row is exact and left out), fused so that the gradients
+   stay in registers. */
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((always_inline)) inline
+#endif
+static void mfm__ffm_pair_adagrad(const mfm__optim *o, float *va, float *vb, float coef, uint32_t k, float l2) {
+    const mfm__f4 lr = mfm__f4_set1(o->lr), l2v = mfm__f4_set1(l2), eps = mfm__f4_set1(1e-10f), c = mfm__f4_set1(coef), zero = mfm__f4_set1(0.0f);
+    uint32_t t;
+    for (t = 0; t + 4 <= k; t += 4) {
+        const mfm__f4 a = mfm__f4_load(va + t), b = mfm__f4_load(vb + t);
+        const mfm__f4 ga = mfm__f4_add(mfm__f4_add(zero, mfm__f4_mul(c, b)), mfm__f4_mul(l2v, a));
+        const mfm__f4 gb = mfm__f4_add(mfm__f4_add(zero, mfm__f4_mul(c, a)), mfm__f4_mul(l2v, b));
+        const mfm__f4 Ga = mfm__f4_add(mfm__f4_load(va + k + t), mfm__f4_mul(ga, ga));
+        const mfm__f4 Gb = mfm__f4_add(mfm__f4_load(vb + k + t), mfm__f4_mul(gb, gb));
+        mfm__f4_store(va + k + t, Ga);
+        mfm__f4_store(vb + k + t, Gb);
+        mfm__f4_store(va + t, mfm__f4_sub(a, mfm__f4_div(mfm__f4_mul(lr, ga), mfm__f4_sqrt(mfm__f4_add(Ga, eps)))));
+        mfm__f4_store(vb + t, mfm__f4_sub(b, mfm__f4_div(mfm__f4_mul(lr, gb), mfm__f4_sqrt(mfm__f4_add(Gb, eps)))));
+    }
+    for (; t < k; t++) {
+        const float a = va[t], b = vb[t], ga = (0 + coef * b) + l2 * a, gb = (0 + coef * a) + l2 * b;
+        va[k + t] += ga * ga;
+        vb[k + t] += gb * gb;
+        va[t] = a - o->lr * ga / sqrtf(va[k + t] + 1e-10f);
+        vb[t] = b - o->lr * gb / sqrtf(vb[k + t] + 1e-10f);
+    }
+}
+
 /* AdaGrad on n single coordinates anywhere in memory (theta, G at blk[i]) with gradient
    grad[i] of a one-row batch: gathered four at a time so that the square roots and divisions
    run four wide, with the same operations per coordinate as mfm__adagrad. */
@@ -3220,6 +3250,10 @@ static void mfm__update_row(const mfm__trainer *tr, mfm__worker *wk, uint32_t c,
                 float *va = mfm__block(m, MFM_TENSOR_V, c, (uint64_t)row->feat[a] * m->n_fields + row->field[b]);
                 float *vb = mfm__block(m, MFM_TENSOR_V, c, (uint64_t)row->feat[b] * m->n_fields + row->field[a]);
                 float coef = g * row->x[a] * row->x[b], *gb = wk->row_g;
+                if (adagrad) {
+                    mfm__ffm_pair_adagrad(o, va, vb, coef, (uint32_t)k, l2v);
+                    continue;
+                }
                 for (t = 0; t < k; t++) {
                     gk[t] = 0 + coef * vb[t];
                     gb[t] = 0 + coef * va[t];
