@@ -1375,7 +1375,8 @@ static mfm_status mfm__validate_params(const mfm_params *p, uint32_t n_classes, 
    after the other: block b of class c is block c * n_blocks + b. */
 
 typedef struct mfm__table {
-    float *data;
+    float *data;       /* 64-byte aligned: a block of k = 4 (AdaGrad: 32 bytes) never splits lines */
+    void *allocation;  /* what data lies in */
     uint64_t n_blocks; /* per class */
     uint32_t len;
     uint32_t stride;   /* len * (1 + state slots) */
@@ -1413,7 +1414,7 @@ static float *mfm__block(const mfm_model *m, mfm_tensor t, uint32_t cls, uint64_
 MFMDEF void mfm_model_free(mfm_model *model) {
     int t;
     if (!model) return;
-    for (t = 0; t < MFM_TENSOR_COUNT; t++) MFM_FREE(model->t[t].data);
+    for (t = 0; t < MFM_TENSOR_COUNT; t++) MFM_FREE(model->t[t].allocation);
     MFM_FREE(model->class_weight_values);
     MFM_FREE(model);
 }
@@ -1502,8 +1503,9 @@ MFMDEF mfm_status mfm_model_create(const mfm_params *params, uint32_t n_features
         /* blocks x classes x stride, saturating so that an impossible size fails to allocate */
         floats = tab->n_blocks && n_classes > UINT64_MAX / tab->n_blocks ? UINT64_MAX : tab->n_blocks * n_classes;
         floats = floats && tab->stride > UINT64_MAX / floats ? UINT64_MAX : floats * tab->stride;
-        tab->data = (float *)mfm__calloc(floats, sizeof(float));
-        if (!tab->data) {
+        tab->allocation = floats < UINT64_MAX / sizeof(float) - 64 ? mfm__calloc(floats * sizeof(float) + 64, 1) : NULL;
+        if (tab->allocation) tab->data = (float *)((char *)tab->allocation + (64 - (uintptr_t)tab->allocation % 64) % 64);
+        if (!tab->allocation) {
             mfm_model_free(m);
             return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for the %s tensor of a %s model (%" PRIu64 " floats)",
                              t == MFM_TENSOR_V ? "V" : t == MFM_TENSOR_R ? "R" : "W", mfm__model_names[p.model], floats);
@@ -2838,6 +2840,32 @@ static float mfm__fwfm_r(const mfm_model *m, uint32_t c, uint32_t fa, uint32_t f
 }
 
 /* Score of class c. FM leaves sum[t] = sum_i v_it x_i (k values) for its gradient. */
+/* FFM's pair term: every pair adds into the same four lanes, and one sum ends it. */
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((always_inline)) inline
+#endif
+static float mfm__ffm_pairs(const mfm_model *m, uint32_t c, const mfm__row *row, int k) {
+    const mfm__table *V = &m->t[MFM_TENSOR_V];
+    const float *const table = V->data + (uint64_t)c * V->n_blocks * V->stride;
+    const uint64_t stride = V->stride, per_feature = (uint64_t)m->n_fields * stride;
+    mfm__f4 acc4 = mfm__f4_set1(0.0f);
+    float rest = 0;
+    uint32_t a, b;
+    int t;
+    for (a = 0; a < row->z; a++) {
+        const float *const base_a = table + row->feat[a] * per_feature;
+        const uint64_t field_a = row->field[a] * stride;
+        for (b = a + 1; b < row->z; b++) {
+            const float *va = base_a + row->field[b] * stride, *vb = table + row->feat[b] * per_feature + field_a;
+            const float xx = row->x[a] * row->x[b];
+            const mfm__f4 xx4 = mfm__f4_set1(xx);
+            for (t = 0; t + 4 <= k; t += 4) acc4 = mfm__f4_add(acc4, mfm__f4_mul(mfm__f4_mul(mfm__f4_load(va + t), mfm__f4_load(vb + t)), xx4));
+            for (; t < k; t++) rest += va[t] * vb[t] * xx;
+        }
+    }
+    return mfm__f4_sum(acc4) + rest;
+}
+
 static float mfm__score(const mfm_model *m, uint32_t c, const mfm__row *row, float *sum) {
     const int k = m->k;
     float s = 0;
@@ -2849,13 +2877,8 @@ static float mfm__score(const mfm_model *m, uint32_t c, const mfm__row *row, flo
     }
     if (m->params.linear_only) return s;
     switch (m->params.model) {
-    case MFM_MODEL_FFM:
-        for (a = 0; a < row->z; a++)
-            for (b = a + 1; b < row->z; b++) {
-                float dot = mfm__dot(mfm__ffm_slot(m, c, row->feat[a], row->field[b]), mfm__ffm_slot(m, c, row->feat[b], row->field[a]), k);
-                s += dot * row->x[a] * row->x[b];
-            }
-        return s;
+    case MFM_MODEL_FFM: /* k = 4 (the common case) gets its own copy, with the k-loop unrolled */
+        return s + (k == 4 ? mfm__ffm_pairs(m, c, row, 4) : mfm__ffm_pairs(m, c, row, k));
     case MFM_MODEL_FWFM:
         for (a = 0; a < row->z; a++)
             for (b = a + 1; b < row->z; b++) {
@@ -2967,6 +2990,25 @@ static void mfm__ffm_pair_adagrad(const mfm__optim *o, float *va, float *vb, flo
         vb[k + t] += gb * gb;
         va[t] = a - o->lr * ga / sqrtf(va[k + t] + 1e-10f);
         vb[t] = b - o->lr * gb / sqrtf(vb[k + t] + 1e-10f);
+    }
+}
+
+/* Every pair of an FFM row that is a batch of its own, under AdaGrad; dlds is the row's
+   weighted loss derivative. */
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((always_inline)) inline
+#endif
+static void mfm__ffm_row_adagrad(const mfm__optim *o, const mfm_model *m, uint32_t c, const mfm__row *row, float dlds, uint32_t k, float l2) {
+    const mfm__table *V = &m->t[MFM_TENSOR_V];
+    float *const table = V->data + (uint64_t)c * V->n_blocks * V->stride;
+    const uint64_t stride = V->stride, per_feature = (uint64_t)m->n_fields * stride;
+    uint32_t a, b;
+    for (a = 0; a < row->z; a++) {
+        float *const base_a = table + row->feat[a] * per_feature;
+        const uint64_t field_a = row->field[a] * stride;
+        const float ga = dlds * row->x[a];
+        for (b = a + 1; b < row->z; b++)
+            mfm__ffm_pair_adagrad(o, base_a + row->field[b] * stride, table + row->feat[b] * per_feature + field_a, ga * row->x[b], k, l2);
     }
 }
 
@@ -3245,15 +3287,18 @@ static void mfm__update_row(const mfm__trainer *tr, mfm__worker *wk, uint32_t c,
     if (p->linear_only) return;
     switch (p->model) {
     case MFM_MODEL_FFM: /* slot (a, field b) is read by the pair (a, b) alone */
+        if (adagrad) { /* k = 4 gets its own copy, with the k-loop unrolled */
+            if (k == 4)
+                mfm__ffm_row_adagrad(o, m, c, row, g, 4, l2v);
+            else
+                mfm__ffm_row_adagrad(o, m, c, row, g, (uint32_t)k, l2v);
+            break;
+        }
         for (a = 0; a < row->z; a++)
             for (b = a + 1; b < row->z; b++) {
                 float *va = mfm__block(m, MFM_TENSOR_V, c, (uint64_t)row->feat[a] * m->n_fields + row->field[b]);
                 float *vb = mfm__block(m, MFM_TENSOR_V, c, (uint64_t)row->feat[b] * m->n_fields + row->field[a]);
                 float coef = g * row->x[a] * row->x[b], *gb = wk->row_g;
-                if (adagrad) {
-                    mfm__ffm_pair_adagrad(o, va, vb, coef, (uint32_t)k, l2v);
-                    continue;
-                }
                 for (t = 0; t < k; t++) {
                     gk[t] = 0 + coef * vb[t];
                     gb[t] = 0 + coef * va[t];
@@ -3535,23 +3580,61 @@ static int mfm__trainer_init(mfm__trainer *tr, mfm_model *m, const mfm_csr *d, c
 #endif
 
 /* Asks the memory system for the next row's parameters while this row trains: with millions of
-   features most of them are far away, and a row waits on dozens of them. FFM fetches each
-   feature's vectors for the row's fields. */
+   features most of them are far away, and a row waits on dozens of them. FFM fetches the span
+   of each feature's vectors that the row's fields cover, line by line. */
 static void mfm__prefetch_row(const mfm__trainer *tr, uint64_t r) {
     const mfm_model *m = tr->m;
     const mfm_csr *d = tr->d;
     const uint64_t lo = d->row_offsets[r], hi = d->row_offsets[r + 1];
-    uint64_t j, q;
+    uint64_t j, span = 0, first = 0;
     uint32_t c;
+    if (m->params.model == MFM_MODEL_FFM && !m->params.linear_only && hi > lo) {
+        uint32_t low = d->fields[lo], high = d->fields[lo];
+        for (j = lo + 1; j < hi; j++) {
+            if (d->fields[j] < low) low = d->fields[j];
+            if (d->fields[j] > high) high = d->fields[j];
+        }
+        first = low;
+        span = ((uint64_t)high - low + 1) * m->t[MFM_TENSOR_V].stride * sizeof(float);
+        if (high - low >= 4 * (hi - lo)) span = 0; /* fields far apart: the span would be mostly waste */
+    }
     for (c = 0; c < m->n_classes; c++)
         for (j = lo; j < hi; j++) {
             MFM__PREFETCH(mfm__block(m, MFM_TENSOR_W, c, d->features[j]));
             if (m->params.linear_only) continue;
-            if (m->params.model != MFM_MODEL_FFM)
+            if (m->params.model != MFM_MODEL_FFM) {
                 MFM__PREFETCH(mfm__block(m, MFM_TENSOR_V, c, d->features[j]));
-            else
-                for (q = lo; q < hi; q++) MFM__PREFETCH(mfm__block(m, MFM_TENSOR_V, c, (uint64_t)d->features[j] * m->n_fields + d->fields[q]));
+            } else {
+                const char *p = (const char *)mfm__block(m, MFM_TENSOR_V, c, (uint64_t)d->features[j] * m->n_fields + first);
+                uint64_t at;
+                for (at = 0; at < span; at += 64) MFM__PREFETCH(p + at);
+            }
         }
+}
+
+/* The lines of a[lo..hi) (elements of `size` bytes); nothing for a NULL array. */
+static void mfm__prefetch_range(const void *a, uint64_t lo, uint64_t hi, size_t size) {
+    const char *p = (const char *)a;
+    uint64_t at;
+    if (!p || hi <= lo) return;
+    for (at = lo * size & ~(uint64_t)63; at < hi * size; at += 64) MFM__PREFETCH(p + at);
+}
+
+/* Rows come in shuffled order, so a row's own data is as far away as its parameters: the
+   pass asks for row i + 3's offsets, row i + 2's non-zeros and label, and row i + 1's
+   parameters, so that each has arrived by the time the next step needs it. */
+static void mfm__prefetch_ahead(const mfm__trainer *tr, const uint64_t *rows, uint64_t i, uint64_t n) {
+    const mfm_csr *d = tr->d;
+    if (i + 3 < n) MFM__PREFETCH(d->row_offsets + rows[i + 3]);
+    if (i + 2 < n) {
+        const uint64_t r = rows[i + 2], lo = d->row_offsets[r], hi = d->row_offsets[r + 1];
+        mfm__prefetch_range(d->features, lo, hi, sizeof *d->features);
+        mfm__prefetch_range(d->fields, lo, hi, sizeof *d->fields);
+        mfm__prefetch_range(d->values, lo, hi, sizeof *d->values);
+        MFM__PREFETCH(d->labels + r);
+        if (d->weights) MFM__PREFETCH(d->weights + r);
+    }
+    if (i + 1 < n) mfm__prefetch_row(tr, rows[i + 1]);
 }
 
 /* One pass over rows[0..n) in that order, batch by batch. Adds the loss to the workers. */
@@ -3561,7 +3644,7 @@ static mfm_status mfm__pass(mfm__trainer *tr, mfm__pool *pool, const uint64_t *r
     for (start = 0; start < n; start += batch) {
         if (batch == 1 && MFM__BATCH1_IN_PLACE) { /* most rows need no touched sets: steps in place */
             mfm__row row = mfm__get_row(tr->m, tr->d, rows[start], tr->ones, NULL);
-            if (start + 1 < n) mfm__prefetch_row(tr, rows[start + 1]);
+            mfm__prefetch_ahead(tr, rows, start, n);
             if (mfm__row_is_simple(tr, &row)) {
                 mfm__train_row(tr, &tr->workers[0], rows[start], 1);
                 continue;
