@@ -199,7 +199,7 @@ typedef struct mfm_params {
     int n_classes;              /* multiclass only: 0 = max label + 1 of the training data */
     int n_epochs;               /* 10 */
     int batch_size;             /* 1: per-row updates */
-    int n_threads;              /* 1. Results depend on this number, never on the machine */
+    int n_threads;              /* 1. The bits of a result depend neither on it nor on the machine */
     double learning_rate;       /* 0.05 (FTRL's alpha) */
     double l2_linear;           /* 0: L2 on w */
     double l2_factors;          /* 0: L2 on V (and R of FwFM) */
@@ -580,7 +580,7 @@ extern "C" {
    >>utilities  Errors, allocation, clock, random numbers
    ============================================================================================ */
 
-#define MFM__NONE 0xFFFFFFFFu /* "no compact index yet" in the touched maps */
+#define MFM__NONE 0xFFFFFFFFu /* an empty entry of a set of ids */
 
 static mfm_status mfm__fail(mfm_error *err, mfm_status status, const char *fmt, ...) {
     if (err) {
@@ -723,6 +723,7 @@ struct mfm__pool {
     void *ctx;
     uint64_t generation; /* bumped for every run; workers wait for a new one */
     int running;         /* workers that have not finished the current run */
+    int sleepers;        /* workers waiting on `wake` */
     int quit;
     int started;         /* threads actually created (1 = only the caller) */
     mfm__pool_worker *workers;
@@ -763,12 +764,38 @@ static void mfm__pool_stop(mfm__pool *p) { (void)p; }
 #define MFM__BROADCAST(p, cv) pthread_cond_broadcast(&(p)->cv)
 #endif
 
+/* A run hands out work every few hundred microseconds during training; a thread that went
+   to sleep takes longer than that to wake (much longer in a virtual machine), so workers and
+   the caller first spin a while on the counters, then sleep. Compilers without the GCC atomic
+   builtins always sleep. */
+#if defined(__GNUC__) || defined(__clang__)
+#define MFM__SPIN_LIMIT (1 << 14)
+#define MFM__ATOMIC_LOAD(x) __atomic_load_n(&(x), __ATOMIC_ACQUIRE)
+#define MFM__ATOMIC_STORE(x, v) __atomic_store_n(&(x), (v), __ATOMIC_RELEASE)
+#define MFM__ATOMIC_DEC(x) __atomic_sub_fetch(&(x), 1, __ATOMIC_ACQ_REL)
+#if defined(__x86_64__) || defined(__i386__)
+#define MFM__PAUSE() __builtin_ia32_pause()
+#else
+#define MFM__PAUSE() ((void)0)
+#endif
+#else
+#define MFM__SPIN_LIMIT 0
+#define MFM__ATOMIC_LOAD(x) (x)
+#define MFM__ATOMIC_STORE(x, v) ((x) = (v))
+#define MFM__ATOMIC_DEC(x) (--(x))
+#define MFM__PAUSE() ((void)0)
+#endif
+
 static void mfm__pool_loop(mfm__pool_worker *w) {
     mfm__pool *p = w->pool;
     uint64_t seen = 0;
     for (;;) {
+        int spin;
+        for (spin = 0; spin < MFM__SPIN_LIMIT && MFM__ATOMIC_LOAD(p->generation) == seen && !MFM__ATOMIC_LOAD(p->quit); spin++) MFM__PAUSE();
         MFM__LOCK(p);
+        p->sleepers++;
         while (!p->quit && p->generation == seen) MFM__WAIT(p, wake);
+        p->sleepers--;
         if (p->quit) {
             MFM__UNLOCK(p);
             return;
@@ -776,9 +803,11 @@ static void mfm__pool_loop(mfm__pool_worker *w) {
         seen = p->generation;
         MFM__UNLOCK(p);
         p->fn(p->ctx, w->index);
-        MFM__LOCK(p);
-        if (--p->running == 0) MFM__BROADCAST(p, done);
-        MFM__UNLOCK(p);
+        if (MFM__ATOMIC_DEC(p->running) == 0) {
+            MFM__LOCK(p);
+            MFM__BROADCAST(p, done);
+            MFM__UNLOCK(p);
+        }
     }
 }
 
@@ -798,7 +827,7 @@ static void mfm__pool_stop(mfm__pool *p) {
     int i;
     if (p->started > 1) {
         MFM__LOCK(p);
-        p->quit = 1;
+        MFM__ATOMIC_STORE(p->quit, 1);
         MFM__BROADCAST(p, wake);
         MFM__UNLOCK(p);
         for (i = 1; i < p->started; i++) {
@@ -861,20 +890,22 @@ static mfm_status mfm__pool_start(mfm__pool *p, int n, mfm_error *err) {
 }
 
 static void mfm__pool_run(mfm__pool *p, mfm__task_fn fn, void *ctx) {
+    int spin;
     if (p->n <= 1) {
         fn(ctx, 0);
         return;
     }
-    MFM__LOCK(p);
     p->fn = fn;
     p->ctx = ctx;
-    p->running = p->n - 1;
-    p->generation++;
-    MFM__BROADCAST(p, wake);
+    MFM__ATOMIC_STORE(p->running, p->n - 1);
+    MFM__LOCK(p);
+    MFM__ATOMIC_STORE(p->generation, p->generation + 1);
+    if (p->sleepers) MFM__BROADCAST(p, wake);
     MFM__UNLOCK(p);
     fn(ctx, 0);
+    for (spin = 0; spin < MFM__SPIN_LIMIT && MFM__ATOMIC_LOAD(p->running) > 0; spin++) MFM__PAUSE();
     MFM__LOCK(p);
-    while (p->running > 0) MFM__WAIT(p, done);
+    while (MFM__ATOMIC_LOAD(p->running) > 0) MFM__WAIT(p, done);
     MFM__UNLOCK(p);
 }
 
@@ -3077,31 +3108,43 @@ static void mfm__step(const mfm__optim *o, float *blk, uint32_t len, const float
 }
 
 /* ============================================================================================
-   >>trainer  Batches: collect touched coordinates, accumulate in parallel, apply once
+   >>trainer  Batches: score in parallel, then each worker sums and steps the coordinates it owns
    ============================================================================================
 
-   Per batch:
-     1. collect (serial): every coordinate the batch touches gets a compact index, in
-        first-seen order, through the maps feature -> index, FFM slot -> index, field pair ->
-        index. The maps are as large as the model's id spaces but shared by all threads.
-     2. accumulate (parallel): the batch is cut into n_chunks contiguous chunks; each worker
-        scores its rows against the frozen parameters and sums weight * dL/ds * ds/dtheta into
-        its own gradient buffers, which are only as large as the batch's touched set.
-     3. apply (parallel over coordinates): each touched coordinate sums the chunks' buffers in
-        chunk order, takes one optimizer step, and clears its map entry.
-   One chunk is the canonical order; a fixed chunk count gives the same bits on every run. */
+   Per batch, with the parameters frozen:
+     1. score (parallel over rows): each row's score, loss and weight * dL/ds per class.
+     2. gradients (parallel over coordinates): every coordinate has one owner, picked by a hash
+        of its feature (of its field pair for FwFM's r; w0 belongs to worker 0). Each worker
+        walks all the batch's rows in order and sums only what its own coordinates receive,
+        into buffers as large as its share of the batch's touched set.
+     3. apply (parallel): each worker takes one optimizer step per coordinate it owns.
+   A coordinate's gradient is summed in row order whatever the number of workers, so the bits
+   do not depend on n_threads. At batch 1 most rows skip all of this (mfm__update_row). */
 
 #define MFM__MAX_SIMPLE_NNZ 256 /* longer rows take the batched path at batch 1 */
 
+/* One worker's touched coordinates of one tensor in the current batch: ids in first-touch
+   order, their gradient sums [index][class][len], and an open-addressing table id -> index
+   whose entries are live when their stamp is the batch's (so nothing is cleared per batch). */
+typedef struct mfm__coords {
+    uint64_t *ids;
+    float *g;
+    uint64_t n, cap_ids, cap_g;
+    uint64_t *keys;
+    uint32_t *index, *stamp;
+    uint64_t mask; /* table size - 1; 0 before the first touch */
+} mfm__coords;
+
 typedef struct mfm__worker {
-    float *g[MFM_TENSOR_COUNT]; /* gradient sums of this chunk: [class][touched index][len] */
-    uint64_t cap[MFM_TENSOR_COUNT];
-    float *sum;   /* C x k: FM's per-row sums */
+    mfm__coords own[MFM_TENSOR_COUNT];
+    int failed;    /* memory ran short while summing gradients */
+    float *sum;    /* C x k: FM's per-row sums */
     float *scaled; /* the row's values under normalize_rows */
     float *row_g;  /* batch 1: z x k gradients of FwFM's vectors, then one coordinate's (k) */
     float **one_blk; /* batch 1, AdaGrad: single coordinates (w, FwFM's r) stepped together */
     float *one_g;
     float *score; /* C */
+    float *dlds;  /* C: batch 1's weight * dL/ds */
     double *prob; /* C */
     double loss, weight;
 } mfm__worker;
@@ -3115,13 +3158,9 @@ typedef struct mfm__trainer {
     mfm__optim opt;
     const uint64_t *rows; /* the current batch */
     uint64_t n_batch;
-    int n_chunks;
-    /* The batch's touched coordinates per tensor: ids in first-seen order, and the map
-       id -> compact index (MFM__NONE when untouched). FM and FwFM index V by feature, so their
-       V shares W's map; W0 is always touched and needs none. */
-    uint32_t *map[MFM_TENSOR_COUNT];
-    uint64_t *touched[MFM_TENSOR_COUNT];
-    uint64_t n_touched[MFM_TENSOR_COUNT], cap_touched[MFM_TENSOR_COUNT];
+    float *dlds;          /* batch x C: each row's weight * dL/ds per class */
+    float *sums;          /* batch x C x k: FM's per-row sums */
+    uint32_t stamp_batch; /* tells the coordinate tables' live entries from stale ones */
     mfm__worker *workers;
     int n_workers;
     /* batch 1: which rows may update in place (see mfm__row_is_simple) */
@@ -3129,58 +3168,57 @@ typedef struct mfm__trainer {
     uint32_t feature_set[2 * MFM__MAX_SIMPLE_NNZ];
 } mfm__trainer;
 
-/* Gives `id` a compact index in tensor t's touched list unless it has one. 0 when out of memory. */
-static int mfm__touch(mfm__trainer *tr, mfm_tensor t, uint64_t id) {
-    if (tr->map[t][id] != MFM__NONE) return 1;
-    if (!mfm__reserve((void **)&tr->touched[t], &tr->cap_touched[t], tr->n_touched[t] + 1, sizeof(uint64_t))) return 0;
-    tr->map[t][id] = (uint32_t)tr->n_touched[t];
-    tr->touched[t][tr->n_touched[t]++] = id;
-    return 1;
+static uint64_t mfm__mix(uint64_t id) { return (id * 0x9E3779B97F4A7C15ull) >> 24; }
+
+/* Which of n workers owns the coordinates keyed by id. */
+static int mfm__owner(uint64_t id, int n) { return n == 1 ? 0 : (int)(mfm__mix(id) % (uint64_t)n); }
+
+static void mfm__coords_free(mfm__coords *o) {
+    MFM_FREE(o->ids);
+    MFM_FREE(o->g);
+    MFM_FREE(o->keys);
+    MFM_FREE(o->index);
+    MFM_FREE(o->stamp);
 }
 
-static int mfm__collect_touched(mfm__trainer *tr) {
-    const mfm_model *m = tr->m;
-    const int pairs = !m->params.linear_only, v_by_feature = m->params.model != MFM_MODEL_FFM;
-    const uint32_t F = m->n_fields;
-    uint64_t q;
-    uint32_t a, b;
-    int w, t;
-    tr->n_touched[MFM_TENSOR_W] = tr->n_touched[MFM_TENSOR_V] = tr->n_touched[MFM_TENSOR_R] = 0;
-    for (q = 0; q < tr->n_batch; q++) {
-        mfm__row row = mfm__get_row(tr->m, tr->d, tr->rows[q], tr->ones, NULL);
-        for (a = 0; a < row.z; a++) {
-            uint32_t i = row.feat[a];
-            if (tr->map[MFM_TENSOR_W][i] != MFM__NONE) continue;
-            if (!mfm__touch(tr, MFM_TENSOR_W, i)) return 0;
-            if (pairs && v_by_feature) { /* same compact index as the feature's w */
-                if (!mfm__reserve((void **)&tr->touched[MFM_TENSOR_V], &tr->cap_touched[MFM_TENSOR_V], tr->n_touched[MFM_TENSOR_V] + 1, sizeof(uint64_t)))
-                    return 0;
-                tr->touched[MFM_TENSOR_V][tr->n_touched[MFM_TENSOR_V]++] = i;
-            }
-        }
-        if (!pairs) continue;
-        if (m->params.model == MFM_MODEL_FFM) {
-            for (a = 0; a < row.z; a++)
-                for (b = 0; b < row.z; b++)
-                    if (a != b && !mfm__touch(tr, MFM_TENSOR_V, (uint64_t)row.feat[a] * F + row.field[b])) return 0;
-        } else if (m->params.model == MFM_MODEL_FWFM) {
-            for (a = 0; a < row.z; a++)
-                for (b = a + 1; b < row.z; b++) {
-                    uint32_t fa = row.field[a], fb = row.field[b];
-                    if (!mfm__touch(tr, MFM_TENSOR_R, fa < fb ? (uint64_t)fa * F + fb : (uint64_t)fb * F + fa)) return 0;
-                }
-        }
+/* Doubles the table (at least 1024 entries) and puts the live ids back. 0 when memory is short. */
+static int mfm__coords_grow(mfm__coords *o, uint32_t stamp) {
+    const uint64_t size = o->mask ? 2 * (o->mask + 1) : 1024;
+    uint64_t *keys = (uint64_t *)mfm__alloc(size, sizeof(uint64_t));
+    uint32_t *index = (uint32_t *)mfm__alloc(size, sizeof(uint32_t)), *stamps = (uint32_t *)mfm__calloc(size, sizeof(uint32_t));
+    uint64_t i, h;
+    if (!keys || !index || !stamps) {
+        MFM_FREE(keys);
+        MFM_FREE(index);
+        MFM_FREE(stamps);
+        return 0;
     }
-    for (w = 0; w < tr->n_chunks; w++)
-        for (t = 0; t < MFM_TENSOR_COUNT; t++) {
-            mfm__worker *wk = &tr->workers[w];
-            uint64_t need = m->n_classes * tr->n_touched[t] * m->t[t].len;
-            if (!mfm__reserve((void **)&wk->g[t], &wk->cap[t], need, sizeof(float))) return 0;
-        }
+    for (i = 0; i < o->n; i++) {
+        for (h = mfm__mix(o->ids[i]) & (size - 1); stamps[h] == stamp; h = (h + 1) & (size - 1)) {}
+        stamps[h] = stamp, keys[h] = o->ids[i], index[h] = (uint32_t)i;
+    }
+    MFM_FREE(o->keys);
+    MFM_FREE(o->index);
+    MFM_FREE(o->stamp);
+    o->keys = keys, o->index = index, o->stamp = stamps, o->mask = size - 1;
     return 1;
 }
 
-/* Adds g * ds/dtheta of class c's score to the worker's buffers (g = weight * dL/ds). */
+/* The gradient buffer (width = classes x len floats) of coordinate id, zeroed on its first
+   touch in this batch; NULL when memory is short. */
+static float *mfm__own(mfm__coords *o, uint64_t id, uint32_t stamp, uint64_t width) {
+    uint64_t h;
+    if ((o->n + 1 > (o->mask + 1) / 2 || !o->mask) && (o->n >= 0xFFFFFFF0u || !mfm__coords_grow(o, stamp))) return NULL;
+    for (h = mfm__mix(id) & o->mask; o->stamp[h] == stamp; h = (h + 1) & o->mask)
+        if (o->keys[h] == id) return o->g + o->index[h] * width;
+    if (!mfm__reserve((void **)&o->ids, &o->cap_ids, o->n + 1, sizeof(uint64_t)) || !mfm__reserve((void **)&o->g, &o->cap_g, (o->n + 1) * width, sizeof(float)))
+        return NULL;
+    o->stamp[h] = stamp, o->keys[h] = id, o->index[h] = (uint32_t)o->n;
+    o->ids[o->n] = id;
+    memset(o->g + o->n * width, 0, width * sizeof(float));
+    return o->g + o->n++ * width;
+}
+
 /* FwFM's pair (a, b), for both the batched and the in-place path: adds coef_r v_b to ga and
    coef_r v_a to gb, returns <v_a, v_b> (four lanes, then the rest). */
 static float mfm__fwfm_pair(const float *va, const float *vb, float *ga, float *gb, float coef_r, int k) {
@@ -3202,54 +3240,142 @@ static float mfm__fwfm_pair(const float *va, const float *vb, float *ga, float *
     return mfm__f4_sum(dot4) + rest;
 }
 
-static void mfm__accumulate_row(const mfm__trainer *tr, mfm__worker *wk, uint32_t c, const mfm__row *row, float g, const float *sum) {
+#if defined(__GNUC__) || defined(__clang__)
+#define MFM__PREFETCH(p) __builtin_prefetch((p), 1, 3)
+#elif defined(MFM__SSE2)
+#define MFM__PREFETCH(p) _mm_prefetch((const char *)(p), _MM_HINT_T0)
+#else
+#define MFM__PREFETCH(p) ((void)(p))
+#endif
+
+/* Asks the memory system for the next row's parameters while this row trains: with millions of
+   features most of them are far away, and a row waits on dozens of them. FFM fetches the span
+   of each feature's vectors that the row's fields cover, line by line. */
+static void mfm__prefetch_row(const mfm__trainer *tr, uint64_t r) {
     const mfm_model *m = tr->m;
-    const int k = m->k;
-    const uint32_t F = m->n_fields;
-    const uint32_t *wmap = tr->map[MFM_TENSOR_W], *vmap = tr->map[MFM_TENSOR_V], *rmap = tr->map[MFM_TENSOR_R];
-    float *gw = wk->g[MFM_TENSOR_W] + c * tr->n_touched[MFM_TENSOR_W];
-    float *gv = wk->g[MFM_TENSOR_V] + c * tr->n_touched[MFM_TENSOR_V] * (uint64_t)k;
-    float *gr = wk->g[MFM_TENSOR_R] + c * tr->n_touched[MFM_TENSOR_R];
+    const mfm_csr *d = tr->d;
+    const uint64_t lo = d->row_offsets[r], hi = d->row_offsets[r + 1];
+    uint64_t j, span = 0, first = 0;
+    uint32_t c;
+    if (m->params.model == MFM_MODEL_FFM && !m->params.linear_only && hi > lo) {
+        uint32_t low = d->fields[lo], high = d->fields[lo];
+        for (j = lo + 1; j < hi; j++) {
+            if (d->fields[j] < low) low = d->fields[j];
+            if (d->fields[j] > high) high = d->fields[j];
+        }
+        first = low;
+        span = ((uint64_t)high - low + 1) * m->t[MFM_TENSOR_V].stride * sizeof(float);
+        if (high - low >= 4 * (hi - lo)) span = 0; /* fields far apart: the span would be mostly waste */
+    }
+    for (c = 0; c < m->n_classes; c++)
+        for (j = lo; j < hi; j++) {
+            MFM__PREFETCH(mfm__block(m, MFM_TENSOR_W, c, d->features[j]));
+            if (m->params.linear_only) continue;
+            if (m->params.model != MFM_MODEL_FFM) {
+                MFM__PREFETCH(mfm__block(m, MFM_TENSOR_V, c, d->features[j]));
+            } else {
+                const char *p = (const char *)mfm__block(m, MFM_TENSOR_V, c, (uint64_t)d->features[j] * m->n_fields + first);
+                uint64_t at;
+                for (at = 0; at < span; at += 64) MFM__PREFETCH(p + at);
+            }
+        }
+}
+
+/* The lines of a[lo..hi) (elements of `size` bytes); nothing for a NULL array. */
+static void mfm__prefetch_range(const void *a, uint64_t lo, uint64_t hi, size_t size) {
+    const char *p = (const char *)a;
+    uint64_t at;
+    if (!p || hi <= lo) return;
+    for (at = lo * size & ~(uint64_t)63; at < hi * size; at += 64) MFM__PREFETCH(p + at);
+}
+
+/* Rows come in shuffled order, so a row's own data is as far away as its parameters: the
+   pass asks for row i + 3's offsets, row i + 2's non-zeros and label, and row i + 1's
+   parameters, so that each has arrived by the time the next step needs it. */
+static void mfm__prefetch_ahead(const mfm__trainer *tr, const uint64_t *rows, uint64_t i, uint64_t n) {
+    const mfm_csr *d = tr->d;
+    if (i + 3 < n) MFM__PREFETCH(d->row_offsets + rows[i + 3]);
+    if (i + 2 < n) {
+        const uint64_t r = rows[i + 2], lo = d->row_offsets[r], hi = d->row_offsets[r + 1];
+        mfm__prefetch_range(d->features, lo, hi, sizeof *d->features);
+        mfm__prefetch_range(d->fields, lo, hi, sizeof *d->fields);
+        mfm__prefetch_range(d->values, lo, hi, sizeof *d->values);
+        MFM__PREFETCH(d->labels + r);
+        if (d->weights) MFM__PREFETCH(d->weights + r);
+    }
+    if (i + 1 < n) mfm__prefetch_row(tr, rows[i + 1]);
+}
+
+/* y += c x over k values, four lanes at a time (the lanes of mfm__fwfm_pair). */
+static void mfm__axpy(float *y, float c, const float *x, int k) {
+    const mfm__f4 c4 = mfm__f4_set1(c);
+    int t = 0;
+    for (; t + 4 <= k; t += 4) mfm__f4_store(y + t, mfm__f4_add(mfm__f4_load(y + t), mfm__f4_mul(c4, mfm__f4_load(x + t))));
+    for (; t < k; t++) y[t] += c * x[t];
+}
+
+/* Adds g * ds/dtheta of class c's score on one row (g = weight * dL/ds) to the coordinates
+   worker `me` owns. Within a row, a coordinate receives its terms in the order of the partner
+   non-zero, which is the order the in-place path uses. 0 when memory is short. */
+static int mfm__gradient_row(const mfm__trainer *tr, mfm__worker *wk, int me, uint32_t c, const mfm__row *row, float g, const float *sum) {
+    const mfm_model *m = tr->m;
+    const int k = m->k, n = tr->n_workers, pairs_only = m->params.pairs_only;
+    const uint32_t F = m->n_fields, C = m->n_classes, stamp = tr->stamp_batch;
     uint32_t a, b;
     int t;
-    if (!m->params.pairs_only) { /* else w0 and w take zero steps and stay 0 */
-        wk->g[MFM_TENSOR_W0][c] += g;
-        for (a = 0; a < row->z; a++) gw[wmap[row->feat[a]]] += g * row->x[a];
+    float *gc;
+    if (me == 0) { /* pairs_only: w0 and w are touched with zero gradients: they stay 0 */
+        if (!(gc = mfm__own(&wk->own[MFM_TENSOR_W0], 0, stamp, C))) return 0;
+        if (!pairs_only) gc[c] += g;
     }
-    if (m->params.linear_only) return;
-    switch (m->params.model) {
-    case MFM_MODEL_FFM:
-        for (a = 0; a < row->z; a++)
-            for (b = a + 1; b < row->z; b++) {
-                uint32_t ia = row->feat[a], ib = row->feat[b], fa = row->field[a], fb = row->field[b];
-                const float *va = mfm__ffm_slot(m, c, ia, fb), *vb = mfm__ffm_slot(m, c, ib, fa);
-                float *ga = gv + (uint64_t)vmap[(uint64_t)ia * F + fb] * k, *gb = gv + (uint64_t)vmap[(uint64_t)ib * F + fa] * k;
-                float coef = g * row->x[a] * row->x[b];
-                for (t = 0; t < k; t++) {
-                    ga[t] += coef * vb[t];
-                    gb[t] += coef * va[t];
-                }
+    for (a = 0; a < row->z; a++) {
+        if (mfm__owner(row->feat[a], n) != me) continue;
+        if (!(gc = mfm__own(&wk->own[MFM_TENSOR_W], row->feat[a], stamp, C))) return 0;
+        if (!pairs_only) gc[c] += g * row->x[a];
+    }
+    if (m->params.linear_only) return 1;
+    for (a = 0; a < row->z; a++) {
+        const uint32_t ia = row->feat[a], fa = m->params.model == MFM_MODEL_FM ? 0 : row->field[a];
+        const float xa = row->x[a];
+        if (mfm__owner(ia, n) != me) continue;
+        switch (m->params.model) {
+        case MFM_MODEL_FFM: /* slot (a, field b) receives g x_a x_b v(b, field a) */
+            for (b = 0; b < row->z; b++) {
+                const float *vb = mfm__ffm_slot(m, c, row->feat[b], fa);
+                const float coef = a < b ? g * xa * row->x[b] : g * row->x[b] * xa;
+                if (b == a) continue;
+                if (!(gc = mfm__own(&wk->own[MFM_TENSOR_V], (uint64_t)ia * F + row->field[b], stamp, (uint64_t)C * k))) return 0;
+                gc += (uint64_t)c * k;
+                for (t = 0; t < k; t++) gc[t] += coef * vb[t];
             }
-        break;
-    case MFM_MODEL_FWFM:
-        for (a = 0; a < row->z; a++)
-            for (b = a + 1; b < row->z; b++) {
-                uint32_t fa = row->field[a], fb = row->field[b];
-                const float *va = mfm__block(m, MFM_TENSOR_V, c, row->feat[a]), *vb = mfm__block(m, MFM_TENSOR_V, c, row->feat[b]);
-                float *ga = gv + (uint64_t)vmap[row->feat[a]] * k, *gb = gv + (uint64_t)vmap[row->feat[b]] * k;
-                float coef = g * row->x[a] * row->x[b], coef_r = coef * mfm__fwfm_r(m, c, fa, fb);
-                gr[rmap[fa < fb ? (uint64_t)fa * F + fb : (uint64_t)fb * F + fa]] += coef * mfm__fwfm_pair(va, vb, ga, gb, coef_r, k);
+            break;
+        case MFM_MODEL_FWFM: /* v_a receives g x_a x_b r(fa, fb) v_b from every partner b */
+            if (!(gc = mfm__own(&wk->own[MFM_TENSOR_V], ia, stamp, (uint64_t)C * k))) return 0;
+            gc += (uint64_t)c * k;
+            for (b = 0; b < row->z; b++) {
+                const float coef = a < b ? g * xa * row->x[b] : g * row->x[b] * xa;
+                if (b != a) mfm__axpy(gc, coef * mfm__fwfm_r(m, c, fa, row->field[b]), mfm__block(m, MFM_TENSOR_V, c, row->feat[b]), k);
             }
-        break;
-    default: /* FM: ds/dv_it = x_i (sum_t - v_it x_i) */
-        for (a = 0; a < row->z; a++) {
-            const float *v = mfm__block(m, MFM_TENSOR_V, c, row->feat[a]);
-            float *ga = gv + (uint64_t)vmap[row->feat[a]] * k;
-            float xa = row->x[a], gx = g * xa;
-            for (t = 0; t < k; t++) ga[t] += gx * (sum[t] - v[t] * xa);
+            break;
+        default: { /* FM: ds/dv_at = x_a (sum_t - v_at x_a) */
+            const float *v = mfm__block(m, MFM_TENSOR_V, c, ia), gx = g * xa;
+            if (!(gc = mfm__own(&wk->own[MFM_TENSOR_V], ia, stamp, (uint64_t)C * k))) return 0;
+            gc += (uint64_t)c * k;
+            for (t = 0; t < k; t++) gc[t] += gx * (sum[t] - v[t] * xa);
+            break;
         }
-        break;
+        }
     }
+    if (m->params.model == MFM_MODEL_FWFM) /* r(fa, fb) receives g x_a x_b <v_a, v_b> */
+        for (a = 0; a < row->z; a++)
+            for (b = a + 1; b < row->z; b++) {
+                const uint32_t fa = row->field[a], fb = row->field[b];
+                const uint64_t rid = fa < fb ? (uint64_t)fa * F + fb : (uint64_t)fb * F + fa;
+                if (mfm__owner(rid, n) != me) continue;
+                if (!(gc = mfm__own(&wk->own[MFM_TENSOR_R], rid, stamp, C))) return 0;
+                gc[c] += g * row->x[a] * row->x[b] * mfm__dot(mfm__block(m, MFM_TENSOR_V, c, row->feat[a]), mfm__block(m, MFM_TENSOR_V, c, row->feat[b]), k);
+            }
+    return 1;
 }
 
 /* Batch 1, a row whose coordinates each take part in one term only (mfm__row_is_simple): every
@@ -3373,41 +3499,49 @@ static int mfm__row_is_simple(mfm__trainer *tr, const mfm__row *row) {
     return simple;
 }
 
-/* Scores one row, adds its loss, and accumulates its gradient for every class (or, direct,
-   takes the steps of a batch of this one row at once). */
-static void mfm__train_row(const mfm__trainer *tr, mfm__worker *wk, uint64_t r, int direct) {
+/* Scores one row for every class, adds its loss to the worker, and writes weight * dL/ds of
+   every class to dlds (C values) and, for FM, the row's sums to sums (C x k). */
+static void mfm__row_loss(const mfm__trainer *tr, mfm__worker *wk, uint64_t r, const mfm__row *row, float *dlds, float *sums) {
     const mfm_model *m = tr->m;
     const mfm_csr *d = tr->d;
     const uint32_t C = m->n_classes;
     const float eps = tr->smoothing, y = d->labels[r];
-    mfm__row row = mfm__get_row(m, d, r, tr->ones, wk->scaled);
     float weight = d->weights ? d->weights[r] : 1.0f;
     double loss;
     uint32_t c;
     if (tr->class_weights) weight *= tr->class_weights[(uint32_t)y];
-    for (c = 0; c < C; c++) wk->score[c] = mfm__score(m, c, &row, wk->sum + (uint64_t)c * m->k);
+    for (c = 0; c < C; c++) wk->score[c] = mfm__score(m, c, row, sums + (uint64_t)c * m->k);
     if (m->params.task == MFM_TASK_MULTICLASS) {
         double lse = mfm__softmax(wk->score, C, wk->prob);
         loss = 0;
         for (c = 0; c < C; c++) {
             double target = c == (uint32_t)y ? 1.0 - eps : eps / (C - 1);
             loss -= target * (wk->score[c] - lse);
-            (direct ? mfm__update_row : mfm__accumulate_row)(tr, wk, c, &row, weight * (float)(wk->prob[c] - target), wk->sum + (uint64_t)c * m->k);
+            dlds[c] = weight * (float)(wk->prob[c] - target);
         }
     } else {
-        double s = wk->score[0], dlds;
+        double s = wk->score[0], g;
         if (m->params.task == MFM_TASK_REGRESSION) {
-            dlds = s - y;
-            loss = 0.5 * dlds * dlds;
+            g = s - y;
+            loss = 0.5 * g * g;
         } else {
             double target = y * (1.0 - eps) + 0.5 * eps;
-            dlds = mfm__sigmoid(s) - target;
+            g = mfm__sigmoid(s) - target;
             loss = (s > 0 ? s : 0) - s * target + log1p(exp(-fabs(s)));
         }
-        (direct ? mfm__update_row : mfm__accumulate_row)(tr, wk, 0, &row, weight * (float)dlds, wk->sum);
+        dlds[0] = weight * (float)g;
     }
     wk->loss += weight * loss;
     wk->weight += weight;
+}
+
+/* A batch of one row whose coordinates each take part in one term (mfm__row_is_simple):
+   scored, then stepped in place. */
+static void mfm__train_row(const mfm__trainer *tr, mfm__worker *wk, uint64_t r) {
+    const mfm__row row = mfm__get_row(tr->m, tr->d, r, tr->ones, wk->scaled);
+    uint32_t c;
+    mfm__row_loss(tr, wk, r, &row, wk->dlds, wk->sum);
+    for (c = 0; c < tr->m->n_classes; c++) mfm__update_row(tr, wk, c, &row, wk->dlds[c], wk->sum + (uint64_t)c * tr->m->k);
 }
 
 /* The [lo, hi) share of `count` items that worker `index` of `n` takes. */
@@ -3418,49 +3552,61 @@ static void mfm__share(uint64_t count, int n, int index, uint64_t *lo, uint64_t 
     *hi = *lo + per < count ? *lo + per : count;
 }
 
-static void mfm__accumulate_task(void *ctx, int index) {
+/* Step 1: the worker's share of the batch's rows, scored against the frozen parameters. */
+static void mfm__score_task(void *ctx, int index) {
     const mfm__trainer *tr = (const mfm__trainer *)ctx;
     mfm__worker *wk = &tr->workers[index];
+    const uint64_t C = tr->m->n_classes, k = (uint64_t)tr->m->k;
     uint64_t q, lo, hi;
-    int t;
-    if (index >= tr->n_chunks) return;
-    for (t = 0; t < MFM_TENSOR_COUNT; t++)
-        if (tr->n_touched[t]) memset(wk->g[t], 0, tr->m->n_classes * tr->n_touched[t] * tr->m->t[t].len * sizeof(float));
-    mfm__share(tr->n_batch, tr->n_chunks, index, &lo, &hi);
-    for (q = lo; q < hi; q++) mfm__train_row(tr, wk, tr->rows[q], 0);
+    mfm__share(tr->n_batch, tr->n_workers, index, &lo, &hi);
+    for (q = lo; q < hi; q++) {
+        const mfm__row row = mfm__get_row(tr->m, tr->d, tr->rows[q], tr->ones, wk->scaled);
+        mfm__prefetch_ahead(tr, tr->rows, q, hi);
+        mfm__row_loss(tr, wk, tr->rows[q], &row, tr->dlds + q * C, tr->sums ? tr->sums + q * C * k : wk->sum);
+    }
 }
 
+/* Step 2: every row of the batch, in order, for the coordinates this worker owns. */
+static void mfm__gradient_task(void *ctx, int index) {
+    const mfm__trainer *tr = (const mfm__trainer *)ctx;
+    mfm__worker *wk = &tr->workers[index];
+    const uint64_t C = tr->m->n_classes, k = (uint64_t)tr->m->k;
+    uint64_t q;
+    uint32_t c;
+    int t;
+    for (t = 0; t < MFM_TENSOR_COUNT; t++) wk->own[t].n = 0;
+    wk->failed = 0;
+    for (q = 0; q < tr->n_batch && !wk->failed; q++) {
+        const mfm__row row = mfm__get_row(tr->m, tr->d, tr->rows[q], tr->ones, wk->scaled);
+        for (c = 0; c < C && !wk->failed; c++)
+            wk->failed = !mfm__gradient_row(tr, wk, index, c, &row, tr->dlds[q * C + c], tr->sums ? tr->sums + (q * C + c) * k : NULL);
+    }
+}
+
+/* Step 3: one step per owned coordinate with the batch's mean gradient. */
 static void mfm__apply_task(void *ctx, int index) {
     const mfm__trainer *tr = (const mfm__trainer *)ctx;
     mfm_model *m = tr->m;
     const mfm_params *p = &m->params;
+    const mfm__worker *wk = &tr->workers[index];
     const float rows = (float)tr->n_batch;
     const float l1[MFM_TENSOR_COUNT] = {0, (float)p->l1_linear, (float)p->l1_factors, (float)p->l1_factors};
     const float l2[MFM_TENSOR_COUNT] = {0, (float)p->l2_linear, (float)p->l2_factors, (float)p->l2_factors};
-    uint64_t units = 0, u, lo, hi, base = 0;
-    int t, w;
-    uint32_t c, i;
-    for (t = 0; t < MFM_TENSOR_COUNT; t++) units += tr->n_touched[t];
-    mfm__share(units, tr->n_workers, index, &lo, &hi);
-    for (t = 0; t < MFM_TENSOR_COUNT; base += tr->n_touched[t], t++) {
+    uint64_t j;
+    uint32_t c;
+    int t;
+    for (t = 0; t < MFM_TENSOR_COUNT; t++) {
+        const mfm__coords *o = &wk->own[t];
         const uint32_t len = m->t[t].len;
-        const int owns_map = tr->map[t] && !(t == MFM_TENSOR_V && tr->map[t] == tr->map[MFM_TENSOR_W]);
-        for (u = lo > base ? lo : base; u < hi && u < base + tr->n_touched[t]; u++) {
-            uint64_t j = u - base, id = tr->touched[t][j];
+        for (j = 0; j < o->n; j++)
             for (c = 0; c < m->n_classes; c++) {
-                /* the chunks' sums, added in chunk order into chunk 0's buffer */
-                float *g = tr->workers[0].g[t] + (c * tr->n_touched[t] + j) * len;
-                for (w = 1; w < tr->n_chunks; w++) {
-                    const float *other = tr->workers[w].g[t] + (c * tr->n_touched[t] + j) * len;
-                    for (i = 0; i < len; i++) g[i] += other[i];
-                }
+                float *blk = mfm__block(m, (mfm_tensor)t, c, o->ids[j]);
+                const float *g = o->g + (j * m->n_classes + c) * len;
                 if (tr->opt.kind == MFM_OPTIMIZER_ADAGRAD) /* the default, inlined */
-                    mfm__adagrad(&tr->opt, mfm__block(m, (mfm_tensor)t, c, id), len, g, rows, l2[t]);
+                    mfm__adagrad(&tr->opt, blk, len, g, rows, l2[t]);
                 else
-                    mfm__step(&tr->opt, mfm__block(m, (mfm_tensor)t, c, id), len, g, rows, l1[t], l2[t]);
+                    mfm__step(&tr->opt, blk, len, g, rows, l1[t], l2[t]);
             }
-            if (owns_map) tr->map[t][id] = MFM__NONE;
-        }
     }
 }
 
@@ -3476,31 +3622,24 @@ static void mfm__log(const mfm_params *p, mfm_log_level level, const char *fmt, 
 
 static void mfm__trainer_free(mfm__trainer *tr) {
     int t, w;
-    for (t = 0; t < MFM_TENSOR_COUNT; t++) {
-        MFM_FREE(tr->touched[t]);
-        if (!(t == MFM_TENSOR_V && tr->map[t] == tr->map[MFM_TENSOR_W])) MFM_FREE(tr->map[t]);
-    }
     for (w = 0; tr->workers && w < tr->n_workers; w++) {
-        for (t = 0; t < MFM_TENSOR_COUNT; t++) MFM_FREE(tr->workers[w].g[t]);
-        MFM_FREE(tr->workers[w].sum);
-        MFM_FREE(tr->workers[w].score);
-        MFM_FREE(tr->workers[w].prob);
-        MFM_FREE(tr->workers[w].scaled);
-        MFM_FREE(tr->workers[w].row_g);
-        MFM_FREE(tr->workers[w].one_blk);
-        MFM_FREE(tr->workers[w].one_g);
+        mfm__worker *wk = &tr->workers[w];
+        for (t = 0; t < MFM_TENSOR_COUNT; t++) mfm__coords_free(&wk->own[t]);
+        MFM_FREE(wk->sum);
+        MFM_FREE(wk->score);
+        MFM_FREE(wk->dlds);
+        MFM_FREE(wk->prob);
+        MFM_FREE(wk->scaled);
+        MFM_FREE(wk->row_g);
+        MFM_FREE(wk->one_blk);
+        MFM_FREE(wk->one_g);
     }
     MFM_FREE(tr->workers);
+    MFM_FREE(tr->dlds);
+    MFM_FREE(tr->sums);
     MFM_FREE(tr->field_stamp);
     MFM_FREE(tr->class_weights);
     MFM_FREE((void *)tr->ones);
-}
-
-/* A map of `n` entries, all MFM__NONE. */
-static uint32_t *mfm__new_map(uint64_t n) {
-    uint32_t *map = (uint32_t *)mfm__alloc(n, sizeof(uint32_t));
-    if (map) memset(map, 0xFF, (size_t)(n ? n : 1) * sizeof(uint32_t));
-    return map;
 }
 
 /* Everything a fit needs besides the model: maps, workers, class weights. 0 when memory is short. */
@@ -3538,12 +3677,12 @@ static int mfm__trainer_init(mfm__trainer *tr, mfm_model *m, const mfm_csr *d, c
             MFM_FREE(count);
         }
     }
-    tr->touched[MFM_TENSOR_W0] = (uint64_t *)mfm__calloc(1, sizeof(uint64_t)); /* w0 is always touched */
-    tr->n_touched[MFM_TENSOR_W0] = 1;
-    tr->map[MFM_TENSOR_W] = mfm__new_map(m->n_features);
-    tr->map[MFM_TENSOR_V] = p->model == MFM_MODEL_FFM ? mfm__new_map(m->t[MFM_TENSOR_V].n_blocks) : tr->map[MFM_TENSOR_W];
-    tr->map[MFM_TENSOR_R] = mfm__new_map(m->t[MFM_TENSOR_R].n_blocks);
-    if (!tr->touched[MFM_TENSOR_W0] || !tr->map[MFM_TENSOR_W] || !tr->map[MFM_TENSOR_V] || !tr->map[MFM_TENSOR_R]) return 0;
+    { /* per-row results of a batch; a pass never has more rows than the data */
+        const uint64_t rows = n_rows < (uint64_t)p->batch_size ? n_rows : (uint64_t)p->batch_size;
+        tr->dlds = (float *)mfm__alloc(rows * C, sizeof(float));
+        if (!tr->dlds) return 0;
+        if (p->model == MFM_MODEL_FM && !p->linear_only && !(tr->sums = (float *)mfm__alloc(rows * C * (uint64_t)m->k, sizeof(float)))) return 0;
+    }
     if (p->batch_size == 1 && !(tr->field_stamp = (uint32_t *)mfm__calloc(m->n_fields, sizeof(uint32_t)))) return 0;
     memset(tr->feature_set, 0xFF, sizeof tr->feature_set);
     tr->n_workers = p->n_threads < p->batch_size ? p->n_threads : p->batch_size;
@@ -3551,16 +3690,15 @@ static int mfm__trainer_init(mfm__trainer *tr, mfm_model *m, const mfm_csr *d, c
     if (!tr->workers) return 0;
     for (w = 0; w < tr->n_workers; w++) {
         mfm__worker *wk = &tr->workers[w];
-        wk->g[MFM_TENSOR_W0] = (float *)mfm__alloc(C, sizeof(float));
-        wk->cap[MFM_TENSOR_W0] = C;
         wk->sum = (float *)mfm__alloc((uint64_t)C * m->k, sizeof(float));
         wk->score = (float *)mfm__alloc(C, sizeof(float));
+        wk->dlds = (float *)mfm__alloc(C, sizeof(float));
         wk->prob = (double *)mfm__alloc(C, sizeof(double));
         wk->scaled = (float *)mfm__alloc(info->max_row_nnz, sizeof(float));
         wk->row_g = (float *)mfm__alloc(((uint64_t)info->max_row_nnz + 2) * m->k, sizeof(float));
         wk->one_blk = (float **)mfm__alloc(MFM__MAX_SIMPLE_NNZ * MFM__MAX_SIMPLE_NNZ / 2, sizeof(float *));
         wk->one_g = (float *)mfm__alloc(MFM__MAX_SIMPLE_NNZ * MFM__MAX_SIMPLE_NNZ / 2, sizeof(float));
-        if (!wk->g[MFM_TENSOR_W0] || !wk->sum || !wk->score || !wk->prob || !wk->scaled || !wk->row_g || !wk->one_blk || !wk->one_g) return 0;
+        if (!wk->dlds || !wk->sum || !wk->score || !wk->prob || !wk->scaled || !wk->row_g || !wk->one_blk || !wk->one_g) return 0;
     }
     return 1;
 }
@@ -3571,91 +3709,34 @@ static int mfm__trainer_init(mfm__trainer *tr, mfm_model *m, const mfm_csr *d, c
 #define MFM__BATCH1_IN_PLACE 1
 #endif
 
-#if defined(__GNUC__) || defined(__clang__)
-#define MFM__PREFETCH(p) __builtin_prefetch((p), 1, 3)
-#elif defined(MFM__SSE2)
-#define MFM__PREFETCH(p) _mm_prefetch((const char *)(p), _MM_HINT_T0)
-#else
-#define MFM__PREFETCH(p) ((void)(p))
-#endif
-
-/* Asks the memory system for the next row's parameters while this row trains: with millions of
-   features most of them are far away, and a row waits on dozens of them. FFM fetches the span
-   of each feature's vectors that the row's fields cover, line by line. */
-static void mfm__prefetch_row(const mfm__trainer *tr, uint64_t r) {
-    const mfm_model *m = tr->m;
-    const mfm_csr *d = tr->d;
-    const uint64_t lo = d->row_offsets[r], hi = d->row_offsets[r + 1];
-    uint64_t j, span = 0, first = 0;
-    uint32_t c;
-    if (m->params.model == MFM_MODEL_FFM && !m->params.linear_only && hi > lo) {
-        uint32_t low = d->fields[lo], high = d->fields[lo];
-        for (j = lo + 1; j < hi; j++) {
-            if (d->fields[j] < low) low = d->fields[j];
-            if (d->fields[j] > high) high = d->fields[j];
-        }
-        first = low;
-        span = ((uint64_t)high - low + 1) * m->t[MFM_TENSOR_V].stride * sizeof(float);
-        if (high - low >= 4 * (hi - lo)) span = 0; /* fields far apart: the span would be mostly waste */
-    }
-    for (c = 0; c < m->n_classes; c++)
-        for (j = lo; j < hi; j++) {
-            MFM__PREFETCH(mfm__block(m, MFM_TENSOR_W, c, d->features[j]));
-            if (m->params.linear_only) continue;
-            if (m->params.model != MFM_MODEL_FFM) {
-                MFM__PREFETCH(mfm__block(m, MFM_TENSOR_V, c, d->features[j]));
-            } else {
-                const char *p = (const char *)mfm__block(m, MFM_TENSOR_V, c, (uint64_t)d->features[j] * m->n_fields + first);
-                uint64_t at;
-                for (at = 0; at < span; at += 64) MFM__PREFETCH(p + at);
-            }
-        }
-}
-
-/* The lines of a[lo..hi) (elements of `size` bytes); nothing for a NULL array. */
-static void mfm__prefetch_range(const void *a, uint64_t lo, uint64_t hi, size_t size) {
-    const char *p = (const char *)a;
-    uint64_t at;
-    if (!p || hi <= lo) return;
-    for (at = lo * size & ~(uint64_t)63; at < hi * size; at += 64) MFM__PREFETCH(p + at);
-}
-
-/* Rows come in shuffled order, so a row's own data is as far away as its parameters: the
-   pass asks for row i + 3's offsets, row i + 2's non-zeros and label, and row i + 1's
-   parameters, so that each has arrived by the time the next step needs it. */
-static void mfm__prefetch_ahead(const mfm__trainer *tr, const uint64_t *rows, uint64_t i, uint64_t n) {
-    const mfm_csr *d = tr->d;
-    if (i + 3 < n) MFM__PREFETCH(d->row_offsets + rows[i + 3]);
-    if (i + 2 < n) {
-        const uint64_t r = rows[i + 2], lo = d->row_offsets[r], hi = d->row_offsets[r + 1];
-        mfm__prefetch_range(d->features, lo, hi, sizeof *d->features);
-        mfm__prefetch_range(d->fields, lo, hi, sizeof *d->fields);
-        mfm__prefetch_range(d->values, lo, hi, sizeof *d->values);
-        MFM__PREFETCH(d->labels + r);
-        if (d->weights) MFM__PREFETCH(d->weights + r);
-    }
-    if (i + 1 < n) mfm__prefetch_row(tr, rows[i + 1]);
-}
-
 /* One pass over rows[0..n) in that order, batch by batch. Adds the loss to the workers. */
 static mfm_status mfm__pass(mfm__trainer *tr, mfm__pool *pool, const uint64_t *rows, uint64_t n, mfm_error *err) {
     const uint64_t batch = (uint64_t)tr->m->params.batch_size;
     uint64_t start;
+    int w;
     for (start = 0; start < n; start += batch) {
         if (batch == 1 && MFM__BATCH1_IN_PLACE) { /* most rows need no touched sets: steps in place */
             mfm__row row = mfm__get_row(tr->m, tr->d, rows[start], tr->ones, NULL);
             mfm__prefetch_ahead(tr, rows, start, n);
             if (mfm__row_is_simple(tr, &row)) {
-                mfm__train_row(tr, &tr->workers[0], rows[start], 1);
+                mfm__train_row(tr, &tr->workers[0], rows[start]);
                 continue;
             }
         }
         tr->rows = rows + start;
         tr->n_batch = n - start < batch ? n - start : batch;
-        tr->n_chunks = (uint64_t)tr->n_workers < tr->n_batch ? tr->n_workers : (int)tr->n_batch;
-        if (!mfm__collect_touched(tr))
-            return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for the gradient buffers; the model holds the updates of the batches before it");
-        mfm__pool_run(pool, mfm__accumulate_task, tr);
+        if (++tr->stamp_batch == 0) { /* wrapped: every table entry must read as stale again */
+            int w, t;
+            for (w = 0; w < tr->n_workers; w++)
+                for (t = 0; t < MFM_TENSOR_COUNT; t++)
+                    if (tr->workers[w].own[t].mask) memset(tr->workers[w].own[t].stamp, 0, (tr->workers[w].own[t].mask + 1) * sizeof(uint32_t));
+            tr->stamp_batch = 1;
+        }
+        mfm__pool_run(pool, mfm__score_task, tr);
+        mfm__pool_run(pool, mfm__gradient_task, tr);
+        for (w = 0; w < tr->n_workers; w++)
+            if (tr->workers[w].failed)
+                return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for the gradient buffers; the model holds the updates of the batches before it");
         mfm__pool_run(pool, mfm__apply_task, tr);
     }
     return MFM_OK;

@@ -39,7 +39,7 @@
     X(test_class_weight_explicit)           \
     X(test_determinism_same_seed)           \
     X(test_determinism_fixed_threads)       \
-    X(test_threads_agree_within_tolerance)  \
+    X(test_threads_bit_identical)           \
     X(test_train_is_create_plus_fit)        \
     X(test_predict_from_many_threads)       \
     X(test_predict_thread_count_invariant)  \

@@ -385,38 +385,38 @@ void test_determinism_fixed_threads(void) {
     }
 }
 
-/* n_threads 2 and 3 differ from 1 only by float summation order: with SGD (whose step is
-   linear in the gradient, so no sign-of-tiny-gradient amplification as in AdaGrad's first
-   step), batch 64, 2 epochs over 1000 rows, every parameter agrees within 1e-4 relative +
-   1e-6 absolute. */
-void test_threads_agree_within_tolerance(void) {
-    int which, threads;
-    for (which = 0; which < 4; which++) {
-        mfm_params p;
-        mfm_task task;
-        test_data td;
-        data_spec spec;
-        snapshot one, many;
-        size_t i;
-        determinism_params(which, &p, &task);
-        spec = train_data(task, 3, 1000, 113);
-        data_random(&td, &spec);
-        p.optimizer = MFM_OPTIMIZER_SGD;
-        p.learning_rate = 0.1;
-        p.batch_size = 64;
-        p.n_threads = 1;
-        if (train_snapshot(&p, &td.csr, &one))
-            for (threads = 2; threads <= 3; threads++) {
-                p.n_threads = threads;
-                if (!train_snapshot(&p, &td.csr, &many)) continue;
-                if (CHECK(many.n == one.n, "sizes differ"))
-                    for (i = 0; i < one.n; i++)
-                        if (!CHECK_NEAR(many.data[i], one.data[i], 1e-4, 1e-6, "case %d, value %zu: %d threads vs 1", which, i, threads)) break;
-                snapshot_free(&many);
-            }
-        snapshot_free(&one);
-        data_free(&td);
-    }
+/* Every coordinate's gradient is summed in row order by the one worker that owns it, so
+   n_threads 2, 3 and 5 give the bits of 1: AdaGrad and FTRL, batch 64 and 7, 2 epochs over
+   1000 rows, every model and task. */
+void test_threads_bit_identical(void) {
+    static const mfm_optimizer optimizers[2] = {MFM_OPTIMIZER_ADAGRAD, MFM_OPTIMIZER_FTRL};
+    static const int batches[2] = {64, 7}, thread_counts[3] = {2, 3, 5};
+    int which, i;
+    for (which = 0; which < 4; which++)
+        for (i = 0; i < 2; i++) {
+            mfm_params p;
+            mfm_task task;
+            test_data td;
+            data_spec spec;
+            snapshot one, many;
+            int ti;
+            determinism_params(which, &p, &task);
+            spec = train_data(task, 3, 1000, 113);
+            data_random(&td, &spec);
+            p.optimizer = optimizers[i];
+            p.batch_size = batches[i];
+            p.n_threads = 1;
+            if (train_snapshot(&p, &td.csr, &one))
+                for (ti = 0; ti < 3; ti++) {
+                    p.n_threads = thread_counts[ti];
+                    if (!train_snapshot(&p, &td.csr, &many)) continue;
+                    CHECK(snapshot_equal(&one, &many), "case %d, %s batch %d: %d threads differ from 1", which, i ? "FTRL" : "AdaGrad", batches[i],
+                          thread_counts[ti]);
+                    snapshot_free(&many);
+                }
+            snapshot_free(&one);
+            data_free(&td);
+        }
 }
 
 /* mfm_train is mfm_model_create with the data's shape (max id + 1 for features and fields,
