@@ -3122,6 +3122,9 @@ static void mfm__step(const mfm__optim *o, float *blk, uint32_t len, const float
    do not depend on n_threads. At batch 1 most rows skip all of this (mfm__update_row). */
 
 #define MFM__MAX_SIMPLE_NNZ 256 /* longer rows take the batched path at batch 1 */
+#ifndef MFM__FFM_DENSE_FLOATS /* FFM keys gradients by feature while fields x classes x k fit */
+#define MFM__FFM_DENSE_FLOATS 4096
+#endif
 
 /* One worker's touched coordinates of one tensor in the current batch: ids in first-touch
    order, their gradient sums [index][class][len], and an open-addressing table id -> index
@@ -3129,7 +3132,10 @@ static void mfm__step(const mfm__optim *o, float *blk, uint32_t len, const float
 typedef struct mfm__coords {
     uint64_t *ids;
     float *g;
-    uint64_t n, cap_ids, cap_g;
+    uint64_t n, cap_ids, cap_g, last; /* last: the index mfm__own returned last */
+    uint32_t parts;       /* FFM keyed by feature: fields per entry, each with a touched flag */
+    unsigned char *flags; /* [index][parts] */
+    uint64_t cap_flags;
     uint64_t *keys;
     uint32_t *index, *stamp;
     uint64_t mask; /* table size - 1; 0 before the first touch */
@@ -3174,6 +3180,7 @@ static uint64_t mfm__mix(uint64_t id) { return (id * 0x9E3779B97F4A7C15ull) >> 2
 static int mfm__owner(uint64_t id, int n) { return n == 1 ? 0 : (int)(mfm__mix(id) % (uint64_t)n); }
 
 static void mfm__coords_free(mfm__coords *o) {
+    MFM_FREE(o->flags);
     MFM_FREE(o->ids);
     MFM_FREE(o->g);
     MFM_FREE(o->keys);
@@ -3210,13 +3217,15 @@ static float *mfm__own(mfm__coords *o, uint64_t id, uint32_t stamp, uint64_t wid
     uint64_t h;
     if ((o->n + 1 > (o->mask + 1) / 2 || !o->mask) && (o->n >= 0xFFFFFFF0u || !mfm__coords_grow(o, stamp))) return NULL;
     for (h = mfm__mix(id) & o->mask; o->stamp[h] == stamp; h = (h + 1) & o->mask)
-        if (o->keys[h] == id) return o->g + o->index[h] * width;
-    if (!mfm__reserve((void **)&o->ids, &o->cap_ids, o->n + 1, sizeof(uint64_t)) || !mfm__reserve((void **)&o->g, &o->cap_g, (o->n + 1) * width, sizeof(float)))
+        if (o->keys[h] == id) return o->g + (o->last = o->index[h]) * width;
+    if (!mfm__reserve((void **)&o->ids, &o->cap_ids, o->n + 1, sizeof(uint64_t)) || !mfm__reserve((void **)&o->g, &o->cap_g, (o->n + 1) * width, sizeof(float)) ||
+        (o->parts && !mfm__reserve((void **)&o->flags, &o->cap_flags, (o->n + 1) * o->parts, 1)))
         return NULL;
     o->stamp[h] = stamp, o->keys[h] = id, o->index[h] = (uint32_t)o->n;
     o->ids[o->n] = id;
     memset(o->g + o->n * width, 0, width * sizeof(float));
-    return o->g + o->n++ * width;
+    if (o->parts) memset(o->flags + o->n * o->parts, 0, o->parts);
+    return o->g + (o->last = o->n++) * width;
 }
 
 /* FwFM's pair (a, b), for both the batched and the in-place path: adds coef_r v_b to ga and
@@ -3340,13 +3349,24 @@ static int mfm__gradient_row(const mfm__trainer *tr, mfm__worker *wk, int me, ui
         if (mfm__owner(ia, n) != me) continue;
         switch (m->params.model) {
         case MFM_MODEL_FFM: /* slot (a, field b) receives g x_a x_b v(b, field a) */
+            if (wk->own[MFM_TENSOR_V].parts) { /* one entry for all of a's slots: [field][class][k] */
+                unsigned char *touched;
+                if (!(gc = mfm__own(&wk->own[MFM_TENSOR_V], ia, stamp, (uint64_t)F * C * k))) return 0;
+                touched = wk->own[MFM_TENSOR_V].flags + wk->own[MFM_TENSOR_V].last * F;
+                for (b = 0; b < row->z; b++) {
+                    const float coef = a < b ? g * xa * row->x[b] : g * row->x[b] * xa;
+                    if (b == a) continue;
+                    touched[row->field[b]] = 1;
+                    mfm__axpy(gc + ((uint64_t)row->field[b] * C + c) * k, coef, mfm__ffm_slot(m, c, row->feat[b], fa), k);
+                }
+                break;
+            }
             for (b = 0; b < row->z; b++) {
                 const float *vb = mfm__ffm_slot(m, c, row->feat[b], fa);
                 const float coef = a < b ? g * xa * row->x[b] : g * row->x[b] * xa;
                 if (b == a) continue;
                 if (!(gc = mfm__own(&wk->own[MFM_TENSOR_V], (uint64_t)ia * F + row->field[b], stamp, (uint64_t)C * k))) return 0;
-                gc += (uint64_t)c * k;
-                for (t = 0; t < k; t++) gc[t] += coef * vb[t];
+                mfm__axpy(gc + (uint64_t)c * k, coef, vb, k);
             }
             break;
         case MFM_MODEL_FWFM: /* v_a receives g x_a x_b r(fa, fb) v_b from every partner b */
@@ -3360,8 +3380,11 @@ static int mfm__gradient_row(const mfm__trainer *tr, mfm__worker *wk, int me, ui
         default: { /* FM: ds/dv_at = x_a (sum_t - v_at x_a) */
             const float *v = mfm__block(m, MFM_TENSOR_V, c, ia), gx = g * xa;
             if (!(gc = mfm__own(&wk->own[MFM_TENSOR_V], ia, stamp, (uint64_t)C * k))) return 0;
+            const mfm__f4 gx4 = mfm__f4_set1(gx), xa4 = mfm__f4_set1(xa);
             gc += (uint64_t)c * k;
-            for (t = 0; t < k; t++) gc[t] += gx * (sum[t] - v[t] * xa);
+            for (t = 0; t + 4 <= k; t += 4)
+                mfm__f4_store(gc + t, mfm__f4_add(mfm__f4_load(gc + t), mfm__f4_mul(gx4, mfm__f4_sub(mfm__f4_load(sum + t), mfm__f4_mul(mfm__f4_load(v + t), xa4)))));
+            for (; t < k; t++) gc[t] += gx * (sum[t] - v[t] * xa);
             break;
         }
         }
@@ -3598,6 +3621,21 @@ static void mfm__apply_task(void *ctx, int index) {
     for (t = 0; t < MFM_TENSOR_COUNT; t++) {
         const mfm__coords *o = &wk->own[t];
         const uint32_t len = m->t[t].len;
+        if (o->parts) { /* FFM by feature: the touched slots of each feature's entry */
+            uint32_t f;
+            for (j = 0; j < o->n; j++)
+                for (f = 0; f < o->parts; f++)
+                    if (o->flags[j * o->parts + f])
+                        for (c = 0; c < m->n_classes; c++) {
+                            float *blk = mfm__block(m, MFM_TENSOR_V, c, o->ids[j] * o->parts + f);
+                            const float *g = o->g + ((j * o->parts + f) * m->n_classes + c) * len;
+                            if (tr->opt.kind == MFM_OPTIMIZER_ADAGRAD)
+                                mfm__adagrad(&tr->opt, blk, len, g, rows, l2[t]);
+                            else
+                                mfm__step(&tr->opt, blk, len, g, rows, l1[t], l2[t]);
+                        }
+            continue;
+        }
         for (j = 0; j < o->n; j++)
             for (c = 0; c < m->n_classes; c++) {
                 float *blk = mfm__block(m, (mfm_tensor)t, c, o->ids[j]);
@@ -3693,6 +3731,8 @@ static int mfm__trainer_init(mfm__trainer *tr, mfm_model *m, const mfm_csr *d, c
         wk->sum = (float *)mfm__alloc((uint64_t)C * m->k, sizeof(float));
         wk->score = (float *)mfm__alloc(C, sizeof(float));
         wk->dlds = (float *)mfm__alloc(C, sizeof(float));
+        /* FFM with few fields keys its slots by feature: one table entry per feature, not per slot */
+        if (p->model == MFM_MODEL_FFM && (uint64_t)m->n_fields * C * m->k <= MFM__FFM_DENSE_FLOATS) wk->own[MFM_TENSOR_V].parts = m->n_fields;
         wk->prob = (double *)mfm__alloc(C, sizeof(double));
         wk->scaled = (float *)mfm__alloc(info->max_row_nnz, sizeof(float));
         wk->row_g = (float *)mfm__alloc(((uint64_t)info->max_row_nnz + 2) * m->k, sizeof(float));

@@ -3,9 +3,12 @@
    distinct fields), instead of collecting touched sets and applying them afterwards. This file
    compiles a second, static copy of the library with that shortcut switched off and checks that
    both copies train every model, task and optimizer to the same bits, on rows that take the
-   shortcut and rows that do not (repeated features or fields). */
+   shortcut and rows that do not (repeated features or fields). The copy also keys FFM's
+   gradients by slot where the library keys them by feature (MFM__FFM_DENSE_FLOATS 0), so batch
+   7 compares those two ways of summing, which must agree to the bit as well. */
 #define MFM_STATIC
 #define MFM__BATCH1_IN_PLACE 0
+#define MFM__FFM_DENSE_FLOATS 0
 #define MODERN_FM_IMPLEMENTATION
 #include "../modern_fm.h"
 
@@ -23,49 +26,51 @@ void test_inplace_equals_batched(void) {
     static const mfm_optimizer optimizers[] = {MFM_OPTIMIZER_SGD, MFM_OPTIMIZER_ADAGRAD, MFM_OPTIMIZER_ADAM, MFM_OPTIMIZER_FTRL};
     enum { CAP = 1 << 20 };
     float *a = (float *)malloc(CAP * sizeof(float)), *b = (float *)malloc(CAP * sizeof(float));
-    size_t mi, ti, oi;
+    size_t mi, ti, oi, bi;
     REQUIRE(a && b, "out of memory");
-    for (mi = 0; mi < 3; mi++)
-        for (ti = 0; ti < 3; ti++)
-            for (oi = 0; oi < 4; oi++) {
-                data_spec spec;
-                test_data td;
-                mfm_params p;
-                mfm_model *m = NULL;
-                size_t na, nb = 0;
-                uint64_t r;
-                memset(&spec, 0, sizeof spec);
-                spec.n_rows = 120;
-                spec.feature_range = 40;
-                spec.n_fields = 6; /* fields repeat within some rows: those take the batched path */
-                spec.min_nnz = 1;
-                spec.max_nnz = 5;
-                spec.with_values = 1;
-                spec.with_weights = 1;
-                spec.task = tasks[ti];
-                spec.n_classes = 3;
-                spec.seed = 100 + mi * 16 + ti * 4 + oi;
-                data_random(&td, &spec);
-                for (r = 0; r < td.csr.n_rows; r += 7) /* a repeated feature now and then */
-                    if (td.offsets[r + 1] - td.offsets[r] >= 2) td.features[td.offsets[r] + 1] = td.features[td.offsets[r]];
-                memset(&p, 0, sizeof p);
-                p.model = models[mi];
-                p.task = tasks[ti];
-                p.optimizer = optimizers[oi];
-                p.k = 6; /* a group of four and a rest of two */
-                p.n_epochs = 2;
-                p.l2_linear = 1e-3;
-                p.l2_factors = 2e-3;
-                if (optimizers[oi] == MFM_OPTIMIZER_FTRL) p.l1_linear = p.l1_factors = 1e-3;
-                if (tasks[ti] != MFM_TASK_REGRESSION) p.label_smoothing = 0.1;
-                p.seed = 42;
-                na = inplace_train_dump(&p, &td.csr, a, CAP);
-                if (mfm_train(&p, &td.csr, &m, NULL) == MFM_OK) nb = dump_model(m, b, CAP);
-                mfm_model_free(m);
-                CHECK(na > 0 && na == nb && memcmp(a, b, na * sizeof(float)) == 0, "%s, task %d, optimizer %d: in-place and batched steps differ",
-                      model_name(p.model), (int)p.task, (int)p.optimizer);
-                data_free(&td);
-            }
+    for (bi = 0; bi < 2; bi++)
+        for (mi = 0; mi < 3; mi++)
+            for (ti = 0; ti < 3; ti++)
+                for (oi = 0; oi < 4; oi++) {
+                    data_spec spec;
+                    test_data td;
+                    mfm_params p;
+                    mfm_model *m = NULL;
+                    size_t na, nb = 0;
+                    uint64_t r;
+                    memset(&spec, 0, sizeof spec);
+                    spec.n_rows = 120;
+                    spec.feature_range = 40;
+                    spec.n_fields = 6; /* fields repeat within some rows: those take the batched path */
+                    spec.min_nnz = 1;
+                    spec.max_nnz = 5;
+                    spec.with_values = 1;
+                    spec.with_weights = 1;
+                    spec.task = tasks[ti];
+                    spec.n_classes = 3;
+                    spec.seed = 100 + mi * 16 + ti * 4 + oi;
+                    data_random(&td, &spec);
+                    for (r = 0; r < td.csr.n_rows; r += 7) /* a repeated feature now and then */
+                        if (td.offsets[r + 1] - td.offsets[r] >= 2) td.features[td.offsets[r] + 1] = td.features[td.offsets[r]];
+                    memset(&p, 0, sizeof p);
+                    p.model = models[mi];
+                    p.task = tasks[ti];
+                    p.optimizer = optimizers[oi];
+                    p.k = 6; /* a group of four and a rest of two */
+                    p.n_epochs = 2;
+                    p.batch_size = bi ? 7 : 1;
+                    p.l2_linear = 1e-3;
+                    p.l2_factors = 2e-3;
+                    if (optimizers[oi] == MFM_OPTIMIZER_FTRL) p.l1_linear = p.l1_factors = 1e-3;
+                    if (tasks[ti] != MFM_TASK_REGRESSION) p.label_smoothing = 0.1;
+                    p.seed = 42;
+                    na = inplace_train_dump(&p, &td.csr, a, CAP);
+                    if (mfm_train(&p, &td.csr, &m, NULL) == MFM_OK) nb = dump_model(m, b, CAP);
+                    mfm_model_free(m);
+                    CHECK(na > 0 && na == nb && memcmp(a, b, na * sizeof(float)) == 0, "%s, task %d, optimizer %d, batch %d: the two copies differ",
+                          model_name(p.model), (int)p.task, (int)p.optimizer, p.batch_size);
+                    data_free(&td);
+                }
     free(a);
     free(b);
 }
