@@ -2897,10 +2897,32 @@ static float mfm__ffm_pairs(const mfm_model *m, uint32_t c, const mfm__row *row,
     return mfm__f4_sum(acc4) + rest;
 }
 
+/* FwFM's pair term, in four lanes like FFM's: v_a v_b weighted by r(fa, fb) x_a x_b. */
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((always_inline)) inline
+#endif
+static float mfm__fwfm_pairs(const mfm_model *m, uint32_t c, const mfm__row *row, int k) {
+    mfm__f4 acc4 = mfm__f4_set1(0.0f);
+    float rest = 0;
+    uint32_t a, b;
+    int t;
+    for (a = 0; a < row->z; a++) {
+        const float *va = mfm__block(m, MFM_TENSOR_V, c, row->feat[a]);
+        for (b = a + 1; b < row->z; b++) {
+            const float *vb = mfm__block(m, MFM_TENSOR_V, c, row->feat[b]);
+            const float w = mfm__fwfm_r(m, c, row->field[a], row->field[b]) * row->x[a] * row->x[b];
+            const mfm__f4 w4 = mfm__f4_set1(w);
+            for (t = 0; t + 4 <= k; t += 4) acc4 = mfm__f4_add(acc4, mfm__f4_mul(mfm__f4_mul(mfm__f4_load(va + t), mfm__f4_load(vb + t)), w4));
+            for (; t < k; t++) rest += va[t] * vb[t] * w;
+        }
+    }
+    return mfm__f4_sum(acc4) + rest;
+}
+
 static float mfm__score(const mfm_model *m, uint32_t c, const mfm__row *row, float *sum) {
     const int k = m->k;
     float s = 0;
-    uint32_t a, b;
+    uint32_t a;
     int t;
     if (!m->params.pairs_only) {
         s = *mfm__block(m, MFM_TENSOR_W0, c, 0);
@@ -2911,12 +2933,7 @@ static float mfm__score(const mfm_model *m, uint32_t c, const mfm__row *row, flo
     case MFM_MODEL_FFM: /* k = 4 (the common case) gets its own copy, with the k-loop unrolled */
         return s + (k == 4 ? mfm__ffm_pairs(m, c, row, 4) : mfm__ffm_pairs(m, c, row, k));
     case MFM_MODEL_FWFM:
-        for (a = 0; a < row->z; a++)
-            for (b = a + 1; b < row->z; b++) {
-                float dot = mfm__dot(mfm__block(m, MFM_TENSOR_V, c, row->feat[a]), mfm__block(m, MFM_TENSOR_V, c, row->feat[b]), k);
-                s += mfm__fwfm_r(m, c, row->field[a], row->field[b]) * dot * row->x[a] * row->x[b];
-            }
-        return s;
+        return s + (k == 4 ? mfm__fwfm_pairs(m, c, row, 4) : k == 8 ? mfm__fwfm_pairs(m, c, row, 8) : mfm__fwfm_pairs(m, c, row, k));
     default: {
         /* sum_{a<b} <v_a, v_b> x_a x_b = 1/2 sum_t [(sum_a v_at x_a)^2 - sum_a (v_at x_a)^2];
            the squares add up in four lanes, then the rest */
@@ -3413,6 +3430,36 @@ static int mfm__gradient_row(const mfm__trainer *tr, mfm__worker *wk, int me, ui
             mfm__step(o, blk, len, grad, 1.0f, l1, l2);                                       \
     } while (0)
 
+/* FwFM's pairs of a row that is a batch of its own: v_a's gradient sums over every pair, so
+   they are collected, then stepped; r(fa, fb) is read by its pair alone and steps right away
+   (AdaGrad: four at a time). */
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((always_inline)) inline
+#endif
+static void mfm__fwfm_row_update(const mfm__trainer *tr, mfm__worker *wk, uint32_t c, const mfm__row *row, float g, int k) {
+    mfm_model *m = tr->m;
+    const mfm__optim *o = &tr->opt;
+    const int adagrad = o->kind == MFM_OPTIMIZER_ADAGRAD;
+    const float l1v = (float)m->params.l1_factors, l2v = (float)m->params.l2_factors;
+    float *gv = wk->row_g;
+    uint32_t a, b, n_r = 0;
+    memset(gv, 0, (size_t)row->z * k * sizeof(float));
+    for (a = 0; a < row->z; a++)
+        for (b = a + 1; b < row->z; b++) {
+            uint32_t fa = row->field[a], fb = row->field[b];
+            const float *va = mfm__block(m, MFM_TENSOR_V, c, row->feat[a]), *vb = mfm__block(m, MFM_TENSOR_V, c, row->feat[b]);
+            float *rab = mfm__block(m, MFM_TENSOR_R, c, fa < fb ? (uint64_t)fa * m->n_fields + fb : (uint64_t)fb * m->n_fields + fa);
+            float coef = g * row->x[a] * row->x[b], coef_r = coef * *rab;
+            float gr = 0 + coef * mfm__fwfm_pair(va, vb, gv + a * k, gv + b * k, coef_r, k);
+            if (adagrad)
+                wk->one_blk[n_r] = rab, wk->one_g[n_r++] = gr;
+            else
+                mfm__step(o, rab, 1, &gr, 1.0f, l1v, l2v);
+        }
+    if (adagrad) mfm__adagrad_scattered(o, wk->one_blk, wk->one_g, n_r, l2v);
+    for (a = 0; a < row->z; a++) MFM__STEP(mfm__block(m, MFM_TENSOR_V, c, row->feat[a]), (uint32_t)k, gv + a * k, l1v, l2v);
+}
+
 static void mfm__update_row(const mfm__trainer *tr, mfm__worker *wk, uint32_t c, const mfm__row *row, float g, const float *sum) {
     mfm_model *m = tr->m;
     const mfm_params *p = &m->params;
@@ -3456,26 +3503,14 @@ static void mfm__update_row(const mfm__trainer *tr, mfm__worker *wk, uint32_t c,
                 MFM__STEP(vb, (uint32_t)k, gb, l1v, l2v);
             }
         break;
-    case MFM_MODEL_FWFM: { /* v_a's gradient sums over every pair: collect, then step */
-        float *gv = wk->row_g;
-        uint32_t n_r = 0;
-        memset(gv, 0, (size_t)row->z * k * sizeof(float));
-        for (a = 0; a < row->z; a++)
-            for (b = a + 1; b < row->z; b++) {
-                uint32_t fa = row->field[a], fb = row->field[b];
-                const float *va = mfm__block(m, MFM_TENSOR_V, c, row->feat[a]), *vb = mfm__block(m, MFM_TENSOR_V, c, row->feat[b]);
-                float *rab = mfm__block(m, MFM_TENSOR_R, c, fa < fb ? (uint64_t)fa * m->n_fields + fb : (uint64_t)fb * m->n_fields + fa);
-                float coef = g * row->x[a] * row->x[b], coef_r = coef * *rab;
-                float gr = 0 + coef * mfm__fwfm_pair(va, vb, gv + a * k, gv + b * k, coef_r, k);
-                if (adagrad) /* r(fa, fb) is read by this pair alone: its step can wait */
-                    wk->one_blk[n_r] = rab, wk->one_g[n_r++] = gr;
-                else
-                    mfm__step(o, rab, 1, &gr, 1.0f, l1v, l2v);
-            }
-        if (adagrad) mfm__adagrad_scattered(o, wk->one_blk, wk->one_g, n_r, l2v);
-        for (a = 0; a < row->z; a++) MFM__STEP(mfm__block(m, MFM_TENSOR_V, c, row->feat[a]), (uint32_t)k, gv + a * k, l1v, l2v);
+    case MFM_MODEL_FWFM: /* k = 4 and 8 get copies with the k-loops unrolled */
+        if (k == 4)
+            mfm__fwfm_row_update(tr, wk, c, row, g, 4);
+        else if (k == 8)
+            mfm__fwfm_row_update(tr, wk, c, row, g, 8);
+        else
+            mfm__fwfm_row_update(tr, wk, c, row, g, k);
         break;
-    }
     default: /* FM: the sums are frozen in `sum`; v_a is read before it is written */
         for (a = 0; a < row->z; a++) {
             float *v = mfm__block(m, MFM_TENSOR_V, c, row->feat[a]);
