@@ -155,11 +155,37 @@ static void machine(char *out, size_t size) {
     snprintf(out, size, "%s, %d logical cores", model, cores);
 }
 
-/* Peak resident memory of this process so far (ru_maxrss is in KiB on Linux). */
+/* Peak resident memory (MB) since the last reset_peak(): Linux's VmHWM, which writing 5 to
+   /proc/self/clear_refs resets, so that each cell shows its own peak; elsewhere (or without
+   that file) the process's peak so far from getrusage. */
+static void reset_peak(void) {
+    FILE *f = fopen("/proc/self/clear_refs", "w");
+    if (f) {
+        fputs("5", f);
+        fclose(f);
+    }
+}
+
 static double peak_rss_mb(void) {
-    struct rusage u;
-    getrusage(RUSAGE_SELF, &u);
-    return (double)u.ru_maxrss / 1024.0;
+    char line[256];
+    double kb = -1;
+    FILE *f = fopen("/proc/self/status", "r");
+    while (f && fgets(line, sizeof line, f))
+        if (strncmp(line, "VmHWM:", 6) == 0) kb = strtod(line + 6, NULL);
+    if (f) fclose(f);
+    if (kb < 0) {
+        struct rusage u;
+        getrusage(RUSAGE_SELF, &u);
+        kb = (double)u.ru_maxrss; /* KiB on Linux */
+    }
+    return kb / 1024.0;
+}
+
+/* Bytes of a CSR's arrays. */
+static double csr_mb(const mfm_csr *d) {
+    const uint64_t nnz = d->row_offsets[d->n_rows];
+    double b = (double)(d->n_rows + 1) * 8 + (double)nnz * 4 * (1 + (d->fields != NULL) + (d->values != NULL)) + (double)d->n_rows * 4 * (1 + (d->weights != NULL));
+    return b / 1048576.0;
 }
 
 static void run_cell(const options *o, const mfm_csr *train, const mfm_csr *test, int model, int k, int batch, int threads, float *prob) {
@@ -168,7 +194,7 @@ static void run_cell(const options *o, const mfm_csr *train, const mfm_csr *test
     mfm_model_info info;
     mfm_metrics met;
     mfm_error e;
-    double t0, t1, t2, t3;
+    double t0, t1, t2, t3, peak;
     p.model = (mfm_model_type)model;
     p.optimizer = MFM_OPTIMIZER_ADAGRAD;
     p.k = k;
@@ -177,18 +203,20 @@ static void run_cell(const options *o, const mfm_csr *train, const mfm_csr *test
     p.n_epochs = o->epochs;
     p.learning_rate = o->lr;
     p.seed = 7;
+    reset_peak();
     t0 = bench_now();
     bench_check(mfm_model_create(&p, train->n_features, train->n_fields, 1, &m, &e), &e, "mfm_model_create");
     t1 = bench_now();
     bench_check(mfm_fit(m, train, &e), &e, "mfm_fit");
     t2 = bench_now();
+    peak = peak_rss_mb();
     bench_check(mfm_predict(m, test, MFM_OUTPUT_PROBABILITY, prob, test->n_rows, &e), &e, "mfm_predict");
     t3 = bench_now();
     bench_check(mfm_evaluate(m, test, &met, &e), &e, "mfm_evaluate");
     mfm_model_get_info(m, &info);
-    printf("%-5s %3d %6d %4d %13.0f %15.0f %8.4f %7.4f %7.2f %9.0f %12.0f\n", bench_model_names[model], k, batch, threads,
+    printf("%-5s %3d %6d %4d %13.0f %15.0f %8.4f %7.4f %7.2f %9.0f %8.0f\n", bench_model_names[model], k, batch, threads,
            (double)train->n_rows * o->epochs / (t2 - t1), (double)test->n_rows / (t3 - t2), met.logloss, met.auc, t1 - t0,
-           (double)info.n_parameters * (1 + info.n_state_slots) * sizeof(float) / 1048576.0, peak_rss_mb());
+           (double)info.n_parameters * (1 + info.n_state_slots) * sizeof(float) / 1048576.0, peak);
     fflush(stdout);
     mfm_model_free(m);
 }
@@ -310,9 +338,13 @@ int main(int argc, char **argv) {
            -(ctr * log(ctr) + (1 - ctr) * log(1 - ctr)));
     printf("training  AdaGrad, learning rate %g, %d epoch(s); rows/s = rows x epochs / wall seconds of mfm_fit\n", o.lr, o.epochs);
     printf("          (init_s: mfm_model_create, i.e. allocating and seeding parameters and state, timed apart)\n");
-    printf("predict   probabilities for the test rows; logloss and AUC on them; peak RSS is the process's so far\n\n");
-    printf("%-5s %3s %6s %4s %13s %15s %8s %7s %7s %9s %12s\n", "model", "k", "batch", "thr", "train_rows/s", "predict_rows/s", "logloss",
-           "auc", "init_s", "model_MB", "peak_rss_MB");
+    printf("predict   probabilities for the test rows; logloss and AUC on them\n");
+    printf("memory    model_MB: parameters + optimizer state; peak_MB: the process's peak resident memory from creating\n"
+           "          the model to the end of training (Linux: reset per row), which also holds the data: %.1f MB of\n"
+           "          training rows and %.1f MB of test rows\n\n",
+           csr_mb(&train), csr_mb(&test));
+    printf("%-5s %3s %6s %4s %13s %15s %8s %7s %7s %9s %8s\n", "model", "k", "batch", "thr", "train_rows/s", "predict_rows/s", "logloss",
+           "auc", "init_s", "model_MB", "peak_MB");
     for (a = 0; a < o.models.n; a++)
         for (b = 0; b < o.k.n; b++)
             for (c = 0; c < o.batch.n; c++)
