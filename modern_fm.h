@@ -3655,31 +3655,19 @@ static void mfm__apply_task(void *ctx, int index) {
     int t;
     for (t = 0; t < MFM_TENSOR_COUNT; t++) {
         const mfm__coords *o = &wk->own[t];
-        const uint32_t len = m->t[t].len;
-        if (o->parts) { /* FFM by feature: the touched slots of each feature's entry */
-            uint32_t f;
-            for (j = 0; j < o->n; j++)
-                for (f = 0; f < o->parts; f++)
-                    if (o->flags[j * o->parts + f])
-                        for (c = 0; c < m->n_classes; c++) {
-                            float *blk = mfm__block(m, MFM_TENSOR_V, c, o->ids[j] * o->parts + f);
-                            const float *g = o->g + ((j * o->parts + f) * m->n_classes + c) * len;
-                            if (tr->opt.kind == MFM_OPTIMIZER_ADAGRAD)
-                                mfm__adagrad(&tr->opt, blk, len, g, rows, l2[t]);
-                            else
-                                mfm__step(&tr->opt, blk, len, g, rows, l1[t], l2[t]);
-                        }
-            continue;
-        }
+        const uint32_t len = m->t[t].len, parts = o->parts ? o->parts : 1; /* FFM by feature: its touched slots */
+        uint32_t f;
         for (j = 0; j < o->n; j++)
-            for (c = 0; c < m->n_classes; c++) {
-                float *blk = mfm__block(m, (mfm_tensor)t, c, o->ids[j]);
-                const float *g = o->g + (j * m->n_classes + c) * len;
-                if (tr->opt.kind == MFM_OPTIMIZER_ADAGRAD) /* the default, inlined */
-                    mfm__adagrad(&tr->opt, blk, len, g, rows, l2[t]);
-                else
-                    mfm__step(&tr->opt, blk, len, g, rows, l1[t], l2[t]);
-            }
+            for (f = 0; f < parts; f++)
+                if (!o->parts || o->flags[j * parts + f])
+                    for (c = 0; c < m->n_classes; c++) {
+                        float *blk = mfm__block(m, (mfm_tensor)t, c, o->ids[j] * parts + f);
+                        const float *g = o->g + ((j * parts + f) * m->n_classes + c) * len;
+                        if (tr->opt.kind == MFM_OPTIMIZER_ADAGRAD) /* the default, inlined */
+                            mfm__adagrad(&tr->opt, blk, len, g, rows, l2[t]);
+                        else
+                            mfm__step(&tr->opt, blk, len, g, rows, l1[t], l2[t]);
+                    }
     }
 }
 
