@@ -13,9 +13,16 @@ MINGW   ?= x86_64-w64-mingw32-gcc
 MINGWXX ?= x86_64-w64-mingw32-g++
 CFLAGS  ?= -O2 -g
 WARN    := -Wall -Wextra -Wpedantic -Werror
-LDLIBS  := -pthread -lm
+LDLIBS  := -pthread -lm -ldl
 SAN     := -fsanitize=address,undefined -fno-sanitize-recover=all
-HEADERS := modern_fm.h bench/synth.h bench/common.h
+
+# xxhash.h (xxHash 0.8, header-only): the system's when installed, else Debian's libxxhash-dev
+# unpacked into .deps/ (apt-get download needs no root and installs nothing).
+XXHASH  := $(if $(wildcard /usr/include/xxhash.h),,.deps/xxhash/xxhash.h)
+XXH_INC := $(if $(XXHASH),-I.deps/xxhash)
+CFLAGS  += $(XXH_INC)
+HEADERS := modern_fm.h modern_fm_kernels.h bench/synth.h bench/common.h $(XXHASH)
+KERNELS := $(sort $(wildcard kernels/*.cu))
 
 TEST_SRC := $(wildcard tests/*.c)
 TEST_HDR := $(wildcard tests/*.h)
@@ -24,7 +31,7 @@ TEST_HDR := $(wildcard tests/*.h)
 .DELETE_ON_ERROR:
 .PHONY: all test check compile-checks demo bench clean
 
-all: build/tests build/bench build/demo-data build/mfm
+all: build/tests build/bench build/bench-gpu build/demo-data build/mfm
 
 build:
 	mkdir -p build
@@ -40,11 +47,20 @@ build/tests-tsan: EXTRA = -fsanitize=thread
 
 # bench, the demo's data generator and mfm are built (not run) so that CI sees them compile warning-free.
 # ThreadSanitizer runs the tests that use threads (their names contain "thread").
-test: compile-checks build/tests build/tests-asan build/tests-tsan build/bench build/demo-data build/mfm
+test: kernels-fresh compile-checks build/tests build/tests-asan build/tests-tsan build/bench build/bench-gpu build/demo-data build/mfm
 	./build/tests-tsan thread
 	./build/tests
 	./build/tests-asan
 	@$(MAKE) --no-print-directory fuzz
+
+# The GPU's tests (each skips, saying why, without a driver or a device) and the CUDA runtime's.
+.PHONY: test-gpu bench-gpu
+test-gpu: kernels-fresh build/tests
+	./build/tests test_cuda_
+	./build/tests test_gpu_
+
+bench-gpu: build/bench-gpu
+	./build/bench-gpu $(BENCH_ARGS)
 
 check: build/tests-asan build/tests-tsan
 	./build/tests-tsan thread
@@ -94,8 +110,8 @@ compile-checks: $(NATIVE:%=build/check-%) $(CROSS:%=build/check-%.o)
 FUZZ_SECONDS ?= 20
 FUZZERS      := dataset model
 
-$(FUZZERS:%=build/fuzz-%): build/fuzz-%: tests/fuzz/fuzz_%.c modern_fm.h | build
-	$(CLANG) -std=c99 $(WARN) -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -o $@ $< $(LDLIBS)
+$(FUZZERS:%=build/fuzz-%): build/fuzz-%: tests/fuzz/fuzz_%.c $(HEADERS) | build
+	$(CLANG) -std=c99 $(WARN) $(XXH_INC) -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -o $@ $< $(LDLIBS)
 
 .PHONY: fuzz
 ifeq ($(call have,$(CLANG)),yes)
@@ -112,12 +128,35 @@ fuzz:
 	@echo "fuzz SKIPPED: $(CLANG) is not installed"
 endif
 
+# ---- dependencies and generated files ----
+
+.deps/xxhash/xxhash.h:
+	rm -rf .deps/xxhash-deb && mkdir -p .deps/xxhash-deb .deps/xxhash
+	cd .deps/xxhash-deb && { apt-get download libxxhash-dev >/dev/null 2>&1 || { apt-get update >/dev/null && apt-get download libxxhash-dev; }; }
+	dpkg-deb -x .deps/xxhash-deb/libxxhash-dev_*.deb .deps/xxhash-deb/root
+	cp .deps/xxhash-deb/root/usr/include/xxhash.h $@
+
+# modern_fm_kernels.h is committed; `make kernels` writes it from kernels/*.cu, and
+# `make kernels-fresh` (part of make test) fails when the committed one differs.
+build/embed_kernels: tools/embed_kernels.c | build
+	$(CC) -std=c99 $(WARN) $(CFLAGS) -o $@ $<
+
+.PHONY: kernels kernels-fresh
+kernels: build/embed_kernels
+	./build/embed_kernels modern_fm_kernels.h $(KERNELS)
+
+kernels-fresh: build/embed_kernels
+	@./build/embed_kernels build/modern_fm_kernels.h $(KERNELS)
+	@cmp -s build/modern_fm_kernels.h modern_fm_kernels.h || { echo "modern_fm_kernels.h is stale: run make kernels"; exit 1; }
+	@echo "modern_fm_kernels.h is fresh ($(words $(KERNELS)) kernel files)"
+
 # ---- benchmark, demo and the mfm tool ----
 
 build/bench: bench/bench.c
+build/bench-gpu: bench/gpu.c
 build/demo-data: bench/demo.c
 build/mfm: tools/mfm.c
-build/bench build/demo-data build/mfm: $(HEADERS) | build
+build/bench build/bench-gpu build/demo-data build/mfm: $(HEADERS) | build
 	$(CC) -std=c99 $(WARN) $(CFLAGS) -o $@ $(filter %.c,$^) $(LDLIBS)
 
 demo: build/demo-data build/mfm

@@ -27,6 +27,11 @@
                             numbers (chunks are accumulated one after the other)
        MFM_NO_CUDA          compile the GPU part out
 
+   The GPU part needs no CUDA to build: the driver and NVRTC are loaded at run time, and the
+   kernels come with modern_fm_kernels.h (keep it beside this file). Its kernel cache keys
+   entries with XXH3, so the implementation includes xxhash.h (xxHash 0.8, header-only;
+   Debian/Ubuntu package libxxhash-dev) unless MFM_NO_CUDA is defined.
+
    Quick start
    -----------
        mfm_params p = {0};              // all zero means "the defaults" (C++: mfm_params p{};)
@@ -96,7 +101,14 @@ extern "C" {
     X(MFM_ERR_THREAD, 6, "could not start a thread")                                              \
     X(MFM_ERR_CANCELLED, 7, "cancelled by the caller")                                            \
     X(MFM_ERR_IO, 8, "a file could not be read or written")                                       \
-    X(MFM_ERR_BAD_FILE, 9, "not a valid modern_fm file")
+    X(MFM_ERR_BAD_FILE, 9, "not a valid modern_fm file")                                         \
+    X(MFM_ERR_CUDA_UNAVAILABLE, 10, "no usable CUDA driver")                                      \
+    X(MFM_ERR_CUDA_NO_DEVICE, 11, "no CUDA device")                                               \
+    X(MFM_ERR_CUDA_DRIVER_TOO_OLD, 12, "the CUDA driver is too old")                              \
+    X(MFM_ERR_NVRTC_UNAVAILABLE, 13, "no usable NVRTC")                                           \
+    X(MFM_ERR_DEVICE_UNSUPPORTED, 14, "the GPU is not supported by any NVRTC found")              \
+    X(MFM_ERR_NVRTC_COMPILE, 15, "NVRTC could not compile the kernels")                           \
+    X(MFM_ERR_CUDA, 16, "a CUDA driver call failed")
 
 typedef enum mfm_status {
 #define MFM__STATUS_ENUM(name, value, text) name = value,
@@ -143,6 +155,19 @@ typedef enum mfm_optimizer {
     MFM_OPTIMIZER_COUNT,
     MFM_OPTIMIZER_FORCE_U32 = 0x7FFFFFFF
 } mfm_optimizer;
+
+/* Where work runs (SPEC 11). CUDA never falls back to the CPU: without a driver, a device, or
+   NVRTC (when the kernel cache cannot serve) the call fails and says what to install. AUTO
+   runs on the GPU when a driver and a device are there, else on the CPU; a failure on a GPU
+   that is there is still an error. */
+typedef enum mfm_backend {
+    MFM_BACKEND_DEFAULT = 0, /* CPU */
+    MFM_BACKEND_CPU,
+    MFM_BACKEND_CUDA,
+    MFM_BACKEND_AUTO,
+    MFM_BACKEND_COUNT,
+    MFM_BACKEND_FORCE_U32 = 0x7FFFFFFF
+} mfm_backend;
 
 typedef enum mfm_class_weight {
     MFM_CLASS_WEIGHT_DEFAULT = 0, /* none: every class weighs 1 */
@@ -200,6 +225,9 @@ typedef struct mfm_params {
     int n_epochs;               /* 10 */
     int batch_size;             /* 1: per-row updates */
     int n_threads;              /* 1. The bits of a result depend neither on it nor on the machine */
+    mfm_backend backend;        /* CPU: where mfm_predict and mfm_evaluate run (training runs on
+                                   the CPU; CUDA training is refused rather than moved) */
+    int device;                 /* 0: the CUDA device (ordinal) for backend CUDA or AUTO */
     double learning_rate;       /* 0.05 (FTRL's alpha) */
     double l2_linear;           /* 0: L2 on w */
     double l2_factors;          /* 0: L2 on V (and R of FwFM) */
@@ -507,6 +535,94 @@ typedef struct mfm_model_file_info {
 /* Checks a model file completely (checksum included) and describes it without loading it. */
 MFMDEF mfm_status mfm_model_file_inspect(const char *path, mfm_model_file_info *out, mfm_error *err);
 
+/* ============================================================================================
+   >>public-cuda  The GPU: is it there, kernels and their cache, resident models and data
+   ============================================================================================
+
+   Nothing here needs CUDA at build time: the driver (libcuda.so.1 / nvcuda.dll) and NVRTC are
+   loaded when first needed. Environment:
+       MFM_CUDA_LIBRARY   the driver library to load instead of libcuda.so.1
+       MFM_NVRTC_PATH     the NVRTC library to load (authoritative: no search when set)
+       MFM_CACHE_DIR      the kernel cache directory (default $XDG_CACHE_HOME/modern_fm,
+                          ~/.cache/modern_fm; %LOCALAPPDATA%\modern_fm\cache on Windows)
+       MFM_CACHE          on (default), off (no reads, no writes) or readonly
+   Kernels are compiled once per process and device; the image (CUBIN for a GPU that NVRTC
+   knows, PTX for a newer one) is kept in the cache, so a warm cache needs no NVRTC at all. */
+
+/* 1 when a CUDA driver loads and sees at least one device. Never fails, creates no context. */
+MFMDEF int mfm_cuda_available(void);
+
+/* What getting the kernels cost: from the disk cache, or compiled by NVRTC and then stored. */
+typedef struct mfm_kernel_build {
+    int from_cache;      /* 1: read from the cache; 0: compiled now */
+    int stored;          /* compiled and written to the cache */
+    char kind[8];        /* "cubin" or "ptx" */
+    int arch;            /* e.g. 90 for sm_90 / compute_90 */
+    uint64_t image_bytes;
+    double seconds;      /* to have the image (compile or read) */
+    char path[704];      /* the cache entry ("" with the cache off) */
+} mfm_kernel_build;
+
+typedef struct mfm_cuda_info {
+    int driver_version;   /* e.g. 13000 for 13.0; 0 when no driver loaded */
+    int n_devices;
+    int device;           /* the device described below */
+    char device_name[128];
+    int compute_major, compute_minor;
+    uint64_t total_memory, free_memory; /* bytes */
+    int nvrtc_version;    /* e.g. 13000; 0 when no NVRTC loaded (a warm cache does not need one) */
+    char nvrtc_path[256]; /* the NVRTC library that was loaded */
+    char cache_dir[512];  /* "" when the cache is off or no directory could be found */
+    int cache_mode;       /* 0 off, 1 readonly, 2 read and write */
+    int kernels_ready;    /* this process has the device's kernels loaded, and ... */
+    mfm_kernel_build kernels; /* ... this is how it got them */
+} mfm_cuda_info;
+
+/* Describes the driver and one device; fails (saying what is missing) when there is none. */
+MFMDEF mfm_status mfm_cuda_get_info(int device, mfm_cuda_info *out, mfm_error *err);
+
+/* Compiles the kernels for an architecture without any GPU (arch "sm_90", "90", or
+   "compute_90" for PTX) and stores them in the cache, so that a container image can ship a
+   warm cache. Needs NVRTC; an entry already in the cache is reported, not rebuilt. */
+MFMDEF mfm_status mfm_cuda_build_kernels(const char *arch, mfm_kernel_build *out, mfm_error *err);
+
+typedef struct mfm_cache_entry {
+    char name[160];   /* file name inside the cache directory */
+    uint64_t bytes;
+    int64_t mtime;
+    int valid;        /* header, length and checksum check out */
+} mfm_cache_entry;
+
+/* The cache directory in use ("" when there is none) into dir, and its entries into out (up to
+   capacity of them; *n_entries gets how many there are). */
+MFMDEF mfm_status mfm_cache_list(char *dir, size_t dir_capacity, mfm_cache_entry *out, size_t capacity,
+                                 size_t *n_entries, mfm_error *err);
+/* Removes every entry (and stray temporary file) of the cache; *n_removed may be NULL. */
+MFMDEF mfm_status mfm_cache_clear(size_t *n_removed, mfm_error *err);
+
+/* A copy of a model's parameters on a GPU, for many predictions without uploading again.
+   The copy does not follow later changes of the model. One call at a time per copy. */
+typedef struct mfm_gpu_model mfm_gpu_model;
+/* A dataset kept on the GPU next to a model (features, fields, values and row offsets). */
+typedef struct mfm_gpu_data mfm_gpu_data;
+
+/* Uploads the model to `device`. Out of GPU memory is an MFM_ERR_OUT_OF_MEMORY that gives the
+   bytes needed and free. */
+MFMDEF mfm_status mfm_gpu_model_upload(const mfm_model *model, int device, mfm_gpu_model **out, mfm_error *err);
+MFMDEF void mfm_gpu_model_free(mfm_gpu_model *model);
+
+/* Predicts rows that are in host memory: they cross to the GPU in chunks through pinned
+   buffers, the copies overlapping the kernels. Output as mfm_predict. */
+MFMDEF mfm_status mfm_gpu_predict(mfm_gpu_model *model, const mfm_csr *data, mfm_output kind, float *out,
+                                  size_t capacity, mfm_error *err);
+
+/* Uploads a dataset (checked against the model's shape) to the model's device, once. */
+MFMDEF mfm_status mfm_gpu_data_upload(mfm_gpu_model *model, const mfm_csr *data, mfm_gpu_data **out, mfm_error *err);
+MFMDEF void mfm_gpu_data_free(mfm_gpu_data *data);
+/* Predicts a dataset that is on the device; only the outputs cross back. */
+MFMDEF mfm_status mfm_gpu_predict_resident(mfm_gpu_model *model, const mfm_gpu_data *data, mfm_output kind,
+                                           float *out, size_t capacity, mfm_error *err);
+
 #ifdef __cplusplus
 }
 #endif
@@ -572,6 +688,25 @@ MFMDEF mfm_status mfm_model_file_inspect(const char *path, mfm_model_file_info *
 #include <unistd.h>
 #endif
 
+#if !defined(MFM_NO_CUDA)
+#if !defined(_WIN32)
+#include <dirent.h>
+#include <dlfcn.h> /* glibc before 2.34 wants -ldl for dlopen */
+#endif
+/* XXH3 for the kernel cache's keys and checksums: xxhash.h from xxHash 0.8 (Debian's
+   libxxhash-dev), used header-only. */
+#if defined(__has_include)
+#if !__has_include("xxhash.h")
+#error "modern_fm.h needs xxhash.h (xxHash 0.8, header-only; Debian/Ubuntu: libxxhash-dev) on the include path for its GPU kernel cache; or define MFM_NO_CUDA for a CPU-only build"
+#endif
+#endif
+#ifndef XXH_INLINE_ALL
+#define XXH_INLINE_ALL
+#endif
+#include "xxhash.h"
+#include "modern_fm_kernels.h"
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -604,10 +739,10 @@ static mfm_status mfm__ok(mfm_error *err) {
 /* NaN and infinities fail x - x == 0; portable where isfinite is a macro in C and not in C++. */
 static int mfm__finite(double x) { return x - x == 0.0; }
 
-/* count * size bytes, or NULL when that overflows or memory is short. */
+/* count * size bytes, or NULL when that is more than an object may be (PTRDIFF_MAX) or memory is short. */
 static void *mfm__alloc(uint64_t count, size_t size) {
     if (count == 0) count = 1;
-    if (count > (uint64_t)SIZE_MAX / size) return NULL;
+    if (count > (uint64_t)PTRDIFF_MAX / size) return NULL;
     return MFM_MALLOC((size_t)count * size);
 }
 
@@ -1284,6 +1419,7 @@ MFMDEF mfm_params mfm_params_resolve(const mfm_params *params) {
     if (p.task == MFM_TASK_DEFAULT) p.task = MFM_TASK_BINARY;
     if (p.optimizer == MFM_OPTIMIZER_DEFAULT) p.optimizer = MFM_OPTIMIZER_ADAGRAD;
     if (p.class_weight == MFM_CLASS_WEIGHT_DEFAULT) p.class_weight = MFM_CLASS_WEIGHT_NONE;
+    if (p.backend == MFM_BACKEND_DEFAULT) p.backend = MFM_BACKEND_CPU;
     if (p.k == 0) p.k = 8;
     if (p.n_epochs == 0) p.n_epochs = 10;
     if (p.batch_size == 0) p.batch_size = 1;
@@ -1317,6 +1453,9 @@ static mfm_status mfm__validate_params(const mfm_params *p, uint32_t n_classes, 
         return mfm__fail(err, MFM_ERR_INVALID_PARAM, "params.optimizer = %d is not a known optimizer (SGD, AdaGrad, Adam or FTRL)", (int)p->optimizer);
     if ((unsigned)p->class_weight >= MFM_CLASS_WEIGHT_COUNT)
         return mfm__fail(err, MFM_ERR_INVALID_PARAM, "params.class_weight = %d is not a known class weighting (none, balanced or explicit)", (int)p->class_weight);
+    if ((unsigned)p->backend >= MFM_BACKEND_COUNT)
+        return mfm__fail(err, MFM_ERR_INVALID_PARAM, "params.backend = %d is not a known backend (CPU, CUDA or AUTO)", (int)p->backend);
+    if (p->device < 0) return mfm__fail(err, MFM_ERR_INVALID_PARAM, "params.device = %d must not be negative", p->device);
     if (p->k < 1 || p->k > 4096)
         return mfm__fail(err, MFM_ERR_INVALID_PARAM, "params.k = %d is out of range: it must be between 1 and 4096 (0 means 8)", p->k);
     if (p->n_epochs < 1)
@@ -3853,9 +3992,11 @@ static int mfm__subset_make(mfm__subset *s, const mfm_csr *d, const uint64_t *ro
 
 /* The early-stopping metric of the model on the validation rows (without weights or label
    smoothing); *higher_better says which way improves. */
+static mfm_status mfm__evaluate(const mfm_model *m, const mfm_csr *d, mfm_metrics *out, int allow_gpu, mfm_error *err);
+
 static mfm_status mfm__validation_metric(const mfm_model *m, const mfm_csr *v, double *out, int *higher_better, mfm_error *err) {
     mfm_metrics met;
-    mfm_status st = mfm_evaluate(m, v, &met, err);
+    mfm_status st = mfm__evaluate(m, v, &met, 0, err);
     *higher_better = m->params.metric == MFM_METRIC_AUC;
     switch (m->params.metric) {
     case MFM_METRIC_AUC: *out = met.auc; break;
@@ -3938,6 +4079,11 @@ static mfm_status mfm__fit(mfm_model *m, const mfm_csr *d, const mfm_csr *valida
         return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT,
                          "%s: the model was loaded from a file saved without its optimizer state, so training could not continue where it "
                          "stopped; call mfm_model_reset_state to start the optimizer afresh",
+                         fn);
+    if (m->params.backend == MFM_BACKEND_CUDA)
+        return mfm__fail(err, MFM_ERR_INVALID_PARAM,
+                         "%s: params.backend is CUDA, but this version trains on the CPU only; train with backend CPU or AUTO, then predict "
+                         "with CUDA (mfm_model_set_params or mfm_gpu_model_upload)",
                          fn);
     if ((st = mfm__check_fit_data(m, d, 1, &info, err)) != MFM_OK) return st;
     if (d->n_rows == 0) return mfm__fail(err, MFM_ERR_INVALID_DATA, "the training data has no rows");
@@ -4109,27 +4255,53 @@ static void mfm__predict_task(void *ctx, int index) {
     }
 }
 
-MFMDEF mfm_status mfm_predict(const mfm_model *m, const mfm_csr *d, mfm_output kind, float *out, size_t capacity, mfm_error *err) {
+/* The checks of every prediction call, and the output kind with its default resolved. */
+static mfm_status mfm__predict_check(const mfm_model *m, const mfm_csr *d, mfm_output *kind, const float *out, size_t capacity,
+                                     mfm__data_info *info, const char *fn, mfm_error *err) {
+    mfm_status st;
+    uint64_t need;
+    if ((unsigned)*kind >= MFM_OUTPUT_COUNT)
+        return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "%s: output kind %d is not a known kind (score, probability or label)", fn, (int)*kind);
+    if (*kind == MFM_OUTPUT_DEFAULT) *kind = m->params.task == MFM_TASK_REGRESSION ? MFM_OUTPUT_SCORE : MFM_OUTPUT_PROBABILITY;
+    if (*kind == MFM_OUTPUT_PROBABILITY && m->params.task == MFM_TASK_REGRESSION)
+        return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "%s: a regression model gives scores, not probabilities", fn);
+    if ((st = mfm__check_csr(d, m->params.model != MFM_MODEL_FM, info, err)) != MFM_OK) return st;
+    if ((st = mfm__check_shape(m, d, info, err)) != MFM_OK) return st;
+    need = d->n_rows * mfm_output_width(m, *kind);
+    if (!out && need) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "%s: the output buffer is NULL", fn);
+    if ((uint64_t)capacity < need)
+        return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "%s: the output holds %" PRIu64 " values but %" PRIu64 " rows need %" PRIu64, fn,
+                         (uint64_t)capacity, d->n_rows, need);
+    return MFM_OK;
+}
+
+/* The backend a call runs on: CUDA for CUDA, and for AUTO when a driver sees a device. */
+static int mfm__on_gpu(const mfm_params *p) {
+    return p->backend == MFM_BACKEND_CUDA || (p->backend == MFM_BACKEND_AUTO && mfm_cuda_available());
+}
+
+/* Backend CUDA: the model goes up for this call only (mfm_gpu_model_upload keeps it there). */
+static mfm_status mfm__predict_gpu(const mfm_model *m, const mfm_csr *d, mfm_output kind, float *out, size_t capacity, mfm_error *err) {
+    mfm_gpu_model *gm = NULL;
+    mfm_status st = mfm_gpu_model_upload(m, m->params.device, &gm, err);
+    if (st == MFM_OK) st = mfm_gpu_predict(gm, d, kind, out, capacity, err);
+    mfm_gpu_model_free(gm);
+    return st;
+}
+
+/* allow_gpu = 0: always the CPU (a validation pass inside CPU training must not depend on the
+   machine). */
+static mfm_status mfm__predict(const mfm_model *m, const mfm_csr *d, mfm_output kind, float *out, size_t capacity, int allow_gpu, mfm_error *err) {
     mfm__data_info info;
     mfm__predictor pr;
     mfm__pool pool;
     mfm_status st;
     float *ones;
-    uint64_t need, r;
+    uint64_t r;
     if (!m) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_predict: the model is NULL");
-    if ((unsigned)kind >= MFM_OUTPUT_COUNT)
-        return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_predict: output kind %d is not a known kind (score, probability or label)", (int)kind);
-    if (kind == MFM_OUTPUT_DEFAULT) kind = m->params.task == MFM_TASK_REGRESSION ? MFM_OUTPUT_SCORE : MFM_OUTPUT_PROBABILITY;
-    if (kind == MFM_OUTPUT_PROBABILITY && m->params.task == MFM_TASK_REGRESSION)
-        return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_predict: a regression model gives scores, not probabilities");
-    if ((st = mfm__check_csr(d, m->params.model != MFM_MODEL_FM, &info, err)) != MFM_OK) return st;
-    if ((st = mfm__check_shape(m, d, &info, err)) != MFM_OK) return st;
-    need = d->n_rows * mfm_output_width(m, kind);
-    if (!out && need) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_predict: the output buffer is NULL");
-    if ((uint64_t)capacity < need)
-        return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_predict: the output holds %" PRIu64 " values but %" PRIu64 " rows need %" PRIu64,
-                         (uint64_t)capacity, d->n_rows, need);
+    if ((st = mfm__predict_check(m, d, &kind, out, capacity, &info, "mfm_predict", err)) != MFM_OK) return st;
     if (d->n_rows == 0) return mfm__ok(err);
+    if (allow_gpu && mfm__on_gpu(&m->params)) return mfm__predict_gpu(m, d, kind, out, capacity, err);
     memset(&pr, 0, sizeof pr);
     memset(&pool, 0, sizeof pool);
     pr.m = m;
@@ -4154,6 +4326,10 @@ MFMDEF mfm_status mfm_predict(const mfm_model *m, const mfm_csr *d, mfm_output k
     MFM_FREE(pr.prob);
     MFM_FREE(pr.scaled);
     return st == MFM_OK ? mfm__ok(err) : st;
+}
+
+MFMDEF mfm_status mfm_predict(const mfm_model *m, const mfm_csr *d, mfm_output kind, float *out, size_t capacity, mfm_error *err) {
+    return mfm__predict(m, d, kind, out, capacity, 1, err);
 }
 
 /* ============================================================================================
@@ -4219,7 +4395,7 @@ MFMDEF double mfm_auc(const float *labels, const float *scores, size_t n) {
     return (rank_sum - positives * (positives + 1) / 2) / (positives * negatives);
 }
 
-MFMDEF mfm_status mfm_evaluate(const mfm_model *m, const mfm_csr *d, mfm_metrics *out, mfm_error *err) {
+static mfm_status mfm__evaluate(const mfm_model *m, const mfm_csr *d, mfm_metrics *out, int allow_gpu, mfm_error *err) {
     const int multiclass = m && m->params.task == MFM_TASK_MULTICLASS;
     uint32_t n_classes, C;
     mfm__data_info info;
@@ -4239,7 +4415,7 @@ MFMDEF mfm_status mfm_evaluate(const mfm_model *m, const mfm_csr *d, mfm_metrics
     if (n == 0) return mfm__ok(err);
     scores = (float *)mfm__alloc(n * C, sizeof(float));
     prob = (double *)mfm__alloc(C, sizeof(double));
-    st = scores && prob ? mfm_predict(m, d, MFM_OUTPUT_SCORE, scores, (size_t)(n * C), err)
+    st = scores && prob ? mfm__predict(m, d, MFM_OUTPUT_SCORE, scores, (size_t)(n * C), allow_gpu, err)
                         : mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for %" PRIu64 " scores", n * C);
     if (st != MFM_OK) {
         MFM_FREE(scores);
@@ -4272,6 +4448,8 @@ MFMDEF mfm_status mfm_evaluate(const mfm_model *m, const mfm_csr *d, mfm_metrics
     MFM_FREE(prob);
     return mfm__ok(err);
 }
+
+MFMDEF mfm_status mfm_evaluate(const mfm_model *m, const mfm_csr *d, mfm_metrics *out, mfm_error *err) { return mfm__evaluate(m, d, out, 1, err); }
 
 /* ============================================================================================
    >>inspect  The strongest learned interactions and FM's bi-interaction vector
@@ -4711,6 +4889,1475 @@ MFMDEF mfm_status mfm_model_file_inspect(const char *path, mfm_model_file_info *
     for (t = 0; t < MFM_TENSOR_COUNT; t++) out->model.n_parameters += floats[t] * h.n_classes;
     return mfm__ok(err);
 }
+
+/* ============================================================================================
+   >>cuda-loader  The CUDA driver and NVRTC, loaded at run time: no CUDA header, no SDK to build
+   ============================================================================================
+
+   Own declarations of the few driver and NVRTC types used; every function is looked up by the
+   exact versioned symbol whose signature we declare (cuMemAlloc_v2, ...), because the plain
+   names still exist in the driver with older ABIs. A missing symbol fails the whole load. The
+   libraries are loaded once per process, under a lock, and the outcome (failure included) is
+   kept: later calls answer at once with the same sentence. Nothing is ever unloaded. */
+
+#if !defined(MFM_NO_CUDA)
+
+#if defined(_WIN32)
+#define MFM__CUDAAPI __stdcall
+#else
+#define MFM__CUDAAPI
+#endif
+
+typedef int mfm__cu_result; /* CUresult: 0 is success */
+typedef int mfm__cu_device;
+typedef unsigned long long mfm__cu_ptr; /* CUdeviceptr */
+typedef struct mfm__cu_context_s *mfm__cu_context;
+typedef struct mfm__cu_module_s *mfm__cu_module;
+typedef struct mfm__cu_function_s *mfm__cu_function;
+typedef struct mfm__cu_stream_s *mfm__cu_stream;
+typedef struct mfm__cu_event_s *mfm__cu_event;
+typedef struct mfm__nvrtc_program_s *mfm__nvrtc_program;
+
+enum { /* the driver's numbers for what gets its own sentence */
+    MFM__CU_OUT_OF_MEMORY = 2,
+    MFM__CU_STUB_LIBRARY = 34,
+    MFM__CU_NO_DEVICE = 100,
+    MFM__CU_INVALID_IMAGE = 200,
+    MFM__CU_NO_BINARY_FOR_GPU = 209,
+    MFM__CU_INVALID_PTX = 218,
+    MFM__CU_UNSUPPORTED_PTX_VERSION = 222,
+    MFM__CU_ATTR_SM_COUNT = 16,
+    MFM__CU_ATTR_CC_MAJOR = 75,
+    MFM__CU_ATTR_CC_MINOR = 76
+};
+
+/* name in the table, symbol in the library, signature */
+#define MFM__DRIVER_FUNCTIONS(X)                                                                                    \
+    X(cuInit, "cuInit", (unsigned flags))                                                                           \
+    X(cuDriverGetVersion, "cuDriverGetVersion", (int *version))                                                     \
+    X(cuGetErrorName, "cuGetErrorName", (mfm__cu_result e, const char **name))                                      \
+    X(cuGetErrorString, "cuGetErrorString", (mfm__cu_result e, const char **text))                                  \
+    X(cuDeviceGetCount, "cuDeviceGetCount", (int *count))                                                           \
+    X(cuDeviceGet, "cuDeviceGet", (mfm__cu_device * device, int ordinal))                                           \
+    X(cuDeviceGetName, "cuDeviceGetName", (char *name, int length, mfm__cu_device device))                          \
+    X(cuDeviceGetAttribute, "cuDeviceGetAttribute", (int *value, int attribute, mfm__cu_device device))             \
+    X(cuDeviceTotalMem, "cuDeviceTotalMem_v2", (size_t * bytes, mfm__cu_device device))                             \
+    X(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", (mfm__cu_context * context, mfm__cu_device device))     \
+    X(cuCtxGetCurrent, "cuCtxGetCurrent", (mfm__cu_context * context))                                              \
+    X(cuCtxSetCurrent, "cuCtxSetCurrent", (mfm__cu_context context))                                                \
+    X(cuModuleLoadData, "cuModuleLoadData", (mfm__cu_module * module, const void *image))                           \
+    X(cuModuleUnload, "cuModuleUnload", (mfm__cu_module module))                                                    \
+    X(cuModuleGetFunction, "cuModuleGetFunction", (mfm__cu_function * f, mfm__cu_module module, const char *name)) \
+    X(cuLaunchKernel, "cuLaunchKernel",                                                                             \
+      (mfm__cu_function f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,            \
+       unsigned shared_bytes, mfm__cu_stream stream, void **params, void **extra))                                  \
+    X(cuMemAlloc, "cuMemAlloc_v2", (mfm__cu_ptr * p, size_t bytes))                                                \
+    X(cuMemFree, "cuMemFree_v2", (mfm__cu_ptr p))                                                                   \
+    X(cuMemAllocHost, "cuMemAllocHost_v2", (void **p, size_t bytes))                                                \
+    X(cuMemFreeHost, "cuMemFreeHost", (void *p))                                                                    \
+    X(cuMemGetInfo, "cuMemGetInfo_v2", (size_t * free_bytes, size_t * total_bytes))                                 \
+    X(cuMemcpyHtoD, "cuMemcpyHtoD_v2", (mfm__cu_ptr dst, const void *src, size_t bytes))                           \
+    X(cuMemcpyDtoH, "cuMemcpyDtoH_v2", (void *dst, mfm__cu_ptr src, size_t bytes))                                 \
+    X(cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2", (mfm__cu_ptr dst, const void *src, size_t bytes, mfm__cu_stream s)) \
+    X(cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2", (void *dst, mfm__cu_ptr src, size_t bytes, mfm__cu_stream s))     \
+    X(cuStreamCreate, "cuStreamCreate", (mfm__cu_stream * stream, unsigned flags))                                  \
+    X(cuStreamDestroy, "cuStreamDestroy_v2", (mfm__cu_stream stream))                                               \
+    X(cuStreamSynchronize, "cuStreamSynchronize", (mfm__cu_stream stream))                                          \
+    X(cuEventCreate, "cuEventCreate", (mfm__cu_event * event, unsigned flags))                                      \
+    X(cuEventRecord, "cuEventRecord", (mfm__cu_event event, mfm__cu_stream stream))                                 \
+    X(cuEventSynchronize, "cuEventSynchronize", (mfm__cu_event event))                                              \
+    X(cuEventDestroy, "cuEventDestroy_v2", (mfm__cu_event event))
+
+#define MFM__NVRTC_FUNCTIONS(X)                                                                                   \
+    X(nvrtcVersion, "nvrtcVersion", (int *major, int *minor))                                                     \
+    X(nvrtcCreateProgram, "nvrtcCreateProgram",                                                                   \
+      (mfm__nvrtc_program * p, const char *source, const char *name, int n_headers, const char *const *headers,   \
+       const char *const *include_names))                                                                         \
+    X(nvrtcDestroyProgram, "nvrtcDestroyProgram", (mfm__nvrtc_program * p))                                       \
+    X(nvrtcCompileProgram, "nvrtcCompileProgram", (mfm__nvrtc_program p, int n_options, const char *const *options)) \
+    X(nvrtcGetProgramLogSize, "nvrtcGetProgramLogSize", (mfm__nvrtc_program p, size_t * size))                    \
+    X(nvrtcGetProgramLog, "nvrtcGetProgramLog", (mfm__nvrtc_program p, char *log))                                \
+    X(nvrtcGetPTXSize, "nvrtcGetPTXSize", (mfm__nvrtc_program p, size_t * size))                                  \
+    X(nvrtcGetPTX, "nvrtcGetPTX", (mfm__nvrtc_program p, char *ptx))
+
+/* Present from NVRTC 11.1 / 11.2 on; without them there is only PTX for a guessed arch list. */
+#define MFM__NVRTC_OPTIONAL(X)                                                                 \
+    X(nvrtcGetCUBINSize, "nvrtcGetCUBINSize", (mfm__nvrtc_program p, size_t * size))           \
+    X(nvrtcGetCUBIN, "nvrtcGetCUBIN", (mfm__nvrtc_program p, char *cubin))                     \
+    X(nvrtcGetNumSupportedArchs, "nvrtcGetNumSupportedArchs", (int *count))                    \
+    X(nvrtcGetSupportedArchs, "nvrtcGetSupportedArchs", (int *archs))
+
+#define MFM__DECLARE_FN(name, symbol, args) mfm__cu_result(MFM__CUDAAPI *name) args;
+typedef struct mfm__driver_api {
+    MFM__DRIVER_FUNCTIONS(MFM__DECLARE_FN)
+} mfm__driver_api;
+typedef struct mfm__nvrtc_api {
+    MFM__NVRTC_FUNCTIONS(MFM__DECLARE_FN)
+    MFM__NVRTC_OPTIONAL(MFM__DECLARE_FN)
+} mfm__nvrtc_api;
+#undef MFM__DECLARE_FN
+
+/* A device made ready on first use: its primary context and the module of all kernels. */
+typedef struct mfm__gpu_device {
+    int ready;
+    mfm__cu_context context;
+    mfm__cu_module module;
+    mfm__cu_function fm, fwfm, ffm, ffm_k4, ffm_k8, ffm_k16, finish;
+    int cc, sm_count;
+    mfm_kernel_build build; /* how the module's image was had */
+
+} mfm__gpu_device;
+
+typedef struct mfm__cuda_state {
+    int driver_tried, nvrtc_tried;
+    mfm_status driver_status, nvrtc_status;
+    char driver_why[512], nvrtc_why[1024]; /* the sentence of a failed load */
+    void *driver_library, *nvrtc_library;
+    int driver_version, n_devices;
+    int nvrtc_major, nvrtc_minor;
+    char nvrtc_path[256];
+    int archs[64], n_archs; /* what NVRTC can build CUBIN for, ascending (0 = unknown) */
+    mfm__driver_api cu;
+    mfm__nvrtc_api rtc;
+    mfm__gpu_device *devices; /* n_devices, each made ready on first use */
+    char *source;             /* the kernel chunks joined */
+    size_t source_bytes;
+} mfm__cuda_state;
+
+static mfm__cuda_state mfm__cuda;
+
+/* One lock for the loader, the compiled modules and the cache directory. */
+#if defined(MFM_NO_THREADS)
+static void mfm__cuda_lock(void) {}
+static void mfm__cuda_unlock(void) {}
+#elif defined(_WIN32)
+static SRWLOCK mfm__cuda_mutex = SRWLOCK_INIT;
+static void mfm__cuda_lock(void) { AcquireSRWLockExclusive(&mfm__cuda_mutex); }
+static void mfm__cuda_unlock(void) { ReleaseSRWLockExclusive(&mfm__cuda_mutex); }
+#else
+static pthread_mutex_t mfm__cuda_mutex = PTHREAD_MUTEX_INITIALIZER;
+static void mfm__cuda_lock(void) { pthread_mutex_lock(&mfm__cuda_mutex); }
+static void mfm__cuda_unlock(void) { pthread_mutex_unlock(&mfm__cuda_mutex); }
+#endif
+
+/* Shared libraries. `why` gets the system's reason when a load fails. */
+#if defined(_WIN32)
+#ifndef LOAD_LIBRARY_SEARCH_DLL_LOAD_DIR
+#define LOAD_LIBRARY_SEARCH_DLL_LOAD_DIR 0x00000100
+#endif
+#ifndef LOAD_LIBRARY_SEARCH_SYSTEM32
+#define LOAD_LIBRARY_SEARCH_SYSTEM32 0x00000800
+#endif
+#ifndef LOAD_LIBRARY_SEARCH_DEFAULT_DIRS
+#define LOAD_LIBRARY_SEARCH_DEFAULT_DIRS 0x00001000
+#endif
+static void *mfm__library_open(const char *name, int system_only, char *why, size_t cap) {
+    /* the driver only from System32 (a DLL planted in the working directory is ignored); a full
+       path finds its neighbours (nvrtc-builtins) next to it */
+    DWORD flags = system_only ? LOAD_LIBRARY_SEARCH_SYSTEM32
+                              : (strchr(name, '\\') || strchr(name, '/') ? LOAD_LIBRARY_SEARCH_DLL_LOAD_DIR | LOAD_LIBRARY_SEARCH_DEFAULT_DIRS : 0);
+    HMODULE h = LoadLibraryExA(name, NULL, flags);
+    if (!h) snprintf(why, cap, "Windows error %lu", (unsigned long)GetLastError());
+    return (void *)h;
+}
+static void *mfm__library_symbol(void *lib, const char *name) {
+    FARPROC f = GetProcAddress((HMODULE)lib, name);
+    void *p;
+    memcpy(&p, &f, sizeof p); /* a function pointer held as data: the memcpy keeps -Wpedantic quiet */
+    return p;
+}
+static void mfm__library_close(void *lib) { FreeLibrary((HMODULE)lib); }
+#else
+static void *mfm__library_open(const char *name, int system_only, char *why, size_t cap) {
+    void *h = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+    const char *e;
+    (void)system_only;
+    if (!h && (e = dlerror()) != NULL) snprintf(why, cap, "%s", e);
+    return h;
+}
+static void *mfm__library_symbol(void *lib, const char *name) { return dlsym(lib, name); }
+static void mfm__library_close(void *lib) { dlclose(lib); }
+#endif
+
+/* Fills a table of function pointers; a resolver returns the first symbol missing, or NULL. */
+#define MFM__RESOLVE_ONE(name, symbol, args)                                        \
+    if (!missing_ && (sym_ = mfm__library_symbol(lib_, symbol)) == NULL) missing_ = symbol; \
+    if (sym_) memcpy(&table_->name, &sym_, sizeof sym_);
+
+static const char *mfm__resolve_driver(void *lib_, mfm__driver_api *table_) {
+    const char *missing_ = NULL;
+    void *sym_ = NULL;
+    MFM__DRIVER_FUNCTIONS(MFM__RESOLVE_ONE)
+    return missing_;
+}
+
+static const char *mfm__resolve_nvrtc(void *lib_, mfm__nvrtc_api *table_) {
+    const char *missing_ = NULL;
+    void *sym_ = NULL;
+    MFM__NVRTC_FUNCTIONS(MFM__RESOLVE_ONE)
+    if (missing_) return missing_;
+    MFM__NVRTC_OPTIONAL(MFM__RESOLVE_ONE)
+    return NULL; /* optional ones may stay NULL */
+}
+#undef MFM__RESOLVE_ONE
+
+/* "cuMemAlloc_v2 failed: CUDA_ERROR_INVALID_VALUE (1): invalid argument" */
+static mfm_status mfm__cu_fail(mfm_error *err, mfm__cu_result r, const char *step) {
+    const char *name = NULL, *text = NULL;
+    if (mfm__cuda.cu.cuGetErrorName) mfm__cuda.cu.cuGetErrorName(r, &name);
+    if (mfm__cuda.cu.cuGetErrorString) mfm__cuda.cu.cuGetErrorString(r, &text);
+    return mfm__fail(err, r == MFM__CU_OUT_OF_MEMORY ? MFM_ERR_OUT_OF_MEMORY : MFM_ERR_CUDA, "%s failed on the GPU: %s (%d): %s", step,
+                     name ? name : "CUDA error", (int)r, text ? text : "no description");
+}
+
+/* Loads libcuda, checks its version and initialises it. Called under the lock. */
+static void mfm__driver_load_locked(void) {
+    mfm__cuda_state *s = &mfm__cuda;
+    const char *env = getenv("MFM_CUDA_LIBRARY"), *missing;
+#if defined(_WIN32)
+    const char *name = env && *env ? env : "nvcuda.dll";
+#else
+    const char *name = env && *env ? env : "libcuda.so.1"; /* never libcuda.so: that may be the toolkit's stub */
+#endif
+    char why[256] = "";
+    mfm__cu_result r;
+    s->driver_tried = 1;
+    s->driver_status = MFM_ERR_CUDA_UNAVAILABLE;
+    if (sizeof(void *) != 8) {
+        snprintf(s->driver_why, sizeof s->driver_why, "no CUDA driver: CUDA needs a 64-bit process");
+        return;
+    }
+    if (!(s->driver_library = mfm__library_open(name, !(env && *env), why, sizeof why))) {
+        snprintf(s->driver_why, sizeof s->driver_why,
+                 "no CUDA driver: %s could not be loaded (%s); install the NVIDIA driver, or set MFM_CUDA_LIBRARY to the driver library", name, why);
+        return;
+    }
+    if ((missing = mfm__resolve_driver(s->driver_library, &s->cu)) != NULL) {
+        snprintf(s->driver_why, sizeof s->driver_why, "the CUDA driver %s has no %s: it is too old or not a CUDA driver; update the NVIDIA driver", name,
+                 missing);
+        return;
+    }
+    if ((r = s->cu.cuDriverGetVersion(&s->driver_version)) != 0 || s->driver_version < 11020) {
+        s->driver_status = MFM_ERR_CUDA_DRIVER_TOO_OLD;
+        snprintf(s->driver_why, sizeof s->driver_why, "the CUDA driver %s supports CUDA %d.%d, older than the 11.2 this library needs; update the NVIDIA driver",
+                 name, s->driver_version / 1000, s->driver_version % 1000 / 10);
+        return;
+    }
+    r = s->cu.cuInit(0);
+    if (r == MFM__CU_NO_DEVICE || (r == 0 && (s->cu.cuDeviceGetCount(&s->n_devices) != 0 || s->n_devices == 0))) {
+        s->driver_status = MFM_ERR_CUDA_NO_DEVICE;
+        snprintf(s->driver_why, sizeof s->driver_why, "the CUDA driver (CUDA %d.%d) sees no GPU; check CUDA_VISIBLE_DEVICES and that the GPU is visible to this process",
+                 s->driver_version / 1000, s->driver_version % 1000 / 10);
+        return;
+    }
+    if (r == MFM__CU_STUB_LIBRARY) {
+        snprintf(s->driver_why, sizeof s->driver_why, "%s is the CUDA toolkit's stub, not the driver; install the NVIDIA driver or fix the library path", name);
+        return;
+    }
+    if (r != 0) {
+        mfm_error e;
+        mfm__cu_fail(&e, r, "cuInit (starting the CUDA driver)");
+        s->driver_status = MFM_ERR_CUDA;
+        snprintf(s->driver_why, sizeof s->driver_why, "%s", e.message);
+        return;
+    }
+    if (!(s->devices = (mfm__gpu_device *)mfm__calloc((uint64_t)s->n_devices, sizeof(mfm__gpu_device)))) {
+        s->driver_status = MFM_ERR_OUT_OF_MEMORY;
+        snprintf(s->driver_why, sizeof s->driver_why, "out of memory for %d CUDA devices", s->n_devices);
+        return;
+    }
+    s->driver_status = MFM_OK;
+}
+
+static mfm_status mfm__driver_load(mfm_error *err) {
+    mfm_status st;
+    mfm__cuda_lock();
+    if (!mfm__cuda.driver_tried) mfm__driver_load_locked();
+    st = mfm__cuda.driver_status;
+    mfm__cuda_unlock();
+    return st == MFM_OK ? MFM_OK : mfm__fail(err, st, "%s", mfm__cuda.driver_why);
+}
+
+MFMDEF int mfm_cuda_available(void) { return mfm__driver_load(NULL) == MFM_OK; }
+
+/* Tries one NVRTC library; keeps it when its version fits the driver. */
+static int mfm__nvrtc_try(const char *path, int max_major, char *tried, size_t cap) {
+    mfm__cuda_state *s = &mfm__cuda;
+    char why[256] = "";
+    void *lib = mfm__library_open(path, 0, why, sizeof why);
+    const char *missing;
+    int major = 0, minor = 0, n = 0;
+    if (!lib) return 0;
+    memset(&s->rtc, 0, sizeof s->rtc);
+    if ((missing = mfm__resolve_nvrtc(lib, &s->rtc)) != NULL || s->rtc.nvrtcVersion(&major, &minor) != 0 || major > max_major) {
+        size_t used = strlen(tried);
+        if (missing)
+            snprintf(tried + used, cap - used, "; %s has no %s", path, missing);
+        else
+            snprintf(tried + used, cap - used, "; %s is NVRTC %d.%d, newer than the driver's CUDA %d", path, major, minor, max_major);
+        mfm__library_close(lib);
+        return 0;
+    }
+    s->nvrtc_library = lib;
+    s->nvrtc_major = major;
+    s->nvrtc_minor = minor;
+    snprintf(s->nvrtc_path, sizeof s->nvrtc_path, "%s", path);
+    if (s->rtc.nvrtcGetNumSupportedArchs && s->rtc.nvrtcGetSupportedArchs && s->rtc.nvrtcGetNumSupportedArchs(&n) == 0 && n > 0 &&
+        n <= (int)(sizeof s->archs / sizeof s->archs[0]) && s->rtc.nvrtcGetSupportedArchs(s->archs) == 0)
+        s->n_archs = n;
+    return 1;
+}
+
+/* NVRTC by versioned names, newest first and never newer than the driver: MFM_NVRTC_PATH alone
+   when set; else each name on the system's library path, then in the toolkit's folders. */
+static void mfm__nvrtc_load_locked(void) {
+    mfm__cuda_state *s = &mfm__cuda;
+    const char *env = getenv("MFM_NVRTC_PATH");
+    const char *dirs[4];
+    char tried[512] = "", name[64], path[512], where[256] = "";
+    int n_dirs = 0, max_major, d, v;
+    static const int old_minors[] = {112, 111, 110}; /* 11.2 to 11.8 all call themselves 11.2 */
+    s->nvrtc_tried = 1;
+    s->nvrtc_status = MFM_ERR_NVRTC_UNAVAILABLE;
+    if (env && *env) {
+        if (!mfm__nvrtc_try(env, 1 << 20, tried, sizeof tried))
+            snprintf(s->nvrtc_why, sizeof s->nvrtc_why, "no NVRTC: MFM_NVRTC_PATH=%s could not be loaded as NVRTC%s", env, tried);
+        else
+            s->nvrtc_status = MFM_OK;
+        return;
+    }
+    max_major = s->driver_status == MFM_OK ? s->driver_version / 1000 : 20;
+#if defined(_WIN32)
+    if ((dirs[n_dirs] = getenv("CUDA_PATH")) != NULL) n_dirs++;
+#else
+    if ((dirs[n_dirs] = getenv("CUDA_PATH")) != NULL) n_dirs++;
+    if ((dirs[n_dirs] = getenv("CUDA_HOME")) != NULL) n_dirs++;
+    dirs[n_dirs++] = "/usr/local/cuda";
+#endif
+    for (d = -1; d < n_dirs; d++) { /* -1: the system's search path */
+        for (v = 0; v < max_major - 11 + 3; v++) {
+            const int old = v - (max_major - 11); /* >= 0: the 11.x names, which carry a minor */
+#if defined(_WIN32)
+            if (old < 0)
+                snprintf(name, sizeof name, "nvrtc64_%d0_0.dll", max_major - v);
+            else
+                snprintf(name, sizeof name, "nvrtc64_%d_0.dll", old_minors[old]);
+            if (d < 0)
+                snprintf(path, sizeof path, "%s", name);
+            else
+                snprintf(path, sizeof path, "%s\\bin\\x64\\%s", dirs[d], name);
+#else
+            if (old < 0)
+                snprintf(name, sizeof name, "libnvrtc.so.%d", max_major - v);
+            else
+                snprintf(name, sizeof name, "libnvrtc.so.%d.%d", old_minors[old] / 10, old_minors[old] % 10);
+            if (d < 0)
+                snprintf(path, sizeof path, "%s", name);
+            else
+                snprintf(path, sizeof path, "%s/lib64/%s", dirs[d], name);
+#endif
+            if (mfm__nvrtc_try(path, max_major, tried, sizeof tried)) {
+                s->nvrtc_status = MFM_OK;
+                return;
+            }
+        }
+    }
+    for (d = 0; d < n_dirs; d++) {
+        size_t used = strlen(where);
+        snprintf(where + used, sizeof where - used, "%s%s", d ? ", " : "", dirs[d]);
+    }
+    snprintf(s->nvrtc_why, sizeof s->nvrtc_why,
+             "no NVRTC: no NVRTC library of CUDA %d or older (the driver's) loads from the library path or from the CUDA folders (%s)%s; "
+             "install the CUDA NVRTC runtime, or set MFM_NVRTC_PATH to the library",
+             max_major, n_dirs ? where : "none", tried);
+}
+
+static mfm_status mfm__nvrtc_load(mfm_error *err) {
+    mfm_status st;
+    mfm__cuda_lock();
+    if (!mfm__cuda.driver_tried) mfm__driver_load_locked(); /* the driver's CUDA version bounds NVRTC's */
+    if (!mfm__cuda.nvrtc_tried) mfm__nvrtc_load_locked();
+    st = mfm__cuda.nvrtc_status;
+    mfm__cuda_unlock();
+    return st == MFM_OK ? MFM_OK : mfm__fail(err, st, "%s", mfm__cuda.nvrtc_why);
+}
+
+#endif /* !MFM_NO_CUDA */
+
+/* ============================================================================================
+   >>kernel-cache  Compiled kernels on disk, one file per sources x options x arch x NVRTC
+   ============================================================================================
+
+   What gets cached is the image the driver loads: CUBIN (sm_XY) when NVRTC knows the GPU's
+   architecture, PTX (compute_XY of NVRTC's newest) for a newer GPU. The key is XXH3-128 of a
+   text that names everything the image depends on:
+       modern_fm kernels / format / library version / sources (length, XXH3-128) / options /
+       kind / arch / NVRTC version / pointer size
+   An entry is <dir>/v1/<kind>-<arch>-nvrtc<M>.<m>-<key>.mfmk: a 56-byte little-endian header
+   ("MFMK", format, kind, arch, NVRTC major and minor, payload length, the key, XXH3-64 of the
+   payload), then the image. Entries are written to a unique temporary file and renamed into
+   place, so concurrent writers leave one whole entry; an entry that fails any check is a
+   miss, removed and written again. A warm cache needs no NVRTC: the names say which NVRTC
+   built each entry, and the key is recomputed for that version. An unwritable cache never
+   fails a run. */
+
+#if !defined(MFM_NO_CUDA)
+
+#define MFM__CACHE_FORMAT 1
+#define MFM__CACHE_HEADER 56
+enum { MFM__IMAGE_CUBIN = 1, MFM__IMAGE_PTX = 2 };
+
+typedef struct mfm__image {
+    int kind, arch, nvrtc_major, nvrtc_minor;
+    unsigned char key[16];
+    char name[160]; /* the entry's file name */
+    char *bytes;    /* owned */
+    size_t size;
+} mfm__image;
+
+/* The kernel sources as one string (made once, kept for the process). Under the lock. */
+static const char *mfm__kernel_source(void) {
+    mfm__cuda_state *s = &mfm__cuda;
+    size_t i, total = 0;
+    if (s->source) return s->source;
+    for (i = 0; i < MFM__KERNEL_CHUNK_COUNT; i++) total += strlen(mfm__kernel_chunks[i]);
+    if (!(s->source = (char *)mfm__alloc(total + 1, 1))) return NULL;
+    for (total = 0, i = 0; i < MFM__KERNEL_CHUNK_COUNT; i++) {
+        size_t n = strlen(mfm__kernel_chunks[i]);
+        memcpy(s->source + total, mfm__kernel_chunks[i], n);
+        total += n;
+    }
+    s->source[total] = '\0';
+    s->source_bytes = total;
+    return s->source;
+}
+
+/* NVRTC's options for an image: the arch flag first, exactly as passed. */
+static int mfm__nvrtc_options(int kind, int arch, char arch_option[48], const char *options[4]) {
+    snprintf(arch_option, 48, "--gpu-architecture=%s_%d", kind == MFM__IMAGE_CUBIN ? "sm" : "compute", arch);
+    options[0] = arch_option;
+    options[1] = "--std=c++14";
+    options[2] = "-default-device";
+    return 3;
+}
+
+static void mfm__hex(const unsigned char *bytes, int n, char *out) {
+    static const char digits[] = "0123456789abcdef";
+    int i;
+    for (i = 0; i < n; i++) {
+        out[2 * i] = digits[bytes[i] >> 4];
+        out[2 * i + 1] = digits[bytes[i] & 15];
+    }
+    out[2 * n] = '\0';
+}
+
+/* The key and the entry name of an image of `kind` for `arch` built by NVRTC major.minor. */
+static void mfm__image_key(mfm__image *im, const char *source, size_t source_bytes) {
+    char text[1024], arch_option[48], hex[33];
+    const char *options[4];
+    int n_options = mfm__nvrtc_options(im->kind, im->arch, arch_option, options), i;
+    size_t used;
+    XXH128_hash_t h = XXH3_128bits(source, source_bytes);
+    XXH128_canonical_t canon;
+    XXH128_canonicalFromHash(&canon, h);
+    mfm__hex(canon.digest, 16, hex);
+    used = (size_t)snprintf(text, sizeof text, "modern_fm kernels\nformat=%d\nlibrary=%s\nsources=%lu:%s\noptions=", MFM__CACHE_FORMAT,
+                            MFM_VERSION_STRING, (unsigned long)source_bytes, hex);
+    for (i = 0; i < n_options && used < sizeof text; i++) used += (size_t)snprintf(text + used, sizeof text - used, "%s%s", i ? " " : "", options[i]);
+    if (used < sizeof text)
+        used += (size_t)snprintf(text + used, sizeof text - used, "\nkind=%s\narch=%d\nnvrtc=%d.%d\npointer_bits=%d\n",
+                                 im->kind == MFM__IMAGE_CUBIN ? "cubin" : "ptx", im->arch, im->nvrtc_major, im->nvrtc_minor, (int)(8 * sizeof(void *)));
+    h = XXH3_128bits(text, used < sizeof text ? used : sizeof text - 1);
+    XXH128_canonicalFromHash(&canon, h);
+    memcpy(im->key, canon.digest, 16);
+    mfm__hex(im->key, 16, hex);
+    snprintf(im->name, sizeof im->name, "%s-%s_%d-nvrtc%d.%d-%s.mfmk", im->kind == MFM__IMAGE_CUBIN ? "cubin" : "ptx",
+             im->kind == MFM__IMAGE_CUBIN ? "sm" : "compute", im->arch, im->nvrtc_major, im->nvrtc_minor, hex);
+}
+
+/* MFM_CACHE: 0 off, 1 readonly, 2 read and write. */
+static int mfm__cache_mode(void) {
+    const char *e = getenv("MFM_CACHE");
+    if (!e || !*e) return 2;
+    if (!strcmp(e, "off") || !strcmp(e, "0") || !strcmp(e, "no") || !strcmp(e, "false")) return 0;
+    if (!strcmp(e, "readonly") || !strcmp(e, "read-only") || !strcmp(e, "ro")) return 1;
+    return 2;
+}
+
+/* <root>/v1 into out; 0 when the cache is off or no directory can be named. */
+static int mfm__cache_dir(char *out, size_t cap) {
+    const char *e;
+    int n = -1;
+    if (mfm__cache_mode() == 0) return 0;
+    if ((e = getenv("MFM_CACHE_DIR")) != NULL && *e)
+        n = snprintf(out, cap, "%s/v1", e);
+#if defined(_WIN32)
+    else if ((e = getenv("LOCALAPPDATA")) != NULL && *e) /* not roaming AppData: caches stay on their machine */
+        n = snprintf(out, cap, "%s\\modern_fm\\cache\\v1", e);
+#else
+    else if ((e = getenv("XDG_CACHE_HOME")) != NULL && e[0] == '/') /* the XDG rule: relative values are ignored */
+        n = snprintf(out, cap, "%s/modern_fm/v1", e);
+    else if ((e = getenv("HOME")) != NULL && *e)
+        n = snprintf(out, cap, "%s/.cache/modern_fm/v1", e);
+#endif
+    return n > 0 && (size_t)n < cap;
+}
+
+/* mkdir -p, mode 0700; 0 when the directory is not there afterwards. */
+static int mfm__make_dirs(const char *dir) {
+    char path[640];
+    size_t i, n = strlen(dir);
+    struct stat st;
+    if (n >= sizeof path) return 0;
+    memcpy(path, dir, n + 1);
+    for (i = 1; i <= n; i++) {
+        if (path[i] == '/' || path[i] == '\\' || path[i] == '\0') {
+            char c = path[i];
+            path[i] = '\0';
+            if (stat(path, &st) != 0) {
+#if defined(_WIN32)
+                CreateDirectoryA(path, NULL);
+#else
+                mkdir(path, 0700);
+#endif
+            }
+            path[i] = c;
+        }
+    }
+    return stat(dir, &st) == 0;
+}
+
+/* Reads an entry and checks it whole; a bad one is removed. 1 = hit (im->bytes owned). */
+static int mfm__cache_read(const char *dir, mfm__image *im) {
+    char path[704];
+    unsigned char header[MFM__CACHE_HEADER];
+    FILE *f;
+    uint64_t length;
+    int ok = 0;
+    snprintf(path, sizeof path, "%s/%s", dir, im->name);
+    if (!(f = fopen(path, "rb"))) return 0;
+    if (fread(header, 1, sizeof header, f) == sizeof header && memcmp(header, "MFMK", 4) == 0 &&
+        mfm__load_le32(header + 4) == MFM__CACHE_FORMAT && mfm__load_le32(header + 8) == (uint32_t)im->kind &&
+        mfm__load_le32(header + 12) == (uint32_t)im->arch && mfm__load_le32(header + 16) == (uint32_t)im->nvrtc_major &&
+        mfm__load_le32(header + 20) == (uint32_t)im->nvrtc_minor && memcmp(header + 32, im->key, 16) == 0 &&
+        (length = mfm__load_le64(header + 24)) > 0 && length < ((uint64_t)1 << 31) &&
+        (im->bytes = (char *)mfm__alloc(length + 1, 1)) != NULL) {
+        int extra;
+        im->size = (size_t)length;
+        ok = fread(im->bytes, 1, im->size, f) == im->size && (extra = fgetc(f)) == EOF &&
+             XXH3_64bits(im->bytes, im->size) == mfm__load_le64(header + 48);
+        im->bytes[im->size] = '\0';
+    }
+    fclose(f);
+    if (!ok) {
+        MFM_FREE(im->bytes);
+        im->bytes = NULL;
+        remove(path); /* a torn, foreign or corrupted entry: a miss, written again after the compile */
+    }
+    return ok;
+}
+
+/* Publishes an entry: a unique temporary file in the same directory, renamed into place. */
+static int mfm__cache_write(const char *dir, const mfm__image *im) {
+    char path[704];
+    unsigned char header[MFM__CACHE_HEADER];
+    mfm__writer w;
+    if (!mfm__make_dirs(dir)) return 0;
+    snprintf(path, sizeof path, "%s/%s", dir, im->name);
+    memcpy(header, "MFMK", 4);
+    mfm__store_le(header + 4, MFM__CACHE_FORMAT, 4);
+    mfm__store_le(header + 8, (uint64_t)im->kind, 4);
+    mfm__store_le(header + 12, (uint64_t)im->arch, 4);
+    mfm__store_le(header + 16, (uint64_t)im->nvrtc_major, 4);
+    mfm__store_le(header + 20, (uint64_t)im->nvrtc_minor, 4);
+    mfm__store_le(header + 24, (uint64_t)im->size, 8);
+    memcpy(header + 32, im->key, 16);
+    mfm__store_le(header + 48, XXH3_64bits(im->bytes, im->size), 8);
+    if (mfm__writer_open(&w, path, NULL) != MFM_OK) return 0;
+    mfm__write(&w, header, sizeof header);
+    mfm__write(&w, im->bytes, im->size);
+    return mfm__writer_commit(&w, NULL) == MFM_OK;
+}
+
+/* Runs NVRTC. Under the lock, with NVRTC loaded. */
+static mfm_status mfm__nvrtc_compile(mfm__image *im, mfm_error *err) {
+    mfm__nvrtc_api *rtc = &mfm__cuda.rtc;
+    const char *source = mfm__kernel_source(), *options[4];
+    char arch_option[48];
+    int n_options, r;
+    mfm__nvrtc_program prog = NULL;
+    size_t size = 0;
+    if (!source) return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for the kernel sources");
+    n_options = mfm__nvrtc_options(im->kind, im->arch, arch_option, options);
+    if ((r = rtc->nvrtcCreateProgram(&prog, source, "modern_fm_kernels.cu", 0, NULL, NULL)) != 0)
+        return mfm__fail(err, MFM_ERR_NVRTC_COMPILE, "NVRTC %d.%d could not create the kernel program (nvrtcResult %d)", im->nvrtc_major, im->nvrtc_minor, r);
+    if ((r = rtc->nvrtcCompileProgram(prog, n_options, options)) != 0) {
+        char log[400] = "";
+        size_t n = 0;
+        if (rtc->nvrtcGetProgramLogSize(prog, &n) == 0 && n > 1) {
+            char *full = (char *)mfm__alloc(n, 1);
+            if (full && rtc->nvrtcGetProgramLog(prog, full) == 0) snprintf(log, sizeof log, "%s", full);
+            MFM_FREE(full);
+        }
+        rtc->nvrtcDestroyProgram(&prog);
+        return mfm__fail(err, MFM_ERR_NVRTC_COMPILE, "NVRTC %d.%d (%s) could not compile the kernels for %s (nvrtcResult %d)%s%s%s", im->nvrtc_major,
+                         im->nvrtc_minor, mfm__cuda.nvrtc_path, arch_option, r, *log ? ": " : "", log,
+                         strstr(log, "builtins") ? " (libnvrtc-builtins must sit next to NVRTC, same version; see MFM_NVRTC_PATH)" : "");
+    }
+    r = im->kind == MFM__IMAGE_CUBIN ? rtc->nvrtcGetCUBINSize(prog, &size) : rtc->nvrtcGetPTXSize(prog, &size);
+    if (r == 0 && size > 0 && (im->bytes = (char *)mfm__alloc(size + 1, 1)) != NULL) {
+        r = im->kind == MFM__IMAGE_CUBIN ? rtc->nvrtcGetCUBIN(prog, im->bytes) : rtc->nvrtcGetPTX(prog, im->bytes);
+        im->size = size;
+        im->bytes[size] = '\0';
+    } else if (r == 0) {
+        r = -1;
+    }
+    rtc->nvrtcDestroyProgram(&prog);
+    if (r != 0) {
+        MFM_FREE(im->bytes);
+        im->bytes = NULL;
+        return mfm__fail(err, MFM_ERR_NVRTC_COMPILE, "NVRTC %d.%d compiled the kernels but gave no image (nvrtcResult %d)", im->nvrtc_major, im->nvrtc_minor, r);
+    }
+    return MFM_OK;
+}
+
+/* The image for (kind, arch) with the loaded NVRTC: from the cache, else compiled and stored.
+   Under the lock. */
+static mfm_status mfm__image_get(mfm__image *im, mfm_kernel_build *build, mfm_error *err) {
+    char dir[512];
+    int mode = mfm__cache_mode(), have_dir = mfm__cache_dir(dir, sizeof dir);
+    const char *source = mfm__kernel_source();
+    double start = mfm__seconds();
+    mfm_status st;
+    if (!source) return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for the kernel sources");
+    im->nvrtc_major = mfm__cuda.nvrtc_major;
+    im->nvrtc_minor = mfm__cuda.nvrtc_minor;
+    mfm__image_key(im, source, mfm__cuda.source_bytes);
+    memset(build, 0, sizeof *build);
+    snprintf(build->kind, sizeof build->kind, "%s", im->kind == MFM__IMAGE_CUBIN ? "cubin" : "ptx");
+    build->arch = im->arch;
+    if (have_dir) snprintf(build->path, sizeof build->path, "%s/%s", dir, im->name);
+    if (have_dir && mfm__cache_read(dir, im)) {
+        build->from_cache = 1;
+    } else {
+        if ((st = mfm__nvrtc_compile(im, err)) != MFM_OK) return st;
+        if (have_dir && mode == 2) build->stored = mfm__cache_write(dir, im);
+    }
+    build->image_bytes = im->size;
+    build->seconds = mfm__seconds() - start;
+    return MFM_OK;
+}
+
+/* Without NVRTC: an entry some earlier NVRTC built for this GPU (CUBIN for its exact arch, else
+   the newest PTX not newer than it), its key recomputed for the version its name gives. */
+static int mfm__image_find(int cc, int max_major, mfm__image *im, mfm_kernel_build *build) {
+    char dir[512];
+    const char *source = mfm__kernel_source();
+    int kind, arch, major, minor;
+    if (!source || !mfm__cache_dir(dir, sizeof dir)) return 0;
+    for (kind = MFM__IMAGE_CUBIN; kind <= MFM__IMAGE_PTX; kind++)
+        for (arch = cc; arch >= (kind == MFM__IMAGE_CUBIN ? cc : 30); arch--)
+            for (major = max_major; major >= 11; major--)
+                for (minor = 9; minor >= 0; minor--) {
+                    char path[704];
+                    struct stat st;
+                    memset(im, 0, sizeof *im);
+                    im->kind = kind;
+                    im->arch = arch;
+                    im->nvrtc_major = major;
+                    im->nvrtc_minor = minor;
+                    mfm__image_key(im, source, mfm__cuda.source_bytes);
+                    snprintf(path, sizeof path, "%s/%s", dir, im->name);
+                    if (stat(path, &st) == 0 && mfm__cache_read(dir, im)) {
+                        memset(build, 0, sizeof *build);
+                        build->from_cache = 1;
+                        snprintf(build->kind, sizeof build->kind, "%s", kind == MFM__IMAGE_CUBIN ? "cubin" : "ptx");
+                        build->arch = arch;
+                        build->image_bytes = im->size;
+                        snprintf(build->path, sizeof build->path, "%s", path);
+                        return 1;
+                    }
+                }
+    return 0;
+}
+
+/* Which image a GPU of compute capability cc gets from the loaded NVRTC: CUBIN for its arch
+   (or the newest of the same major below it), PTX of NVRTC's newest arch for a newer GPU. */
+static mfm_status mfm__image_choose(int cc, mfm__image *im, mfm_error *err) {
+    const mfm__cuda_state *s = &mfm__cuda;
+    int i, best = 0;
+    memset(im, 0, sizeof *im);
+    if (s->n_archs == 0 || !s->rtc.nvrtcGetCUBIN) { /* NVRTC before 11.2: PTX for the GPU itself */
+        im->kind = MFM__IMAGE_PTX;
+        im->arch = cc;
+        return MFM_OK;
+    }
+    for (i = 0; i < s->n_archs; i++)
+        if (s->archs[i] <= cc && s->archs[i] / 10 == cc / 10 && s->archs[i] > best) best = s->archs[i];
+    if (best) {
+        im->kind = MFM__IMAGE_CUBIN;
+        im->arch = best;
+    } else if (cc > s->archs[s->n_archs - 1]) {
+        im->kind = MFM__IMAGE_PTX;
+        im->arch = s->archs[s->n_archs - 1];
+    } else {
+        return mfm__fail(err, MFM_ERR_DEVICE_UNSUPPORTED,
+                         "the GPU is sm_%d, but NVRTC %d.%d (%s) builds for sm_%d and newer only; install the NVRTC of an older CUDA that still "
+                         "supports sm_%d and point MFM_NVRTC_PATH at it",
+                         cc, s->nvrtc_major, s->nvrtc_minor, s->nvrtc_path, s->archs[0], cc);
+    }
+    return MFM_OK;
+}
+
+MFMDEF mfm_status mfm_cuda_build_kernels(const char *arch, mfm_kernel_build *out, mfm_error *err) {
+    mfm__image im;
+    mfm_kernel_build build;
+    mfm_status st;
+    const char *p = arch;
+    int i, known = 0;
+    memset(&im, 0, sizeof im);
+    if (!arch) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_cuda_build_kernels: the arch is NULL");
+    im.kind = MFM__IMAGE_CUBIN;
+    if (!strncmp(p, "sm_", 3)) {
+        p += 3;
+    } else if (!strncmp(p, "compute_", 8)) {
+        p += 8;
+        im.kind = MFM__IMAGE_PTX;
+    }
+    for (i = 0; p[i] >= '0' && p[i] <= '9' && i < 4; i++) im.arch = im.arch * 10 + (p[i] - '0');
+    if (i < 2 || p[i] != '\0')
+        return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "arch \"%s\" is not an architecture: write it as sm_90, 90 or compute_90", arch);
+    if ((st = mfm__nvrtc_load(err)) != MFM_OK) return st;
+    mfm__cuda_lock();
+    for (i = 0; i < mfm__cuda.n_archs; i++) known |= mfm__cuda.archs[i] == im.arch;
+    if (mfm__cuda.n_archs && !known) {
+        char list[256] = "";
+        for (i = 0; i < mfm__cuda.n_archs; i++) {
+            size_t used = strlen(list);
+            snprintf(list + used, sizeof list - used, "%s%d", i ? " " : "", mfm__cuda.archs[i]);
+        }
+        mfm__cuda_unlock();
+        return mfm__fail(err, MFM_ERR_DEVICE_UNSUPPORTED, "NVRTC %d.%d does not build for arch %d; it knows %s", mfm__cuda.nvrtc_major,
+                         mfm__cuda.nvrtc_minor, im.arch, list);
+    }
+    if (im.kind == MFM__IMAGE_CUBIN && !mfm__cuda.rtc.nvrtcGetCUBIN) im.kind = MFM__IMAGE_PTX;
+    st = mfm__image_get(&im, &build, err);
+    mfm__cuda_unlock();
+    MFM_FREE(im.bytes);
+    if (st == MFM_OK && out) *out = build;
+    return st == MFM_OK ? mfm__ok(err) : st;
+}
+
+#endif /* !MFM_NO_CUDA */
+
+/* ============================================================================================
+   >>gpu-predict  Models and data on the device, and the prediction launches
+   ============================================================================================
+
+   Each device gets, on first use, its primary context (shared with any other CUDA user in the
+   process; the caller's current context is restored before every return) and one module with
+   all kernels. A model goes up as one table per class: per feature a record of the factors
+   (FM/FwFM k, FFM n_fields x k) and then w, padded to a multiple of 4 floats, so that a
+   feature's parameters are one contiguous read. Rows in host memory go up in chunks through
+   two pinned buffers on two streams: while the GPU works on one chunk, the next is copied. */
+
+#if !defined(MFM_NO_CUDA)
+
+
+/* Mirrors struct mfm_args of kernels/predict.cu, field for field. */
+typedef struct mfm__gpu_args {
+    mfm__cu_ptr offsets, features, fields, values, table, w0, pair_weights, scores;
+    uint64_t n_rows, offset_base, class_stride;
+    uint32_t n_fields, n_classes, k, stride, group, w_offset;
+    int32_t linear_only, pairs_only, normalize;
+} mfm__gpu_args;
+
+/* Makes device d ready: context, image (cache or NVRTC), module, functions. Under the lock. */
+static mfm_status mfm__gpu_device_ready_locked(int d, mfm_error *err) {
+    mfm__cuda_state *s = &mfm__cuda;
+    mfm__driver_api *cu = &s->cu;
+    mfm__gpu_device *dev = &s->devices[d];
+    mfm__cu_device handle;
+    mfm__cu_context saved = NULL;
+    mfm__cu_result r;
+    mfm__image im;
+    mfm_status st = MFM_OK;
+    int major = 0, minor = 0, attempt;
+    if (dev->ready) return MFM_OK;
+    memset(&im, 0, sizeof im);
+    if ((r = cu->cuDeviceGet(&handle, d)) != 0) return mfm__cu_fail(err, r, "cuDeviceGet");
+    if ((r = cu->cuDeviceGetAttribute(&major, MFM__CU_ATTR_CC_MAJOR, handle)) != 0 ||
+        (r = cu->cuDeviceGetAttribute(&minor, MFM__CU_ATTR_CC_MINOR, handle)) != 0 ||
+        (r = cu->cuDeviceGetAttribute(&dev->sm_count, MFM__CU_ATTR_SM_COUNT, handle)) != 0)
+        return mfm__cu_fail(err, r, "cuDeviceGetAttribute");
+    dev->cc = major * 10 + minor;
+    if (!dev->context && (r = cu->cuDevicePrimaryCtxRetain(&dev->context, handle)) != 0)
+        return mfm__cu_fail(err, r, "cuDevicePrimaryCtxRetain (creating the GPU context)");
+    cu->cuCtxGetCurrent(&saved);
+    cu->cuCtxSetCurrent(dev->context);
+    for (attempt = 0; attempt < 2 && st == MFM_OK; attempt++) { /* a cached image the driver refuses is built once more */
+        if (!s->nvrtc_tried) mfm__nvrtc_load_locked();
+        if (s->nvrtc_status == MFM_OK) {
+            if ((st = mfm__image_choose(dev->cc, &im, err)) == MFM_OK) st = mfm__image_get(&im, &dev->build, err);
+        } else if (attempt > 0 || !mfm__image_find(dev->cc, s->driver_version / 1000, &im, &dev->build)) {
+            st = mfm__fail(err, s->nvrtc_status, "%s (and the kernel cache holds no kernels for sm_%d)", s->nvrtc_why, dev->cc);
+        }
+        if (st != MFM_OK) break;
+        r = cu->cuModuleLoadData(&dev->module, im.bytes);
+        if (r == 0) break;
+        if (dev->build.from_cache && (r == MFM__CU_INVALID_IMAGE || r == MFM__CU_NO_BINARY_FOR_GPU || r == MFM__CU_INVALID_PTX ||
+                                      r == MFM__CU_UNSUPPORTED_PTX_VERSION)) {
+            remove(dev->build.path); /* stale for this driver: build again */
+            MFM_FREE(im.bytes);
+            memset(&im, 0, sizeof im);
+            continue;
+        }
+        st = mfm__cu_fail(err, r, r == MFM__CU_UNSUPPORTED_PTX_VERSION ? "cuModuleLoadData (the driver is older than the NVRTC that made this PTX; update the driver)"
+                                                                      : "cuModuleLoadData (loading the kernels)");
+    }
+    MFM_FREE(im.bytes);
+    if (st == MFM_OK) {
+        struct {
+            mfm__cu_function *f;
+            const char *name;
+        } fns[] = {{&dev->fm, "mfm_predict_fm"},         {&dev->fwfm, "mfm_predict_fwfm"},       {&dev->ffm, "mfm_predict_ffm"},
+                   {&dev->ffm_k4, "mfm_predict_ffm_k4"}, {&dev->ffm_k8, "mfm_predict_ffm_k8"}, {&dev->ffm_k16, "mfm_predict_ffm_k16"},
+                   {&dev->finish, "mfm_finish"}};
+        size_t i;
+        for (i = 0; i < sizeof fns / sizeof fns[0] && st == MFM_OK; i++)
+            if ((r = cu->cuModuleGetFunction(fns[i].f, dev->module, fns[i].name)) != 0) st = mfm__cu_fail(err, r, fns[i].name);
+        dev->ready = st == MFM_OK;
+    }
+    cu->cuCtxSetCurrent(saved);
+    return st;
+}
+
+/* Makes the device current (its kernels ready); *saved gets the caller's context to restore. */
+static mfm_status mfm__gpu_enter(int d, mfm__gpu_device **dev, mfm__cu_context *saved, mfm_error *err) {
+    mfm_status st = mfm__driver_load(err);
+    if (st != MFM_OK) return st;
+    if (d < 0 || d >= mfm__cuda.n_devices)
+        return mfm__fail(err, MFM_ERR_CUDA_NO_DEVICE, "there is no CUDA device %d: this machine has %d (0 .. %d)", d, mfm__cuda.n_devices, mfm__cuda.n_devices - 1);
+    mfm__cuda_lock();
+    st = mfm__gpu_device_ready_locked(d, err);
+    mfm__cuda_unlock();
+    if (st != MFM_OK) return st;
+    *dev = &mfm__cuda.devices[d];
+    mfm__cuda.cu.cuCtxGetCurrent(saved);
+    mfm__cuda.cu.cuCtxSetCurrent((*dev)->context);
+    return MFM_OK;
+}
+
+static void mfm__gpu_leave(mfm__cu_context saved) { mfm__cuda.cu.cuCtxSetCurrent(saved); }
+
+/* Device memory, with the bytes asked for and free in the error. */
+static mfm_status mfm__gpu_alloc(mfm__cu_ptr *p, uint64_t bytes, const char *what, mfm_error *err) {
+    mfm__cu_result r;
+    size_t free_bytes = 0, total = 0;
+    *p = 0;
+    if ((r = mfm__cuda.cu.cuMemAlloc(p, (size_t)(bytes ? bytes : 4))) == 0) return MFM_OK;
+    *p = 0;
+    if (r != MFM__CU_OUT_OF_MEMORY) return mfm__cu_fail(err, r, "cuMemAlloc");
+    mfm__cuda.cu.cuMemGetInfo(&free_bytes, &total);
+    return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "GPU out of memory: %s needs %.1f MB, and the device has %.1f MB free of %.1f MB", what, (double)bytes / 1e6,
+                     (double)free_bytes / 1e6, (double)total / 1e6);
+}
+
+static void mfm__gpu_free(mfm__cu_ptr *p) {
+    if (*p) mfm__cuda.cu.cuMemFree(*p);
+    *p = 0;
+}
+
+/* Two sets of chunk buffers, pinned on the host and on the device, one stream each. */
+typedef struct mfm__gpu_stage {
+    uint64_t rows, nnz;  /* capacity of each set */
+    size_t host_bytes;   /* per set */
+    unsigned char *host[2];
+    mfm__cu_ptr device[2];
+    mfm__cu_stream stream[2];
+    mfm__cu_event done[2];
+} mfm__gpu_stage;
+
+struct mfm_gpu_model {
+    mfm_model shape; /* the model's params and sizes (no tables): checks data as mfm_predict does */
+    int device;
+    mfm__gpu_device *dev;
+    mfm__cu_ptr table, w0, pair_weights;
+    uint64_t class_stride;
+    uint32_t stride, w_offset;
+    mfm__gpu_stage stage;
+};
+
+struct mfm_gpu_data {
+    int device;
+    uint64_t n_rows, nnz;
+    uint32_t n_features, n_fields;
+    int has_fields, has_values;
+    mfm__cu_ptr offsets, features, fields, values, scores, out;
+};
+
+static void mfm__stage_free(mfm__gpu_stage *g) {
+    int b;
+    for (b = 0; b < 2; b++) {
+        if (g->host[b]) mfm__cuda.cu.cuMemFreeHost(g->host[b]);
+        mfm__gpu_free(&g->device[b]);
+        if (g->stream[b]) mfm__cuda.cu.cuStreamDestroy(g->stream[b]);
+        if (g->done[b]) mfm__cuda.cu.cuEventDestroy(g->done[b]);
+    }
+    memset(g, 0, sizeof *g);
+}
+
+MFMDEF void mfm_gpu_model_free(mfm_gpu_model *gm) {
+    mfm__cu_context saved;
+    if (!gm) return;
+    mfm__cuda.cu.cuCtxGetCurrent(&saved);
+    mfm__cuda.cu.cuCtxSetCurrent(gm->dev->context);
+    mfm__stage_free(&gm->stage);
+    mfm__gpu_free(&gm->table);
+    mfm__gpu_free(&gm->w0);
+    mfm__gpu_free(&gm->pair_weights);
+    mfm__cuda.cu.cuCtxSetCurrent(saved);
+    MFM_FREE(gm);
+}
+
+MFMDEF mfm_status mfm_gpu_model_upload(const mfm_model *m, int device, mfm_gpu_model **out, mfm_error *err) {
+    const int is_ffm = m && m->params.model == MFM_MODEL_FFM;
+    mfm_gpu_model *gm;
+    mfm__cu_context saved;
+    mfm__cu_result r;
+    mfm_status st;
+    float *slice = NULL;
+    uint32_t n_factors, c;
+    uint64_t f, bytes, slice_features;
+    if (!m || !out) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_gpu_model_upload: the model or the output pointer is NULL");
+    *out = NULL;
+    if (!(gm = (mfm_gpu_model *)mfm__calloc(1, sizeof *gm))) return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for a GPU model");
+    if ((st = mfm__gpu_enter(device, &gm->dev, &saved, err)) != MFM_OK) {
+        MFM_FREE(gm);
+        return st;
+    }
+    gm->shape = *m;
+    memset(gm->shape.t, 0, sizeof gm->shape.t);
+    gm->shape.class_weight_values = NULL;
+    gm->shape.params.class_weights = NULL;
+    gm->device = device;
+    n_factors = is_ffm ? m->n_fields * (uint32_t)m->k : (uint32_t)m->k;
+    gm->w_offset = n_factors;
+    gm->stride = (n_factors + 1 + 3) & ~3u;
+    gm->class_stride = (uint64_t)m->n_features * gm->stride;
+    bytes = gm->class_stride * m->n_classes * sizeof(float);
+    slice_features = m->n_features < 65536 ? m->n_features : 65536;
+    st = mfm__gpu_alloc(&gm->table, bytes, "the model's parameters", err);
+    if (st == MFM_OK) st = mfm__gpu_alloc(&gm->w0, m->n_classes * sizeof(float), "the model's biases", err);
+    if (st == MFM_OK && m->params.model == MFM_MODEL_FWFM)
+        st = mfm__gpu_alloc(&gm->pair_weights, (uint64_t)m->n_classes * m->n_fields * m->n_fields * sizeof(float), "the field pair weights", err);
+    if (st == MFM_OK && !(slice = (float *)mfm__alloc((slice_features ? slice_features : 1) * gm->stride + (uint64_t)m->n_fields * m->n_fields + m->n_classes, sizeof(float))))
+        st = mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for the upload of a model");
+    for (c = 0; st == MFM_OK && c < m->n_classes; c++) {
+        for (f = 0; st == MFM_OK && f < m->n_features; f += slice_features) {
+            uint64_t n = m->n_features - f < slice_features ? m->n_features - f : slice_features, i;
+            memset(slice, 0, n * gm->stride * sizeof(float));
+            for (i = 0; i < n; i++) {
+                float *rec = slice + i * gm->stride;
+                if (is_ffm) {
+                    uint32_t g;
+                    for (g = 0; g < m->n_fields; g++) memcpy(rec + (uint64_t)g * m->k, mfm__block(m, MFM_TENSOR_V, c, (f + i) * m->n_fields + g), (size_t)m->k * sizeof(float));
+                } else {
+                    memcpy(rec, mfm__block(m, MFM_TENSOR_V, c, f + i), (size_t)m->k * sizeof(float));
+                }
+                rec[n_factors] = m->params.pairs_only ? 0.0f : *mfm__block(m, MFM_TENSOR_W, c, f + i);
+            }
+            if ((r = mfm__cuda.cu.cuMemcpyHtoD(gm->table + (c * gm->class_stride + f * gm->stride) * sizeof(float), slice, (size_t)(n * gm->stride * sizeof(float)))) != 0)
+                st = mfm__cu_fail(err, r, "cuMemcpyHtoD (uploading the model)");
+        }
+    }
+    if (st == MFM_OK) {
+        for (c = 0; c < m->n_classes; c++) slice[c] = m->params.pairs_only ? 0.0f : *mfm__block(m, MFM_TENSOR_W0, c, 0);
+        if ((r = mfm__cuda.cu.cuMemcpyHtoD(gm->w0, slice, m->n_classes * sizeof(float))) != 0) st = mfm__cu_fail(err, r, "cuMemcpyHtoD (uploading the model)");
+    }
+    for (c = 0; st == MFM_OK && gm->pair_weights && c < m->n_classes; c++) { /* r(a, b) as a full symmetric matrix */
+        const uint32_t F = m->n_fields;
+        uint32_t a, b;
+        for (a = 0; a < F; a++)
+            for (b = 0; b < F; b++) slice[(uint64_t)a * F + b] = mfm__fwfm_r(m, c, a, b);
+        if ((r = mfm__cuda.cu.cuMemcpyHtoD(gm->pair_weights + (uint64_t)c * F * F * sizeof(float), slice, (size_t)F * F * sizeof(float))) != 0)
+            st = mfm__cu_fail(err, r, "cuMemcpyHtoD (uploading the model)");
+    }
+    MFM_FREE(slice);
+    mfm__gpu_leave(saved);
+    if (st != MFM_OK) {
+        mfm_gpu_model_free(gm);
+        return st;
+    }
+    *out = gm;
+    return mfm__ok(err);
+}
+
+/* Lanes per row: FFM shares a row's pairs among a warp; FM and FwFM give each lane factors. */
+static uint32_t mfm__gpu_group(const mfm_gpu_model *gm) {
+    uint32_t g = 1;
+    if (gm->shape.params.model == MFM_MODEL_FFM) return 32;
+    while (g < 32 && g < (uint32_t)gm->shape.k) g *= 2;
+    return g;
+}
+
+/* Scores rows [0, n) of the arrays in args into args->scores, then the output into out_dev. */
+static mfm_status mfm__gpu_launch(mfm_gpu_model *gm, mfm__gpu_args *args, mfm__cu_ptr out_dev, mfm_output kind, mfm__cu_stream stream, mfm_error *err) {
+    const mfm__gpu_device *dev = gm->dev;
+    const mfm_model *m = &gm->shape;
+    mfm__cu_function f = dev->fm;
+    const unsigned block = 256;
+    uint64_t groups_per_block, blocks, max_blocks = (uint64_t)dev->sm_count * 32;
+    uint32_t n_classes = m->n_classes;
+    int task = (int)m->params.task, kind_number = (int)kind;
+    void *predict_params[1], *finish_params[6];
+    mfm__cu_result r;
+    if (args->n_rows == 0) return MFM_OK;
+    args->table = gm->table;
+    args->w0 = gm->w0;
+    args->pair_weights = gm->pair_weights;
+    args->class_stride = gm->class_stride;
+    args->n_fields = m->n_fields;
+    args->n_classes = m->n_classes;
+    args->k = (uint32_t)m->k;
+    args->stride = gm->stride;
+    args->w_offset = gm->w_offset;
+    args->group = mfm__gpu_group(gm);
+    args->linear_only = m->params.linear_only;
+    args->pairs_only = m->params.pairs_only;
+    args->normalize = m->params.normalize_rows;
+    if (m->params.model == MFM_MODEL_FWFM) f = dev->fwfm;
+    if (m->params.model == MFM_MODEL_FFM) f = m->k == 4 ? dev->ffm_k4 : m->k == 8 ? dev->ffm_k8 : m->k == 16 ? dev->ffm_k16 : dev->ffm;
+    groups_per_block = block / args->group;
+    blocks = (args->n_rows + groups_per_block - 1) / groups_per_block;
+    predict_params[0] = args;
+    if ((r = mfm__cuda.cu.cuLaunchKernel(f, (unsigned)(blocks < max_blocks ? blocks : max_blocks), 1, 1, block, 1, 1, 0, stream, predict_params, NULL)) != 0)
+        return mfm__cu_fail(err, r, "cuLaunchKernel (prediction)");
+    finish_params[0] = &args->scores;
+    finish_params[1] = &out_dev;
+    finish_params[2] = &args->n_rows;
+    finish_params[3] = &n_classes;
+    finish_params[4] = &task;
+    finish_params[5] = &kind_number;
+    blocks = (args->n_rows + block - 1) / block;
+    if ((r = mfm__cuda.cu.cuLaunchKernel(dev->finish, (unsigned)(blocks < max_blocks ? blocks : max_blocks), 1, 1, block, 1, 1, 0, stream, finish_params, NULL)) != 0)
+        return mfm__cu_fail(err, r, "cuLaunchKernel (prediction output)");
+    return MFM_OK;
+}
+
+/* Chunk layout inside one staging set: offsets, features, fields, values, scores, out. */
+typedef struct mfm__chunk_layout {
+    size_t offsets, features, fields, values, scores, out, total;
+} mfm__chunk_layout;
+
+static mfm__chunk_layout mfm__chunk_layout_of(uint64_t rows, uint64_t nnz, uint32_t n_classes) {
+    mfm__chunk_layout l;
+    size_t at = 0;
+#define MFM__PLACE(field, bytes) (l.field = at, at += ((size_t)(bytes) + 255) & ~(size_t)255)
+    MFM__PLACE(offsets, (rows + 1) * 8);
+    MFM__PLACE(features, nnz * 4);
+    MFM__PLACE(fields, nnz * 4);
+    MFM__PLACE(values, nnz * 4);
+    MFM__PLACE(scores, rows * n_classes * 4);
+    MFM__PLACE(out, rows * n_classes * 4);
+#undef MFM__PLACE
+    l.total = at;
+    return l;
+}
+
+MFMDEF mfm_status mfm_gpu_predict(mfm_gpu_model *gm, const mfm_csr *d, mfm_output kind, float *out, size_t capacity, mfm_error *err) {
+    const uint64_t max_rows = (uint64_t)1 << 18, max_nnz = (uint64_t)1 << 23; /* a chunk: at most 256K rows or 8M non-zeros (one long row excepted) */
+    mfm__data_info info;
+    mfm__cu_context saved;
+    mfm__gpu_device *dev;
+    mfm__gpu_stage *g;
+    mfm_status st;
+    mfm__cu_result r = 0;
+    mfm__chunk_layout lay;
+    uint64_t r0, need_nnz = 0, need_rows = 0, chunk_rows[2] = {0, 0}, chunk_first[2] = {0, 0};
+    size_t width;
+    int i, b;
+    if (!gm) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_gpu_predict: the GPU model is NULL");
+    if ((st = mfm__predict_check(&gm->shape, d, &kind, out, capacity, &info, "mfm_gpu_predict", err)) != MFM_OK) return st;
+    if (d->n_rows == 0) return mfm__ok(err);
+    width = mfm_output_width(&gm->shape, kind);
+    for (r0 = 0; r0 < d->n_rows;) { /* the largest chunk decides the buffers */
+        uint64_t r1 = r0 + 1;
+        while (r1 < d->n_rows && r1 - r0 < max_rows && d->row_offsets[r1 + 1] - d->row_offsets[r0] <= max_nnz) r1++;
+        if (r1 - r0 > need_rows) need_rows = r1 - r0;
+        if (d->row_offsets[r1] - d->row_offsets[r0] > need_nnz) need_nnz = d->row_offsets[r1] - d->row_offsets[r0];
+        r0 = r1;
+    }
+    if ((st = mfm__gpu_enter(gm->device, &dev, &saved, err)) != MFM_OK) return st;
+    g = &gm->stage;
+    lay = mfm__chunk_layout_of(need_rows, need_nnz, gm->shape.n_classes);
+    if (g->rows < need_rows || g->nnz < need_nnz) { /* kept between calls: repeated predictions allocate nothing */
+        mfm__stage_free(g);
+        g->host_bytes = lay.total;
+        for (b = 0; b < 2 && st == MFM_OK; b++) {
+            void *host = NULL;
+            if ((r = mfm__cuda.cu.cuMemAllocHost(&host, lay.total)) != 0) {
+                st = mfm__cu_fail(err, r, "cuMemAllocHost (pinned transfer buffers)");
+                break;
+            }
+            g->host[b] = (unsigned char *)host;
+            if ((st = mfm__gpu_alloc(&g->device[b], lay.total, "the transfer buffers", err)) != MFM_OK) break;
+            if ((r = mfm__cuda.cu.cuStreamCreate(&g->stream[b], 1 /* non-blocking */)) != 0 || (r = mfm__cuda.cu.cuEventCreate(&g->done[b], 2 /* no timing */)) != 0)
+                st = mfm__cu_fail(err, r, "cuStreamCreate / cuEventCreate");
+        }
+        if (st != MFM_OK) {
+            mfm__stage_free(g);
+        } else {
+            g->rows = need_rows;
+            g->nnz = need_nnz;
+        }
+    }
+    lay = mfm__chunk_layout_of(g->rows, g->nnz, gm->shape.n_classes);
+    for (r0 = 0, i = 0; st == MFM_OK && r0 < d->n_rows; i++) {
+        uint64_t r1 = r0 + 1, lo, nnz, rows;
+        unsigned char *h;
+        mfm__cu_ptr dv;
+        mfm__gpu_args args;
+        b = i & 1;
+        h = g->host[b];
+        dv = g->device[b];
+        while (r1 < d->n_rows && r1 - r0 < max_rows && d->row_offsets[r1 + 1] - d->row_offsets[r0] <= max_nnz) r1++;
+        if (i >= 2) { /* set b held chunk i - 2: hand its outputs over before reusing it */
+            if ((r = mfm__cuda.cu.cuEventSynchronize(g->done[b])) != 0) {
+                st = mfm__cu_fail(err, r, "cuEventSynchronize (prediction)");
+                break;
+            }
+            memcpy(out + chunk_first[b] * width, h + lay.out, (size_t)(chunk_rows[b] * width * sizeof(float)));
+        }
+        lo = d->row_offsets[r0];
+        nnz = d->row_offsets[r1] - lo;
+        rows = r1 - r0;
+        memcpy(h + lay.offsets, d->row_offsets + r0, (size_t)(rows + 1) * 8);
+        memcpy(h + lay.features, d->features + lo, (size_t)nnz * 4);
+        if (d->fields && gm->shape.params.model != MFM_MODEL_FM) memcpy(h + lay.fields, d->fields + lo, (size_t)nnz * 4);
+        if (d->values) memcpy(h + lay.values, d->values + lo, (size_t)nnz * 4);
+        memset(&args, 0, sizeof args);
+        args.offsets = dv + lay.offsets;
+        args.features = dv + lay.features;
+        args.fields = gm->shape.params.model != MFM_MODEL_FM ? dv + lay.fields : 0;
+        args.values = d->values ? dv + lay.values : 0;
+        args.scores = dv + lay.scores;
+        args.n_rows = rows;
+        args.offset_base = lo;
+        if ((r = mfm__cuda.cu.cuMemcpyHtoDAsync(dv + lay.offsets, h + lay.offsets, (size_t)(rows + 1) * 8, g->stream[b])) != 0 ||
+            (r = mfm__cuda.cu.cuMemcpyHtoDAsync(dv + lay.features, h + lay.features, (size_t)nnz * 4, g->stream[b])) != 0 ||
+            (args.fields && (r = mfm__cuda.cu.cuMemcpyHtoDAsync(args.fields, h + lay.fields, (size_t)nnz * 4, g->stream[b])) != 0) ||
+            (args.values && (r = mfm__cuda.cu.cuMemcpyHtoDAsync(args.values, h + lay.values, (size_t)nnz * 4, g->stream[b])) != 0)) {
+            st = mfm__cu_fail(err, r, "cuMemcpyHtoDAsync (rows to the GPU)");
+            break;
+        }
+        if ((st = mfm__gpu_launch(gm, &args, dv + lay.out, kind, g->stream[b], err)) != MFM_OK) break;
+        if ((r = mfm__cuda.cu.cuMemcpyDtoHAsync(h + lay.out, dv + lay.out, (size_t)(rows * width * sizeof(float)), g->stream[b])) != 0 ||
+            (r = mfm__cuda.cu.cuEventRecord(g->done[b], g->stream[b])) != 0) {
+            st = mfm__cu_fail(err, r, "cuMemcpyDtoHAsync (outputs to the host)");
+            break;
+        }
+        chunk_first[b] = r0;
+        chunk_rows[b] = rows;
+        r0 = r1;
+    }
+    for (b = 0; b < 2; b++) { /* the last two chunks (on failure: wait, hand nothing over) */
+        if (!chunk_rows[b]) continue;
+        if ((r = mfm__cuda.cu.cuEventSynchronize(g->done[b])) != 0 && st == MFM_OK) st = mfm__cu_fail(err, r, "cuEventSynchronize (prediction)");
+        if (st == MFM_OK) memcpy(out + chunk_first[b] * width, g->host[b] + lay.out, (size_t)(chunk_rows[b] * width * sizeof(float)));
+    }
+    mfm__gpu_leave(saved);
+    return st == MFM_OK ? mfm__ok(err) : st;
+}
+
+MFMDEF void mfm_gpu_data_free(mfm_gpu_data *gd) {
+    mfm__cu_context saved;
+    if (!gd) return;
+    mfm__cuda.cu.cuCtxGetCurrent(&saved);
+    mfm__cuda.cu.cuCtxSetCurrent(mfm__cuda.devices[gd->device].context);
+    mfm__gpu_free(&gd->offsets);
+    mfm__gpu_free(&gd->features);
+    mfm__gpu_free(&gd->fields);
+    mfm__gpu_free(&gd->values);
+    mfm__gpu_free(&gd->scores);
+    mfm__gpu_free(&gd->out);
+    mfm__cuda.cu.cuCtxSetCurrent(saved);
+    MFM_FREE(gd);
+}
+
+MFMDEF mfm_status mfm_gpu_data_upload(mfm_gpu_model *gm, const mfm_csr *d, mfm_gpu_data **out, mfm_error *err) {
+    mfm__data_info info;
+    mfm__cu_context saved;
+    mfm__gpu_device *dev;
+    mfm_gpu_data *gd;
+    mfm_status st;
+    mfm__cu_result r = 0;
+    uint64_t nnz;
+    const int fields = gm && gm->shape.params.model != MFM_MODEL_FM;
+    if (!gm || !out) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_gpu_data_upload: the GPU model or the output pointer is NULL");
+    *out = NULL;
+    if ((st = mfm__check_csr(d, fields, &info, err)) != MFM_OK) return st;
+    if ((st = mfm__check_shape(&gm->shape, d, &info, err)) != MFM_OK) return st;
+    if (!(gd = (mfm_gpu_data *)mfm__calloc(1, sizeof *gd))) return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for GPU data");
+    if ((st = mfm__gpu_enter(gm->device, &dev, &saved, err)) != MFM_OK) {
+        MFM_FREE(gd);
+        return st;
+    }
+    nnz = d->row_offsets[d->n_rows];
+    gd->device = gm->device;
+    gd->n_rows = d->n_rows;
+    gd->nnz = nnz;
+    gd->n_features = info.n_features;
+    gd->n_fields = info.n_fields;
+    gd->has_fields = fields;
+    gd->has_values = d->values != NULL;
+    st = mfm__gpu_alloc(&gd->offsets, (d->n_rows + 1) * 8, "the dataset's row offsets", err);
+    if (st == MFM_OK) st = mfm__gpu_alloc(&gd->features, nnz * 4, "the dataset's features", err);
+    if (st == MFM_OK && fields) st = mfm__gpu_alloc(&gd->fields, nnz * 4, "the dataset's fields", err);
+    if (st == MFM_OK && d->values) st = mfm__gpu_alloc(&gd->values, nnz * 4, "the dataset's values", err);
+    if (st == MFM_OK) st = mfm__gpu_alloc(&gd->scores, d->n_rows * gm->shape.n_classes * 4, "the scores", err);
+    if (st == MFM_OK) st = mfm__gpu_alloc(&gd->out, d->n_rows * gm->shape.n_classes * 4, "the outputs", err);
+    if (st == MFM_OK && ((r = mfm__cuda.cu.cuMemcpyHtoD(gd->offsets, d->row_offsets, (size_t)(d->n_rows + 1) * 8)) != 0 ||
+                         (nnz && (r = mfm__cuda.cu.cuMemcpyHtoD(gd->features, d->features, (size_t)nnz * 4)) != 0) ||
+                         (nnz && fields && (r = mfm__cuda.cu.cuMemcpyHtoD(gd->fields, d->fields, (size_t)nnz * 4)) != 0) ||
+                         (nnz && d->values && (r = mfm__cuda.cu.cuMemcpyHtoD(gd->values, d->values, (size_t)nnz * 4)) != 0)))
+        st = mfm__cu_fail(err, r, "cuMemcpyHtoD (uploading the dataset)");
+    mfm__gpu_leave(saved);
+    if (st != MFM_OK) {
+        mfm_gpu_data_free(gd);
+        return st;
+    }
+    *out = gd;
+    return mfm__ok(err);
+}
+
+MFMDEF mfm_status mfm_gpu_predict_resident(mfm_gpu_model *gm, const mfm_gpu_data *gd, mfm_output kind, float *out, size_t capacity, mfm_error *err) {
+    mfm__cu_context saved;
+    mfm__gpu_device *dev;
+    mfm__gpu_args args;
+    mfm_status st;
+    mfm__cu_result r;
+    uint64_t need;
+    const mfm_model *m = gm ? &gm->shape : NULL;
+    if (!gm || !gd) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_gpu_predict_resident: the GPU model or the GPU data is NULL");
+    if (gd->device != gm->device)
+        return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_gpu_predict_resident: the data is on device %d, the model on device %d", gd->device, gm->device);
+    if (gd->n_features > m->n_features || (m->params.model != MFM_MODEL_FM && gd->n_fields > m->n_fields) || (m->params.model != MFM_MODEL_FM && !gd->has_fields))
+        return mfm__fail(err, MFM_ERR_SHAPE_MISMATCH, "mfm_gpu_predict_resident: the data (%u features, %u fields) was uploaded for another model shape (%u features, %u fields)",
+                         (unsigned)gd->n_features, (unsigned)gd->n_fields, (unsigned)m->n_features, (unsigned)m->n_fields);
+    if ((unsigned)kind >= MFM_OUTPUT_COUNT) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_gpu_predict_resident: output kind %d is not a known kind", (int)kind);
+    if (kind == MFM_OUTPUT_DEFAULT) kind = m->params.task == MFM_TASK_REGRESSION ? MFM_OUTPUT_SCORE : MFM_OUTPUT_PROBABILITY;
+    if (kind == MFM_OUTPUT_PROBABILITY && m->params.task == MFM_TASK_REGRESSION)
+        return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_gpu_predict_resident: a regression model gives scores, not probabilities");
+    need = gd->n_rows * mfm_output_width(m, kind);
+    if ((!out && need) || (uint64_t)capacity < need)
+        return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_gpu_predict_resident: the output holds %" PRIu64 " values but %" PRIu64 " rows need %" PRIu64,
+                         (uint64_t)(out ? capacity : 0), gd->n_rows, need);
+    if (gd->n_rows == 0) return mfm__ok(err);
+    if ((st = mfm__gpu_enter(gm->device, &dev, &saved, err)) != MFM_OK) return st;
+    memset(&args, 0, sizeof args);
+    args.offsets = gd->offsets;
+    args.features = gd->features;
+    args.fields = gd->fields;
+    args.values = gd->values;
+    args.scores = gd->scores;
+    args.n_rows = gd->n_rows;
+    st = mfm__gpu_launch(gm, &args, gd->out, kind, NULL, err);
+    if (st == MFM_OK && (r = mfm__cuda.cu.cuMemcpyDtoH(out, gd->out, (size_t)need * sizeof(float))) != 0)
+        st = mfm__cu_fail(err, r, "cuMemcpyDtoH (outputs to the host)");
+    mfm__gpu_leave(saved);
+    return st == MFM_OK ? mfm__ok(err) : st;
+}
+
+MFMDEF mfm_status mfm_cuda_get_info(int device, mfm_cuda_info *out, mfm_error *err) {
+    mfm__cu_device handle;
+    mfm__cu_result r;
+    mfm__cu_context saved;
+    mfm__gpu_device *dev;
+    mfm_status st;
+    size_t bytes = 0, free_bytes = 0;
+    if (!out) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_cuda_get_info: the output is NULL");
+    memset(out, 0, sizeof *out);
+    out->cache_mode = mfm__cache_mode();
+    if (!mfm__cache_dir(out->cache_dir, sizeof out->cache_dir)) out->cache_dir[0] = '\0';
+    if (mfm__nvrtc_load(NULL) == MFM_OK) {
+        out->nvrtc_version = mfm__cuda.nvrtc_major * 1000 + mfm__cuda.nvrtc_minor * 10;
+        snprintf(out->nvrtc_path, sizeof out->nvrtc_path, "%s", mfm__cuda.nvrtc_path);
+    }
+    if ((st = mfm__driver_load(err)) != MFM_OK) return st;
+    out->driver_version = mfm__cuda.driver_version;
+    out->n_devices = mfm__cuda.n_devices;
+    out->device = device;
+    if (device < 0 || device >= mfm__cuda.n_devices)
+        return mfm__fail(err, MFM_ERR_CUDA_NO_DEVICE, "there is no CUDA device %d: this machine has %d", device, mfm__cuda.n_devices);
+    if ((r = mfm__cuda.cu.cuDeviceGet(&handle, device)) != 0 || (r = mfm__cuda.cu.cuDeviceGetName(out->device_name, (int)sizeof out->device_name, handle)) != 0 ||
+        (r = mfm__cuda.cu.cuDeviceGetAttribute(&out->compute_major, MFM__CU_ATTR_CC_MAJOR, handle)) != 0 ||
+        (r = mfm__cuda.cu.cuDeviceGetAttribute(&out->compute_minor, MFM__CU_ATTR_CC_MINOR, handle)) != 0 ||
+        (r = mfm__cuda.cu.cuDeviceTotalMem(&bytes, handle)) != 0)
+        return mfm__cu_fail(err, r, "reading the device's properties");
+    out->total_memory = bytes;
+    /* free memory needs a context: only when this process made one already */
+    dev = &mfm__cuda.devices[device];
+    mfm__cuda_lock();
+    if ((out->kernels_ready = dev->ready) != 0) out->kernels = dev->build;
+    mfm__cuda_unlock();
+    if (dev->context) {
+        mfm__cuda.cu.cuCtxGetCurrent(&saved);
+        mfm__cuda.cu.cuCtxSetCurrent(dev->context);
+        if (mfm__cuda.cu.cuMemGetInfo(&free_bytes, &bytes) == 0) out->free_memory = free_bytes;
+        mfm__cuda.cu.cuCtxSetCurrent(saved);
+    }
+    return mfm__ok(err);
+}
+
+#endif /* !MFM_NO_CUDA */
+
+/* ============================================================================================
+   >>cache-files  Listing and clearing the kernel cache (the `mfm cache` command)
+   ============================================================================================ */
+
+#if !defined(MFM_NO_CUDA)
+
+/* Calls fn for every file of the cache directory whose name ends in .mfmk or holds ".tmp-". */
+typedef void (*mfm__cache_visit_fn)(void *ctx, const char *dir, const char *name);
+
+static void mfm__cache_visit(const char *dir, mfm__cache_visit_fn fn, void *ctx) {
+#if defined(_WIN32)
+    char pattern[600];
+    WIN32_FIND_DATAA found;
+    HANDLE h;
+    snprintf(pattern, sizeof pattern, "%s\\*", dir);
+    if ((h = FindFirstFileA(pattern, &found)) == INVALID_HANDLE_VALUE) return;
+    do {
+        size_t n = strlen(found.cFileName);
+        if ((n > 5 && !strcmp(found.cFileName + n - 5, ".mfmk")) || strstr(found.cFileName, ".tmp-")) fn(ctx, dir, found.cFileName);
+    } while (FindNextFileA(h, &found));
+    FindClose(h);
+#else
+    DIR *dp = opendir(dir);
+    struct dirent *e;
+    if (!dp) return;
+    while ((e = readdir(dp)) != NULL) {
+        size_t n = strlen(e->d_name);
+        if ((n > 5 && !strcmp(e->d_name + n - 5, ".mfmk")) || strstr(e->d_name, ".tmp-")) fn(ctx, dir, e->d_name);
+    }
+    closedir(dp);
+#endif
+}
+
+typedef struct mfm__cache_listing {
+    mfm_cache_entry *out;
+    size_t capacity, n;
+} mfm__cache_listing;
+
+/* An entry is valid when its header is whole, its length matches and its checksum holds. */
+static void mfm__cache_list_one(void *ctx, const char *dir, const char *name) {
+    mfm__cache_listing *l = (mfm__cache_listing *)ctx;
+    mfm_cache_entry *e;
+    char path[704];
+    struct stat st;
+    if (l->n++ >= l->capacity) return;
+    e = &l->out[l->n - 1];
+    memset(e, 0, sizeof *e);
+    snprintf(e->name, sizeof e->name, "%s", name);
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    if (stat(path, &st) == 0) {
+        mfm__mapping map;
+        e->bytes = (uint64_t)st.st_size;
+        e->mtime = (int64_t)st.st_mtime;
+        if (strstr(name, ".tmp-") == NULL && mfm__map(path, &map, NULL) == MFM_OK) {
+            e->valid = map.size >= MFM__CACHE_HEADER && memcmp(map.bytes, "MFMK", 4) == 0 &&
+                       mfm__load_le64(map.bytes + 24) == map.size - MFM__CACHE_HEADER &&
+                       XXH3_64bits(map.bytes + MFM__CACHE_HEADER, map.size - MFM__CACHE_HEADER) == mfm__load_le64(map.bytes + 48);
+            mfm__unmap(&map);
+        }
+    }
+}
+
+MFMDEF mfm_status mfm_cache_list(char *dir, size_t dir_capacity, mfm_cache_entry *out, size_t capacity, size_t *n_entries, mfm_error *err) {
+    char d[512];
+    mfm__cache_listing l;
+    l.out = out;
+    l.capacity = out ? capacity : 0;
+    l.n = 0;
+    if (!mfm__cache_dir(d, sizeof d)) d[0] = '\0';
+    if (dir && dir_capacity) snprintf(dir, dir_capacity, "%s", d);
+    if (d[0]) {
+        mfm__cuda_lock();
+        mfm__cache_visit(d, mfm__cache_list_one, &l);
+        mfm__cuda_unlock();
+    }
+    if (n_entries) *n_entries = l.n;
+    return mfm__ok(err);
+}
+
+static void mfm__cache_remove_one(void *ctx, const char *dir, const char *name) {
+    char path[704];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    if (remove(path) == 0) ++*(size_t *)ctx;
+}
+
+MFMDEF mfm_status mfm_cache_clear(size_t *n_removed, mfm_error *err) {
+    char d[512];
+    size_t n = 0;
+    if (mfm__cache_dir(d, sizeof d)) {
+        mfm__cuda_lock();
+        mfm__cache_visit(d, mfm__cache_remove_one, &n);
+        mfm__cuda_unlock();
+    }
+    if (n_removed) *n_removed = n;
+    return mfm__ok(err);
+}
+
+#else /* MFM_NO_CUDA: the same functions, each saying that this build has no GPU support */
+
+#define MFM__NO_CUDA_SENTENCE "this build has no GPU support: it was compiled with MFM_NO_CUDA"
+MFMDEF int mfm_cuda_available(void) { return 0; }
+MFMDEF mfm_status mfm_cuda_get_info(int device, mfm_cuda_info *out, mfm_error *err) {
+    (void)device;
+    if (out) memset(out, 0, sizeof *out);
+    return mfm__fail(err, MFM_ERR_CUDA_UNAVAILABLE, MFM__NO_CUDA_SENTENCE);
+}
+MFMDEF mfm_status mfm_cuda_build_kernels(const char *arch, mfm_kernel_build *out, mfm_error *err) {
+    (void)arch;
+    (void)out;
+    return mfm__fail(err, MFM_ERR_NVRTC_UNAVAILABLE, MFM__NO_CUDA_SENTENCE);
+}
+MFMDEF mfm_status mfm_cache_list(char *dir, size_t dir_capacity, mfm_cache_entry *out, size_t capacity, size_t *n_entries, mfm_error *err) {
+    (void)out;
+    (void)capacity;
+    if (dir && dir_capacity) dir[0] = '\0';
+    if (n_entries) *n_entries = 0;
+    return mfm__ok(err);
+}
+MFMDEF mfm_status mfm_cache_clear(size_t *n_removed, mfm_error *err) {
+    if (n_removed) *n_removed = 0;
+    return mfm__ok(err);
+}
+MFMDEF mfm_status mfm_gpu_model_upload(const mfm_model *model, int device, mfm_gpu_model **out, mfm_error *err) {
+    (void)model;
+    (void)device;
+    if (out) *out = NULL;
+    return mfm__fail(err, MFM_ERR_CUDA_UNAVAILABLE, MFM__NO_CUDA_SENTENCE);
+}
+MFMDEF void mfm_gpu_model_free(mfm_gpu_model *model) { (void)model; }
+MFMDEF mfm_status mfm_gpu_predict(mfm_gpu_model *model, const mfm_csr *data, mfm_output kind, float *out, size_t capacity, mfm_error *err) {
+    (void)model, (void)data, (void)kind, (void)out, (void)capacity;
+    return mfm__fail(err, MFM_ERR_CUDA_UNAVAILABLE, MFM__NO_CUDA_SENTENCE);
+}
+MFMDEF mfm_status mfm_gpu_data_upload(mfm_gpu_model *model, const mfm_csr *data, mfm_gpu_data **out, mfm_error *err) {
+    (void)model, (void)data;
+    if (out) *out = NULL;
+    return mfm__fail(err, MFM_ERR_CUDA_UNAVAILABLE, MFM__NO_CUDA_SENTENCE);
+}
+MFMDEF void mfm_gpu_data_free(mfm_gpu_data *data) { (void)data; }
+MFMDEF mfm_status mfm_gpu_predict_resident(mfm_gpu_model *model, const mfm_gpu_data *data, mfm_output kind, float *out, size_t capacity,
+                                           mfm_error *err) {
+    (void)model, (void)data, (void)kind, (void)out, (void)capacity;
+    return mfm__fail(err, MFM_ERR_CUDA_UNAVAILABLE, MFM__NO_CUDA_SENTENCE);
+}
+
+#endif /* MFM_NO_CUDA */
 
 #ifdef __cplusplus
 }

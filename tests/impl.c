@@ -19,3 +19,8 @@ size_t inplace_train_dump(const mfm_params *p, const mfm_csr *d, float *out, siz
     mfm_model_free(m);
     return n;
 }
+
+/* Forgets what the CUDA loader found, so that a forked child loads again under its own
+   environment (the loader otherwise loads once per process). */
+void test_cuda_forget(void);
+void test_cuda_forget(void) { memset(&mfm__cuda, 0, sizeof mfm__cuda); }

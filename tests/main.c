@@ -21,6 +21,14 @@ enum { MAX_PRINTED_FAILURES = 12 }; /* per test; the rest are only counted */
 
 static const char *current_test = "";
 static int current_failures = 0;
+static char current_skip[300]; /* why the running test skipped itself ("" when it ran) */
+
+void runner_skip(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(current_skip, sizeof current_skip, fmt, ap);
+    va_end(ap);
+}
 
 void runner_fail(const char *file, int line, const char *fmt, ...) {
     current_failures++;
@@ -51,14 +59,18 @@ int runner_near(const char *file, int line, double actual, double expected, doub
 
 int main(int argc, char **argv) {
     const char *filter = argc > 1 ? argv[1] : NULL;
-    int passed = 0, failed = 0;
+    int passed = 0, failed = 0, skipped = 0;
     size_t i;
     for (i = 0; i < sizeof tests / sizeof tests[0]; i++) {
         if (filter && !strstr(tests[i].name, filter)) continue;
         current_test = tests[i].name;
         current_failures = 0;
+        current_skip[0] = '\0';
         tests[i].fn();
-        if (current_failures == 0) {
+        if (current_failures == 0 && current_skip[0]) {
+            skipped++;
+            printf("skip  %s: %s\n", tests[i].name, current_skip);
+        } else if (current_failures == 0) {
             passed++;
             printf("ok    %s\n", tests[i].name);
         } else {
@@ -67,6 +79,9 @@ int main(int argc, char **argv) {
         }
         fflush(stdout);
     }
-    printf("%d passed, %d failed\n", passed, failed);
+    if (skipped)
+        printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
+    else
+        printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }

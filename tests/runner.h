@@ -109,7 +109,19 @@
     X(test_lifecycle_pairs_only) \
     X(test_lifecycle_adagrad_init) \
     X(test_lifecycle_libffm_reference) \
-    X(test_lifecycle_top_interactions_n_zero)
+    X(test_lifecycle_top_interactions_n_zero) \
+    X(test_cuda_nvrtc_compiles_every_arch) \
+    X(test_cuda_cache_round_trip) \
+    X(test_cuda_cache_two_processes) \
+    X(test_cuda_cache_unwritable) \
+    X(test_cuda_no_driver) \
+    X(test_cuda_nvrtc_path_missing) \
+    X(test_cuda_training_refuses_cuda) \
+    X(test_gpu_predict_parity) \
+    X(test_gpu_predict_variants) \
+    X(test_gpu_resident_repeated) \
+    X(test_gpu_cold_then_warm_start) \
+    X(test_gpu_errors)
 
 #define TEST_DECLARE(name) void name(void);
 TEST_LIST(TEST_DECLARE)
@@ -117,6 +129,10 @@ TEST_LIST(TEST_DECLARE)
 
 /* Records a failure of the running test and prints file:line and the message. */
 void runner_fail(const char *file, int line, const char *fmt, ...) RUNNER_PRINTF(3, 4);
+
+/* Marks the running test as skipped, with the reason printed next to its name (a test that
+   needs a GPU on a machine without one). Failures recorded before still count. */
+void runner_skip(const char *fmt, ...) RUNNER_PRINTF(1, 2);
 
 /* |actual - expected| <= atol + rtol * |expected|, else a failure naming both numbers.
    Returns 1 when it holds. NaN never holds. */

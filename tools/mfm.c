@@ -142,6 +142,7 @@ static const char *const format_names[] = {[MFM_FORMAT_AUTO] = "auto", [MFM_FORM
                                            [MFM_FORMAT_BINARY] = "binary"};
 static const char *const output_names[] = {[MFM_OUTPUT_DEFAULT] = "default", [MFM_OUTPUT_SCORE] = "score", [MFM_OUTPUT_PROBABILITY] = "prob",
                                            [MFM_OUTPUT_LABEL] = "label"};
+static const char *const backend_names[] = {[MFM_BACKEND_CPU] = "cpu", [MFM_BACKEND_CUDA] = "cuda", [MFM_BACKEND_AUTO] = "auto"};
 static const char *const metric_names[] = {[MFM_METRIC_LOGLOSS] = "logloss", [MFM_METRIC_AUC] = "auc", [MFM_METRIC_HALF_MSE] = "half-mse",
                                            [MFM_METRIC_RMSE] = "rmse", [MFM_METRIC_CROSS_ENTROPY] = "cross-entropy"};
 static const char *const class_weight_names[] = {[MFM_CLASS_WEIGHT_NONE] = "none", [MFM_CLASS_WEIGHT_BALANCED] = "balanced",
@@ -149,7 +150,8 @@ static const char *const class_weight_names[] = {[MFM_CLASS_WEIGHT_NONE] = "none
 
 static const name_set model_set = NAME_SET(model_names), task_set = NAME_SET(task_names), optimizer_set = NAME_SET(optimizer_names),
                       format_set = NAME_SET(format_names), output_set = NAME_SET(output_names),
-                      class_weight_set = NAME_SET(class_weight_names), metric_set = NAME_SET(metric_names);
+                      class_weight_set = NAME_SET(class_weight_names), metric_set = NAME_SET(metric_names),
+                      backend_set = NAME_SET(backend_names);
 
 static const char *name_of(const name_set *set, int value) {
     return value >= 0 && value < set->count && set->names[value] ? set->names[value] : "unknown";
@@ -184,7 +186,7 @@ static const char *model_name(const mfm_params *p) { return p->linear_only ? "li
    Options: one table; each entry says which commands take it, where its value goes, and its help
    ============================================================================================ */
 
-enum { CMD_TRAIN = 1, CMD_PREDICT = 2, CMD_EVAL = 4, CMD_CONVERT = 8, CMD_INFO = 16, CMD_ANY = 31, CMD_READ = 15 };
+enum { CMD_TRAIN = 1, CMD_PREDICT = 2, CMD_EVAL = 4, CMD_CONVERT = 8, CMD_INFO = 16, CMD_CACHE = 32, CMD_GPU = 64, CMD_ANY = 127, CMD_READ = 15 };
 enum { OPEN_LO = 1, OPEN_HI = 2 }; /* that end of the range is not itself valid */
 
 typedef enum opt_kind { OPT_FLAG, OPT_INT, OPT_U32, OPT_U64, OPT_REAL, OPT_TEXT, OPT_NAME } opt_kind;
@@ -196,8 +198,8 @@ typedef struct settings {
     mfm_params p; /* the library parameters; zero = the library's default */
     int model, task, optimizer, format, output, to, metric; /* indices into the name tables */
     uint32_t n_features, n_fields;
-    int auto_stop, libffm, cache, no_state, quiet, help;
-    const char *validation, *class_weight, *resume;
+    int auto_stop, libffm, cache, no_state, quiet, help, backend, clear;
+    const char *validation, *class_weight, *resume, *build;
     const char *args[3];
     int n_args;
 } settings;
@@ -265,6 +267,10 @@ static const option options[] = {
     OPTION_FLAG(CMD_TRAIN, NULL, "--no-state", no_state, "save without the optimizer state"),
     OPTION_FLAG(CMD_TRAIN, NULL, "--quiet", quiet, "no per-epoch lines"),
     OPTION_NAME(CMD_PREDICT, "--output", output, output_set, "(default: probabilities, regression: values)"),
+    OPTION_NAME(CMD_PREDICT | CMD_EVAL, "--backend", backend, backend_set, "where prediction runs; cuda never falls back (cpu)"),
+    OPTION_NUMBER(CMD_PREDICT | CMD_EVAL | CMD_GPU, NULL, "--device", OPT_INT, p.device, 0, 1024, 0, "N", "the CUDA device (0)"),
+    OPTION_FLAG(CMD_CACHE, NULL, "--clear", clear, "remove every entry of the kernel cache"),
+    OPTION_TEXT(CMD_CACHE, NULL, "--build", build, "ARCH", "compile the kernels for ARCH (sm_90, compute_90) into the cache; no GPU needed"),
     OPTION_NAME(CMD_CONVERT, "--to", to, format_set, "OUT's format (auto: by extension, else binary)"),
     OPTION_FLAG(CMD_ANY, "-h", "--help", help, "this help"),
 };
@@ -738,6 +744,12 @@ static int predict_or_eval(const settings *s, job *j) {
     if (mfm_model_load(model_path, &j->model, &e) != MFM_OK) return fail("%s", e.message);
     mfm_model_get_info(j->model, &info);
     if (mfm_model_set_threads(j->model, s->p.n_threads, &e) != MFM_OK) return fail("%s", e.message); /* 0: every core */
+    if (s->backend) {
+        mfm_params p = *mfm_model_params(j->model);
+        p.backend = (mfm_backend)s->backend;
+        p.device = s->p.device;
+        if (mfm_model_set_params(j->model, &p, &e) != MFM_OK) return fail("%s", e.message);
+    }
     if (s->output == MFM_OUTPUT_PROBABILITY && info.task == MFM_TASK_REGRESSION)
         return usage_error("--output prob needs a classification model, but %s is a regression model", model_path);
     if ((rc = read_data(data_path, info.task, s->format, &j->data)) != 0) return rc;
@@ -889,6 +901,51 @@ static int cmd_info(const settings *s, job *j) {
 }
 
 /* ============================================================================================
+   mfm cache, mfm gpu
+   ============================================================================================ */
+
+static int cmd_cache(const settings *s, job *j) {
+    mfm_cache_entry entries[256];
+    mfm_kernel_build b;
+    mfm_error e;
+    char dir[512];
+    size_t n = 0, i, removed = 0;
+    (void)j;
+    if (s->clear) {
+        if (mfm_cache_clear(&removed, &e) != MFM_OK) return fail("%s", e.message);
+        printf("removed %zu cache files\n", removed);
+    }
+    if (s->build) {
+        if (mfm_cuda_build_kernels(s->build, &b, &e) != MFM_OK) return fail("%s", e.message);
+        printf("%s for %s_%d: %s (%llu bytes, %.3f s)%s%s\n", b.kind, strcmp(b.kind, "ptx") ? "sm" : "compute", b.arch,
+               b.from_cache ? "already in the cache" : b.stored ? "compiled and stored" : "compiled, not stored (cache off or unwritable)",
+               (unsigned long long)b.image_bytes, b.seconds, b.path[0] ? "\n  " : "", b.path);
+    }
+    if (mfm_cache_list(dir, sizeof dir, entries, 256, &n, &e) != MFM_OK) return fail("%s", e.message);
+    printf("kernel cache: %s\n", dir[0] ? dir : "off (MFM_CACHE=off, or no directory: set MFM_CACHE_DIR)");
+    for (i = 0; i < n && i < 256; i++)
+        printf("  %-70s %9llu bytes  %s\n", entries[i].name, (unsigned long long)entries[i].bytes, entries[i].valid ? "ok" : "INVALID (rebuilt on use)");
+    if (n > 256) printf("  ... and %zu more\n", n - 256);
+    if (dir[0] && n == 0) printf("  (empty)\n");
+    return 0;
+}
+
+static int cmd_gpu(const settings *s, job *j) {
+    mfm_cuda_info info;
+    mfm_error e;
+    mfm_status st = mfm_cuda_get_info(s->p.device, &info, &e);
+    (void)j;
+    printf("NVRTC:        %s%s\n", info.nvrtc_version ? info.nvrtc_path : "not found (not needed while the kernel cache has the kernels)",
+           info.nvrtc_version ? "" : "");
+    if (info.nvrtc_version) printf("NVRTC version: %d.%d\n", info.nvrtc_version / 1000, info.nvrtc_version % 1000 / 10);
+    printf("kernel cache: %s\n", info.cache_dir[0] ? info.cache_dir : "off");
+    if (st != MFM_OK) return fail("%s", e.message);
+    printf("driver:       CUDA %d.%d, %d device%s\n", info.driver_version / 1000, info.driver_version % 1000 / 10, info.n_devices, info.n_devices == 1 ? "" : "s");
+    printf("device %d:     %s, sm_%d%d, %.1f GB\n", info.device, info.device_name, info.compute_major, info.compute_minor, (double)info.total_memory / 1e9);
+    return 0;
+}
+
+/* ============================================================================================
    Commands and main
    ============================================================================================ */
 
@@ -914,6 +971,10 @@ static const command commands[] = {
      "logloss and accuracy (multiclass)."},
     {"convert", CMD_CONVERT, 2, 2, "[options] IN OUT", cmd_convert, "Converts a data file (OUT \"-\" = standard output)."},
     {"info", CMD_INFO, 1, 1, "FILE", cmd_info, "Describes a model file or a data file."},
+    {"cache", CMD_CACHE, 0, 0, "[--clear] [--build ARCH]", cmd_cache,
+     "Shows the GPU kernel cache (MFM_CACHE_DIR, else ~/.cache/modern_fm) and its entries; --clear\n"
+     "empties it; --build compiles the kernels for an architecture without a GPU (NVRTC needed)."},
+    {"gpu", CMD_GPU, 0, 0, "[--device N]", cmd_gpu, "Describes the CUDA driver, NVRTC, the kernel cache and a device."},
 };
 
 static void print_usage(FILE *f) {
@@ -972,7 +1033,7 @@ int main(int argc, char **argv) {
         printf("mfm %s\n", mfm_version_string());
         return 0;
     }
-    if (!(c = find_command(argv[1]))) return usage_error("'%s' is not a command: train, predict, eval, convert or info (see mfm --help)", argv[1]);
+    if (!(c = find_command(argv[1]))) return usage_error("'%s' is not a command: train, predict, eval, convert, info, cache or gpu (see mfm --help)", argv[1]);
     memset(&s, 0, sizeof s);
     s.command = c->name;
     s.command_bit = c->bit;

@@ -1,0 +1,201 @@
+/* gpu.c - prediction on the GPU next to the CPU (`make bench-gpu`): Criteo-shaped (39 fields)
+   and Avazu-shaped (22 fields) one-hot rows, FM / FFM / FwFM, k = 4, 8, 16. For each cell:
+   rows/s of the CPU with every core, of the GPU with the rows coming from host memory
+   (transfer-inclusive), and of the GPU with model and rows resident; the resident figure as a
+   percentage of the bandwidth ceiling of reference/gpu_anchors.md 4.3 (H100: FM and FwFM the
+   cold-gather ceiling, FFM the 3.0 TB/s one); the largest difference from the CPU's
+   probabilities. Then the time from a fresh process to its first prediction, with the kernel
+   cache cold (NVRTC compiles) and warm.
+
+       gpu [--rows N] [--features N] [--quick]   */
+#define _POSIX_C_SOURCE 200809L
+#define MODERN_FM_IMPLEMENTATION
+#include "../modern_fm.h"
+#include "common.h"
+#include "synth.h"
+
+#include <math.h>
+#include <string.h>
+#include <unistd.h>
+
+/* rows/s ceilings (millions) of gpu_anchors.md 4.3 for k = 4, 8, 16 */
+static const double ceiling_fm[2][3] = {{750, 740, 550}, {1330, 1320, 970}};   /* Criteo, Avazu: cold gathers */
+static const double ceiling_ffm[2][3] = {{120, 61, 31}, {370, 189, 96}};       /* 3.0 TB/s over the blocks */
+
+static double best_of(int n, double (*once)(void *), void *ctx) {
+    double best = 1e30;
+    int i;
+    for (i = 0; i < n; i++) {
+        double t = once(ctx);
+        if (t < best) best = t;
+    }
+    return best;
+}
+
+typedef struct cell {
+    mfm_model *m;
+    mfm_gpu_model *gm;
+    mfm_gpu_data *gd;
+    mfm_csr d;
+    float *out;
+} cell;
+
+static double time_cpu(void *p) {
+    cell *c = (cell *)p;
+    mfm_error e;
+    double t = bench_now();
+    bench_check(mfm_predict(c->m, &c->d, MFM_OUTPUT_PROBABILITY, c->out, c->d.n_rows, &e), &e, "CPU predict");
+    return bench_now() - t;
+}
+
+static double time_transfer(void *p) {
+    cell *c = (cell *)p;
+    mfm_error e;
+    double t = bench_now();
+    bench_check(mfm_gpu_predict(c->gm, &c->d, MFM_OUTPUT_PROBABILITY, c->out, c->d.n_rows, &e), &e, "GPU predict");
+    return bench_now() - t;
+}
+
+static double time_resident(void *p) {
+    cell *c = (cell *)p;
+    mfm_error e;
+    double t = bench_now();
+    bench_check(mfm_gpu_predict_resident(c->gm, c->gd, MFM_OUTPUT_PROBABILITY, c->out, c->d.n_rows, &e), &e, "GPU resident predict");
+    return bench_now() - t;
+}
+
+/* In a fresh process (`gpu --probe`): library calls from nothing to one finished prediction.
+   Prints: seconds to a loaded driver, to the first prediction, to the kernel image, and 1 when
+   the image came from the cache. */
+static int probe(void) {
+    static const uint64_t off[] = {0, 2};
+    static const uint32_t feat[] = {1, 2}, fld[] = {0, 1};
+    mfm_params p;
+    mfm_model *m = NULL;
+    mfm_gpu_model *gm = NULL;
+    mfm_error e;
+    mfm_cuda_info info;
+    mfm_csr d;
+    float out[1];
+    double start = bench_now(), driver;
+    memset(&p, 0, sizeof p);
+    memset(&d, 0, sizeof d);
+    p.model = MFM_MODEL_FFM;
+    p.k = 4;
+    d.n_rows = 1, d.row_offsets = off, d.features = feat, d.fields = fld;
+    driver = mfm_cuda_available() ? bench_now() - start : -1;
+    bench_check(mfm_model_create(&p, 10, 2, 1, &m, &e), &e, "create");
+    bench_check(mfm_gpu_model_upload(m, 0, &gm, &e), &e, "upload");
+    bench_check(mfm_gpu_predict(gm, &d, MFM_OUTPUT_PROBABILITY, out, 1, &e), &e, "predict");
+    printf("%.6f %.6f", driver, bench_now() - start);
+    mfm_cuda_get_info(0, &info, &e);
+    printf(" %.6f %d\n", info.kernels.seconds, info.kernels.from_cache);
+    mfm_gpu_model_free(gm);
+    mfm_model_free(m);
+    return 0;
+}
+
+static void first_prediction(const char *self, const char *label) {
+    char cmd[1024], line[256] = "";
+    double driver = 0, first = 0, kernels = 0;
+    int from_cache = 0;
+    FILE *f;
+    snprintf(cmd, sizeof cmd, "'%s' --probe", self);
+    fflush(stdout);
+    if (!(f = popen(cmd, "r")) || !fgets(line, sizeof line, f) || sscanf(line, "%lf %lf %lf %d", &driver, &first, &kernels, &from_cache) != 4) {
+        printf("%-10s probe failed: %s\n", label, line);
+        if (f) pclose(f);
+        return;
+    }
+    pclose(f);
+    printf("%-10s first prediction %7.1f ms after the first library call (driver + context %6.1f ms; kernels %s in %6.1f ms)\n", label, 1e3 * first,
+           1e3 * driver, from_cache ? "read from the cache" : "compiled by NVRTC", 1e3 * kernels);
+}
+
+int main(int argc, char **argv) {
+    static const mfm_model_type models[] = {MFM_MODEL_FM, MFM_MODEL_FFM, MFM_MODEL_FWFM};
+    static const int ks[] = {4, 8, 16};
+    uint64_t n_rows = 2000000;
+    uint32_t n_features = 1000000;
+    mfm_cuda_info info;
+    mfm_error e;
+    int i, shape, quick = 0;
+    for (i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--probe")) return probe();
+        if (!strcmp(argv[i], "--rows") && i + 1 < argc) n_rows = strtoull(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--features") && i + 1 < argc) n_features = (uint32_t)strtoul(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--quick")) quick = 1;
+    }
+    if (quick) n_rows = 100000, n_features = 100000;
+    if (!mfm_cuda_available()) {
+        mfm_cuda_get_info(0, &info, &e);
+        printf("bench-gpu: skipped: %s\n", e.message);
+        return 0;
+    }
+    /* start-up probes in fresh processes, with a cache folder of their own, empty at first */
+    setenv("MFM_CACHE_DIR", "build/bench-gpu-cache", 1);
+    if (system("rm -rf build/bench-gpu-cache") != 0) fprintf(stderr, "could not empty build/bench-gpu-cache\n");
+    first_prediction(argv[0], "cold start");
+    first_prediction(argv[0], "warm start");
+    bench_check(mfm_cuda_get_info(0, &info, &e), &e, "mfm_cuda_get_info");
+    printf("device: %s (sm_%d%d, %.1f GB), driver CUDA %d.%d, NVRTC %d.%d; CPU: %d threads\n", info.device_name, info.compute_major, info.compute_minor,
+           (double)info.total_memory / 1e9, info.driver_version / 1000, info.driver_version % 1000 / 10, info.nvrtc_version / 1000,
+           info.nvrtc_version % 1000 / 10, mfm__cores());
+    printf("\n%-7s %-5s %3s | %12s %14s %14s | %10s %6s | %9s\n", "shape", "model", "k", "CPU rows/s", "GPU transfer", "GPU resident", "ceiling", "%", "max diff");
+    for (shape = 0; shape < 2; shape++) {
+        synth_spec spec;
+        synth_data data;
+        memset(&spec, 0, sizeof spec);
+        spec.n_rows = n_rows;
+        spec.n_fields = shape == 0 ? 39 : 22;
+        spec.n_features = n_features;
+        spec.per_field = 1;
+        spec.zipf_s = 1.1;
+        spec.signal = 1;
+        spec.seed = 7;
+        if (synth_generate(&spec, &data) != 0) {
+            fprintf(stderr, "out of memory for the data\n");
+            return 1;
+        }
+        for (i = 0; i < 9; i++) {
+            const mfm_model_type model = models[i / 3];
+            const int k = ks[i % 3];
+            cell c;
+            mfm_params p;
+            float *cpu_out;
+            double t_cpu, t_tr, t_res, ceiling, diff = 0;
+            uint64_t r;
+            memset(&c, 0, sizeof c);
+            memset(&p, 0, sizeof p);
+            p.model = model;
+            p.k = k;
+            p.init_scale = 0.1;
+            p.n_threads = mfm__cores();
+            c.d = synth_csr(&data);
+            c.out = (float *)malloc(n_rows * sizeof(float));
+            cpu_out = (float *)malloc(n_rows * sizeof(float));
+            bench_check(mfm_model_create(&p, data.n_features, data.n_fields, 1, &c.m, &e), &e, "create");
+            c.out = cpu_out;
+            t_cpu = best_of(1, time_cpu, &c);
+            c.out = (float *)malloc(n_rows * sizeof(float));
+            bench_check(mfm_gpu_model_upload(c.m, 0, &c.gm, &e), &e, "upload");
+            bench_check(mfm_gpu_data_upload(c.gm, &c.d, &c.gd, &e), &e, "data upload");
+            t_tr = best_of(3, time_transfer, &c);
+            t_res = best_of(5, time_resident, &c);
+            for (r = 0; r < n_rows; r++) diff = fmax(diff, fabs((double)c.out[r] - cpu_out[r]));
+            ceiling = 1e6 * (model == MFM_MODEL_FFM ? ceiling_ffm : ceiling_fm)[shape][i % 3];
+            printf("%-7s %-5s %3d | %12.0f %14.0f %14.0f | %9.0fM %5.1f%% | %9.2g\n", shape == 0 ? "Criteo" : "Avazu", bench_model_names[model], k,
+                   n_rows / t_cpu, n_rows / t_tr, n_rows / t_res, ceiling / 1e6, 100 * (n_rows / t_res) / ceiling, diff);
+            fflush(stdout);
+            mfm_gpu_data_free(c.gd);
+            mfm_gpu_model_free(c.gm);
+            mfm_model_free(c.m);
+            free(c.out);
+            free(cpu_out);
+        }
+        synth_free(&data);
+    }
+    printf("\nrows: %llu per shape, one feature per field, Zipf 1.1 ids over %u features; times: best of 1 (CPU), 3 (transfer), 5 (resident) calls\n",
+           (unsigned long long)n_rows, (unsigned)n_features);
+    return 0;
+}

@@ -1,0 +1,238 @@
+/* kernels/predict.cu - the score of every row under FM, FFM and FwFM, then the output the
+   caller asked for. NVRTC compiles this file at run time (modern_fm_kernels.h carries it as
+   text); it includes no header, so it builds with nothing but NVRTC.
+
+   A row is worked on by a group of `group` lanes of one warp (a power of two, at most 32):
+     FM, FwFM  each lane owns factors t = lane, lane + group, ...; the row's non-zeros are
+               walked by every lane, so the group reads each factor vector as one coalesced
+               request of k floats
+     FFM       the lanes share out the row's pairs (a, b); each lane reads the two k-vectors of
+               its pair, which lie in the two features' contiguous blocks of n_fields x k floats
+   The linear term and the row norm are shared out by non-zeros. Partial sums meet through
+   shuffles inside the group; lane 0 writes the row's score of each class. */
+
+typedef unsigned long long mfm_u64;
+typedef unsigned int mfm_u32;
+
+/* What every prediction launch is given. modern_fm.h has the same struct (mfm__gpu_args) with
+   the pointers spelled as 64-bit device addresses. */
+struct mfm_args {
+    const mfm_u64 *offsets;      /* n_rows + 1; row r holds offsets[r] - offset_base ..  */
+    const mfm_u32 *features;
+    const mfm_u32 *fields;       /* FFM and FwFM */
+    const float *values;         /* 0: every value is 1 */
+    const float *table;          /* per class, n_features records of `stride` floats: the
+                                    factors (FM/FwFM k, FFM n_fields x k), then w */
+    const float *w0;             /* one per class */
+    const float *pair_weights;   /* FwFM: per class n_fields x n_fields, symmetric */
+    float *scores;               /* n_rows x n_classes */
+    mfm_u64 n_rows, offset_base, class_stride;
+    mfm_u32 n_fields, n_classes, k, stride, group, w_offset;
+    int linear_only, pairs_only, normalize;
+};
+
+struct mfm_row {
+    mfm_u64 lo; /* first non-zero */
+    mfm_u32 z;  /* non-zeros */
+    float scale;
+};
+
+/* Lanes of the calling lane's group, as a shuffle mask. */
+__device__ __forceinline__ unsigned mfm_group_mask(mfm_u32 group) {
+    return group == 32 ? 0xffffffffu : ((1u << group) - 1u) << ((threadIdx.x & 31u) & ~(group - 1u));
+}
+
+__device__ __forceinline__ float mfm_group_sum(float v, unsigned mask, mfm_u32 group) {
+    for (mfm_u32 o = group >> 1; o > 0; o >>= 1) v += __shfl_xor_sync(mask, v, o, group);
+    return v;
+}
+
+__device__ __forceinline__ double mfm_group_sum(double v, unsigned mask, mfm_u32 group) {
+    for (mfm_u32 o = group >> 1; o > 0; o >>= 1) v += __shfl_xor_sync(mask, v, o, group);
+    return v;
+}
+
+__device__ __forceinline__ float mfm_x(const mfm_args &a, mfm_u64 i, float scale) {
+    return (a.values ? a.values[i] : 1.0f) * scale;
+}
+
+/* Where the row lies, and with normalize its scale 1/sqrt(sum x^2) (the CPU's rounding:
+   the squares add up in double, the scale is a float). */
+__device__ mfm_row mfm_row_at(const mfm_args &a, mfm_u64 r, mfm_u32 lane, unsigned mask) {
+    mfm_row row;
+    row.lo = a.offsets[r] - a.offset_base;
+    row.z = (mfm_u32)(a.offsets[r + 1] - a.offsets[r]);
+    row.scale = 1.0f;
+    if (a.normalize && a.values) {
+        double squares = 0;
+        for (mfm_u32 i = lane; i < row.z; i += a.group) {
+            double x = a.values[row.lo + i];
+            squares += x * x;
+        }
+        squares = mfm_group_sum(squares, mask, a.group);
+        if (squares > 0) row.scale = (float)(1.0 / sqrt(squares));
+    } else if (a.normalize && row.z > 0) {
+        row.scale = (float)(1.0 / sqrt((double)row.z));
+    }
+    return row;
+}
+
+/* w0 + sum_i w_i x_i of one class (0 when the model keeps only pairs). */
+__device__ float mfm_linear(const mfm_args &a, const float *table, mfm_u32 c, const mfm_row &row, mfm_u32 lane, unsigned mask) {
+    if (a.pairs_only) return 0.0f;
+    float s = 0;
+    for (mfm_u32 i = lane; i < row.z; i += a.group) {
+        const mfm_u64 at = row.lo + i;
+        s += table[(mfm_u64)a.features[at] * a.stride + a.w_offset] * mfm_x(a, at, row.scale);
+    }
+    return a.w0[c] + mfm_group_sum(s, mask, a.group);
+}
+
+/* Visits the rows of this group, grid-stride; every lane of a group sees the same rows. */
+#define MFM_FOR_EACH_ROW(a, r, lane, mask)                                                  \
+    const mfm_u32 lane = threadIdx.x & (a.group - 1u);                                      \
+    const unsigned mask = mfm_group_mask(a.group);                                          \
+    const mfm_u64 n_groups = (mfm_u64)gridDim.x * blockDim.x / a.group;                     \
+    for (mfm_u64 r = ((mfm_u64)blockIdx.x * blockDim.x + threadIdx.x) / a.group; r < a.n_rows; r += n_groups)
+
+/* FM: sum_{a<b} <v_a, v_b> x_a x_b = 1/2 sum_t [(sum_a v_at x_a)^2 - sum_a (v_at x_a)^2]. */
+extern "C" __global__ void mfm_predict_fm(const mfm_args a) {
+    MFM_FOR_EACH_ROW(a, r, lane, mask) {
+        const mfm_row row = mfm_row_at(a, r, lane, mask);
+        for (mfm_u32 c = 0; c < a.n_classes; c++) {
+            const float *table = a.table + c * a.class_stride;
+            float s = mfm_linear(a, table, c, row, lane, mask), part = 0;
+            if (!a.linear_only) {
+                for (mfm_u32 t = lane; t < a.k; t += a.group) {
+                    float sum = 0, squares = 0;
+                    for (mfm_u32 i = 0; i < row.z; i++) {
+                        const mfm_u64 at = row.lo + i;
+                        const float vx = table[(mfm_u64)a.features[at] * a.stride + t] * mfm_x(a, at, row.scale);
+                        sum += vx;
+                        squares += vx * vx;
+                    }
+                    part += sum * sum - squares;
+                }
+                s += 0.5f * mfm_group_sum(part, mask, a.group);
+            }
+            if (lane == 0) a.scores[r * a.n_classes + c] = s;
+        }
+    }
+}
+
+/* FwFM: sum_{a<b} r(f_a, f_b) <v_a, v_b> x_a x_b, per factor t: sum_a u_a sum_{b>a} r u_b. */
+extern "C" __global__ void mfm_predict_fwfm(const mfm_args a) {
+    MFM_FOR_EACH_ROW(a, r, lane, mask) {
+        const mfm_row row = mfm_row_at(a, r, lane, mask);
+        for (mfm_u32 c = 0; c < a.n_classes; c++) {
+            const float *table = a.table + c * a.class_stride;
+            const float *weights = a.pair_weights + (mfm_u64)c * a.n_fields * a.n_fields;
+            float s = mfm_linear(a, table, c, row, lane, mask), part = 0;
+            if (!a.linear_only) {
+                for (mfm_u32 t = lane; t < a.k; t += a.group) {
+                    for (mfm_u32 i = 0; i + 1 < row.z; i++) {
+                        const mfm_u64 at = row.lo + i;
+                        const float u = table[(mfm_u64)a.features[at] * a.stride + t] * mfm_x(a, at, row.scale);
+                        const float *w_row = weights + (mfm_u64)a.fields[at] * a.n_fields;
+                        float inner = 0;
+                        for (mfm_u32 j = i + 1; j < row.z; j++) {
+                            const mfm_u64 bt = row.lo + j;
+                            inner += w_row[a.fields[bt]] * (table[(mfm_u64)a.features[bt] * a.stride + t] * mfm_x(a, bt, row.scale));
+                        }
+                        part += u * inner;
+                    }
+                }
+                s += mfm_group_sum(part, mask, a.group);
+            }
+            if (lane == 0) a.scores[r * a.n_classes + c] = s;
+        }
+    }
+}
+
+/* <p, q> over k floats; K > 0 is k known at compile time (a multiple of 4: float4 loads). */
+template <int K>
+__device__ __forceinline__ float mfm_dot(const float *p, const float *q, mfm_u32 k) {
+    float s = 0;
+    if (K > 0) {
+#pragma unroll
+        for (int t = 0; t < K; t += 4) {
+            const float4 x = *reinterpret_cast<const float4 *>(p + t), y = *reinterpret_cast<const float4 *>(q + t);
+            s += x.x * y.x + x.y * y.y + x.z * y.z + x.w * y.w;
+        }
+    } else {
+        for (mfm_u32 t = 0; t < k; t++) s += p[t] * q[t];
+    }
+    return s;
+}
+
+/* FFM: sum_{a<b} <V[a, f_b], V[b, f_a]> x_a x_b. Pair p of a row is (a, b) in the order
+   (0,1) (0,2) .. (0,z-1) (1,2) ..; a lane starts at pair `lane` and steps `group` pairs. */
+template <int K>
+__device__ void mfm_ffm(const mfm_args &a) {
+    MFM_FOR_EACH_ROW(a, r, lane, mask) {
+        const mfm_row row = mfm_row_at(a, r, lane, mask);
+        const mfm_u64 n_pairs = (mfm_u64)row.z * (row.z - (row.z > 0)) / 2;
+        for (mfm_u32 c = 0; c < a.n_classes; c++) {
+            const float *table = a.table + c * a.class_stride;
+            float s = mfm_linear(a, table, c, row, lane, mask), part = 0;
+            if (!a.linear_only) {
+                mfm_u32 i = 0, j = 1 + lane; /* pair `lane`, found by the same walk as every step */
+                while (j >= row.z && i + 1 < row.z) {
+                    i++;
+                    j = j - row.z + i + 1;
+                }
+                for (mfm_u64 p = lane; p < n_pairs; p += a.group) {
+                    const mfm_u64 at = row.lo + i, bt = row.lo + j;
+                    const float *va = table + (mfm_u64)a.features[at] * a.stride + (mfm_u64)a.fields[bt] * a.k;
+                    const float *vb = table + (mfm_u64)a.features[bt] * a.stride + (mfm_u64)a.fields[at] * a.k;
+                    part += mfm_dot<K>(va, vb, a.k) * (mfm_x(a, at, row.scale) * mfm_x(a, bt, row.scale));
+                    j += a.group;
+                    while (j >= row.z && i + 1 < row.z) {
+                        i++;
+                        j = j - row.z + i + 1;
+                    }
+                }
+                s += mfm_group_sum(part, mask, a.group);
+            }
+            if (lane == 0) a.scores[r * a.n_classes + c] = s;
+        }
+    }
+}
+
+extern "C" __global__ void mfm_predict_ffm(const mfm_args a) { mfm_ffm<0>(a); }
+extern "C" __global__ void mfm_predict_ffm_k4(const mfm_args a) { mfm_ffm<4>(a); }
+extern "C" __global__ void mfm_predict_ffm_k8(const mfm_args a) { mfm_ffm<8>(a); }
+extern "C" __global__ void mfm_predict_ffm_k16(const mfm_args a) { mfm_ffm<16>(a); }
+
+/* Scores to what the caller asked for, one thread per row, with the CPU's arithmetic (double).
+   task: 1 binary, 2 regression, 3 multiclass; kind: 1 score, 2 probability, 3 label (the
+   numbers of mfm_task and mfm_output). out may be scores itself when both are n x 1. */
+extern "C" __global__ void mfm_finish(const float *scores, float *out, mfm_u64 n_rows, mfm_u32 n_classes, int task, int kind) {
+    for (mfm_u64 r = (mfm_u64)blockIdx.x * blockDim.x + threadIdx.x; r < n_rows; r += (mfm_u64)gridDim.x * blockDim.x) {
+        const float *s = scores + r * n_classes;
+        if (kind == 1 || task == 2) {
+            if (out != scores)
+                for (mfm_u32 c = 0; c < n_classes; c++) out[r * n_classes + c] = s[c];
+        } else if (task == 1) {
+            const double x = s[0];
+            double p;
+            if (x >= 0) {
+                p = 1.0 / (1.0 + exp(-x));
+            } else {
+                const double e = exp(x);
+                p = e / (1.0 + e);
+            }
+            out[r] = kind == 3 ? (s[0] >= 0 ? 1.0f : 0.0f) : (float)p;
+        } else if (kind == 3) {
+            mfm_u32 best = 0;
+            for (mfm_u32 c = 1; c < n_classes; c++)
+                if (s[c] > s[best]) best = c; /* the first of equal maxima wins */
+            out[r] = (float)best;
+        } else {
+            double top = s[0], total = 0;
+            for (mfm_u32 c = 1; c < n_classes; c++) top = s[c] > top ? s[c] : top;
+            for (mfm_u32 c = 0; c < n_classes; c++) total += exp((double)s[c] - top);
+            for (mfm_u32 c = 0; c < n_classes; c++) out[r * n_classes + c] = (float)(exp((double)s[c] - top) / total);
+        }
+    }
+}

@@ -1,0 +1,250 @@
+/* test_cuda.c - the CUDA runtime where there may be no GPU: NVRTC compiles every kernel through
+   the library's own path, the kernel cache (hits, misses, corrupt entries, two writers, an
+   unwritable directory), and the errors without a driver or without NVRTC. Environment
+   variables steer the loader, which loads once per process, so each case that sets one runs
+   in a child process. */
+#define _POSIX_C_SOURCE 200809L
+#include "runner.h"
+#include "scratch.h"
+#include "../modern_fm.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+void test_cuda_forget(void); /* tests/impl.c */
+
+/* Runs fn in a child process with `name=value` set and a loader that starts afresh; returns the child's exit code (0 = all
+   its checks held; it prints what failed). */
+static int in_child(const char *name, const char *value, int (*fn)(void)) {
+    pid_t pid;
+    int status = 0;
+    fflush(stdout);
+    if ((pid = fork()) == 0) {
+        if (name) setenv(name, value, 1);
+        test_cuda_forget();
+        _exit(fn());
+    }
+    if (pid < 0 || waitpid(pid, &status, 0) != pid) return -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+}
+
+/* A cache directory of its own for one test, empty. */
+static void fresh_cache(char *dir, size_t cap, const char *name) {
+    char cmd[700];
+    scratch_path(dir, cap, name);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) printf("  (could not empty %s)\n", dir);
+    setenv("MFM_CACHE_DIR", dir, 1);
+}
+
+/* NVRTC is on CI's machine; elsewhere these tests say why they did not run. */
+static int have_nvrtc(void) {
+    mfm_kernel_build b;
+    mfm_error e;
+    mfm_status st = mfm_cuda_build_kernels("sm_90", &b, &e);
+    if (st == MFM_ERR_NVRTC_UNAVAILABLE) {
+        runner_skip("%s", e.message);
+        return 0;
+    }
+    return 1;
+}
+
+void test_cuda_nvrtc_compiles_every_arch(void) {
+    static const char *const archs[] = {"sm_75", "sm_80", "sm_90", "compute_90"};
+    char dir[512];
+    size_t i;
+    unsetenv("MFM_CACHE");
+    fresh_cache(dir, sizeof dir, "cache-archs");
+    if (!have_nvrtc()) return;
+    for (i = 0; i < sizeof archs / sizeof archs[0]; i++) {
+        mfm_kernel_build b;
+        mfm_error e;
+        mfm_status st = mfm_cuda_build_kernels(archs[i], &b, &e);
+        if (!CHECK(st == MFM_OK, "%s: %s", archs[i], e.message)) continue;
+        CHECK(b.image_bytes > 1000, "%s: an image of %llu bytes", archs[i], (unsigned long long)b.image_bytes);
+        CHECK(strcmp(b.kind, i == 3 ? "ptx" : "cubin") == 0, "%s gave %s", archs[i], b.kind);
+    }
+    {
+        mfm_kernel_build b;
+        mfm_error e;
+        CHECK(mfm_cuda_build_kernels("sm_61", &b, &e) == MFM_ERR_DEVICE_UNSUPPORTED && strstr(e.message, "61"), "sm_61: %s", e.message);
+        CHECK(mfm_cuda_build_kernels("banana", &b, &e) == MFM_ERR_INVALID_ARGUMENT && strstr(e.message, "banana"), "banana: %s", e.message);
+    }
+}
+
+/* The one entry of the directory ending in .mfmk, into path; 1 when there is exactly one. */
+static int only_entry(const char *dir, char *path, size_t cap) {
+    mfm_cache_entry entries[8];
+    size_t n = 0;
+    char listed[512];
+    if (mfm_cache_list(listed, sizeof listed, entries, 8, &n, NULL) != MFM_OK || n != 1) return 0;
+    snprintf(path, cap, "%s/v1/%s", dir, entries[0].name);
+    return entries[0].valid;
+}
+
+void test_cuda_cache_round_trip(void) {
+    char dir[512], path[800];
+    unsigned char *bytes;
+    size_t size, n_removed = 0;
+    mfm_kernel_build b;
+    mfm_error e;
+    unsetenv("MFM_CACHE");
+    fresh_cache(dir, sizeof dir, "cache-round-trip");
+    if (!have_nvrtc()) return;
+    /* have_nvrtc built sm_90 into this fresh directory: the next build is a hit */
+    REQUIRE(mfm_cuda_build_kernels("sm_90", &b, &e) == MFM_OK, "%s", e.message);
+    CHECK(b.from_cache == 1 && b.stored == 0, "second build: from_cache %d stored %d", b.from_cache, b.stored);
+    REQUIRE(only_entry(dir, path, sizeof path), "the cache holds one valid entry");
+    CHECK(strstr(path, "cubin-sm_90-nvrtc") != NULL && strstr(path, ".mfmk") != NULL, "entry name %s", path);
+    CHECK(strcmp(path, b.path) == 0, "listed %s, built %s", path, b.path);
+
+    /* a flipped payload byte, a truncated file, a foreign key: each a miss that is rewritten */
+    REQUIRE((bytes = read_whole_file(path, &size)) != NULL && size > 1000, "read the entry");
+    bytes[size / 2] ^= 0x40;
+    REQUIRE(write_whole_file(path, bytes, size), "corrupt the entry");
+    CHECK(mfm_cuda_build_kernels("sm_90", &b, &e) == MFM_OK && b.from_cache == 0 && b.stored == 1, "flipped byte: from_cache %d stored %d", b.from_cache, b.stored);
+    CHECK(only_entry(dir, path, sizeof path), "rewritten entry valid");
+    REQUIRE(write_whole_file(path, bytes, 40), "truncate the entry");
+    CHECK(mfm_cuda_build_kernels("sm_90", &b, &e) == MFM_OK && b.from_cache == 0 && b.stored == 1, "truncated: from_cache %d stored %d", b.from_cache, b.stored);
+    free(bytes);
+    REQUIRE((bytes = read_whole_file(path, &size)) != NULL && size > 1000, "read the entry");
+    bytes[32] ^= 1; /* the key echo */
+    REQUIRE(write_whole_file(path, bytes, size), "change the key echo");
+    CHECK(mfm_cuda_build_kernels("sm_90", &b, &e) == MFM_OK && b.from_cache == 0, "foreign key: from_cache %d", b.from_cache);
+    CHECK(mfm_cuda_build_kernels("sm_90", &b, &e) == MFM_OK && b.from_cache == 1, "then a hit: from_cache %d", b.from_cache);
+    free(bytes);
+
+    /* readonly reads but never writes; off neither reads nor writes */
+    REQUIRE(mfm_cache_clear(&n_removed, &e) == MFM_OK && n_removed == 1, "clear removed %zu", n_removed);
+    setenv("MFM_CACHE", "readonly", 1);
+    CHECK(mfm_cuda_build_kernels("sm_90", &b, &e) == MFM_OK && b.from_cache == 0 && b.stored == 0, "readonly: stored %d", b.stored);
+    snprintf(path, sizeof path, "%s/v1", dir);
+    CHECK(count_names_containing(path, ".mfmk") == 0, "readonly wrote nothing");
+    setenv("MFM_CACHE", "off", 1);
+    CHECK(mfm_cuda_build_kernels("sm_90", &b, &e) == MFM_OK && b.from_cache == 0 && b.path[0] == '\0', "off: path \"%s\"", b.path);
+    unsetenv("MFM_CACHE");
+}
+
+static int build_sm80(void) {
+    mfm_kernel_build b;
+    return mfm_cuda_build_kernels("sm_80", &b, NULL) == MFM_OK ? 0 : 1;
+}
+
+void test_cuda_cache_two_processes(void) {
+    char dir[512], path[800], sub[600];
+    pid_t pids[2];
+    int i, ok = 1;
+    unsetenv("MFM_CACHE");
+    fresh_cache(dir, sizeof dir, "cache-two");
+    if (!have_nvrtc()) return;
+    mfm_cache_clear(NULL, NULL);
+    fflush(stdout);
+    for (i = 0; i < 2; i++)
+        if ((pids[i] = fork()) == 0) _exit(build_sm80());
+    for (i = 0; i < 2; i++) {
+        int status = 0;
+        ok &= pids[i] > 0 && waitpid(pids[i], &status, 0) == pids[i] && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    }
+    CHECK(ok, "both processes built the kernels");
+    snprintf(sub, sizeof sub, "%s/v1", dir);
+    CHECK(count_names_containing(sub, "cubin-sm_80") == 1, "one sm_80 entry, found %d", count_names_containing(sub, "cubin-sm_80"));
+    CHECK(count_names_containing(sub, ".tmp-") == 0, "no temporary file left");
+    CHECK(only_entry(dir, path, sizeof path) || count_names_containing(sub, ".mfmk") == 2, "the entry is valid");
+}
+
+void test_cuda_cache_unwritable(void) {
+    char file[512];
+    mfm_kernel_build b;
+    mfm_error e;
+    scratch_path(file, sizeof file, "cache-is-a-file");
+    REQUIRE(write_whole_file(file, "x", 1), "make a file");
+    setenv("MFM_CACHE_DIR", file, 1); /* a directory below a plain file can never be made */
+    unsetenv("MFM_CACHE");
+    if (!have_nvrtc()) return;
+    CHECK(mfm_cuda_build_kernels("sm_90", &b, &e) == MFM_OK, "an unwritable cache fails nothing: %s", e.message);
+    CHECK(b.from_cache == 0 && b.stored == 0, "nothing stored (stored %d)", b.stored);
+}
+
+/* Without libcuda: CUDA says "no driver", AUTO predicts on the CPU exactly like CPU. */
+static int no_driver_child(void) {
+    static const uint64_t off[] = {0, 2, 3};
+    static const uint32_t feat[] = {0, 1, 2}, fld[] = {0, 1, 0};
+    mfm_params p;
+    mfm_csr d;
+    mfm_model *m = NULL;
+    mfm_error e;
+    float cpu[2], other[2];
+    int bad = 0;
+    mfm_cuda_info info;
+    memset(&p, 0, sizeof p);
+    memset(&d, 0, sizeof d);
+    p.model = MFM_MODEL_FFM;
+    p.k = 4;
+    p.init_scale = 0.5;
+    d.n_rows = 2;
+    d.row_offsets = off;
+    d.features = feat;
+    d.fields = fld;
+    if (mfm_cuda_available()) bad |= 1;
+    if (mfm_cuda_get_info(0, &info, &e) != MFM_ERR_CUDA_UNAVAILABLE || !strstr(e.message, "no CUDA driver")) bad |= 2;
+    if (mfm_model_create(&p, 3, 2, 1, &m, &e) != MFM_OK) return 64;
+    if (mfm_predict(m, &d, MFM_OUTPUT_SCORE, cpu, 2, &e) != MFM_OK) bad |= 4;
+    p.backend = MFM_BACKEND_CUDA;
+    if (mfm_model_set_params(m, &p, &e) != MFM_OK) bad |= 8;
+    if (mfm_predict(m, &d, MFM_OUTPUT_SCORE, other, 2, &e) != MFM_ERR_CUDA_UNAVAILABLE || !strstr(e.message, "no CUDA driver") ||
+        !strstr(e.message, "/nonexistent/libcuda.so.1"))
+        bad |= 16;
+    p.backend = MFM_BACKEND_AUTO;
+    if (mfm_model_set_params(m, &p, &e) != MFM_OK) bad |= 8;
+    if (mfm_predict(m, &d, MFM_OUTPUT_SCORE, other, 2, &e) != MFM_OK || memcmp(cpu, other, sizeof cpu) != 0) bad |= 32;
+    mfm_model_free(m);
+    if (bad) printf("  no-driver child: failed checks %#x (%s)\n", bad, e.message);
+    return bad;
+}
+
+void test_cuda_no_driver(void) {
+    int code = in_child("MFM_CUDA_LIBRARY", "/nonexistent/libcuda.so.1", no_driver_child);
+    CHECK(code == 0, "the child's checks: exit %d", code);
+}
+
+static int nvrtc_missing_child(void) {
+    mfm_kernel_build b;
+    mfm_error e;
+    char dir[512];
+    fresh_cache(dir, sizeof dir, "cache-no-nvrtc"); /* an empty cache: nothing to fall back on */
+    if (mfm_cuda_build_kernels("sm_90", &b, &e) != MFM_ERR_NVRTC_UNAVAILABLE || !strstr(e.message, "/nonexistent/libnvrtc.so.13")) {
+        printf("  no-NVRTC child: %s\n", e.message);
+        return 1;
+    }
+    return 0;
+}
+
+void test_cuda_nvrtc_path_missing(void) {
+    int code = in_child("MFM_NVRTC_PATH", "/nonexistent/libnvrtc.so.13", nvrtc_missing_child);
+    CHECK(code == 0, "the child's checks: exit %d", code);
+}
+
+void test_cuda_training_refuses_cuda(void) {
+    static const uint64_t off[] = {0, 1};
+    static const uint32_t feat[] = {0};
+    static const float y[] = {1};
+    mfm_params p;
+    mfm_csr d;
+    mfm_model *m = NULL;
+    mfm_error e;
+    memset(&p, 0, sizeof p);
+    memset(&d, 0, sizeof d);
+    p.backend = MFM_BACKEND_CUDA;
+    d.n_rows = 1;
+    d.row_offsets = off;
+    d.features = feat;
+    d.labels = y;
+    CHECK(mfm_train(&p, &d, &m, &e) == MFM_ERR_INVALID_PARAM && strstr(e.message, "CUDA") && m == NULL, "train on CUDA: %s", e.message);
+    p.backend = (mfm_backend)7;
+    CHECK(mfm_train(&p, &d, &m, &e) == MFM_ERR_INVALID_PARAM && strstr(e.message, "backend"), "backend 7: %s", e.message);
+    mfm_model_free(m);
+}
