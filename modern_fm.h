@@ -560,6 +560,7 @@ typedef struct mfm_kernel_build {
     int arch;            /* e.g. 90 for sm_90 / compute_90 */
     uint64_t image_bytes;
     double seconds;      /* to have the image (compile or read) */
+    double load_seconds; /* for the driver to load it (cuModuleLoadData) */
     char path[704];      /* the cache entry ("" with the cache off) */
 } mfm_kernel_build;
 
@@ -576,6 +577,7 @@ typedef struct mfm_cuda_info {
     int cache_mode;       /* 0 off, 1 readonly, 2 read and write */
     int kernels_ready;    /* this process has the device's kernels loaded, and ... */
     mfm_kernel_build kernels; /* ... this is how it got them */
+    double context_seconds;   /* what creating the device's context took (0 until it exists) */
 } mfm_cuda_info;
 
 /* Describes the driver and one device; fails (saying what is missing) when there is none. */
@@ -1826,9 +1828,60 @@ typedef struct mfm__data_info {
     uint64_t feature_row, field_row; /* a row where that largest id occurs */
 } mfm__data_info;
 
-/* Structure, ids and values; labels and weights are checked by mfm__check_targets. */
+/* The largest of n ids, and the row that holds its first occurrence. */
+static uint32_t mfm__largest_id(const uint32_t *ids, const mfm_csr *d, uint64_t n, uint64_t *row) {
+    uint64_t j, lo = 0, hi = d->n_rows;
+    uint32_t top = 0, t[4] = {0, 0, 0, 0};
+    for (j = 0; j + 4 <= n; j += 4) { /* four independent branch-free maxima */
+        t[0] = ids[j] > t[0] ? ids[j] : t[0];
+        t[1] = ids[j + 1] > t[1] ? ids[j + 1] : t[1];
+        t[2] = ids[j + 2] > t[2] ? ids[j + 2] : t[2];
+        t[3] = ids[j + 3] > t[3] ? ids[j + 3] : t[3];
+    }
+    for (; j < n; j++) top = ids[j] > top ? ids[j] : top;
+    for (j = 0; j < 4; j++) top = t[j] > top ? t[j] : top;
+    for (j = 0; ids[j] != top; j++) {
+    }
+    while (lo + 1 < hi) { /* the last row starting at or before j (empty rows start there too, earlier) */
+        const uint64_t mid = lo + (hi - lo) / 2;
+        if (d->row_offsets[mid] <= j)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    *row = lo;
+    return top;
+}
+
+/* Where a check of the non-zeros failed: walks them in order and names the first bad one. */
+static mfm_status mfm__csr_error(const mfm_csr *d, int need_fields, mfm_error *err) {
+    uint64_t r, j;
+    for (r = 0; r < d->n_rows; r++) {
+        for (j = d->row_offsets[r]; j < d->row_offsets[r + 1]; j++) {
+            const uint32_t f = d->features[j], g = need_fields ? d->fields[j] : 0;
+            if (f == UINT32_MAX)
+                return mfm__fail(err, MFM_ERR_INVALID_DATA, "feature id 4294967295 in row %" PRIu64 " is out of range: ids must be below 2^32-1", r);
+            if (d->n_features && f >= d->n_features)
+                return mfm__fail(err, MFM_ERR_INVALID_DATA, "feature id %u in row %" PRIu64 " is not below data.n_features = %u", (unsigned)f, r,
+                                 (unsigned)d->n_features);
+            if (g == UINT32_MAX)
+                return mfm__fail(err, MFM_ERR_INVALID_DATA, "field id 4294967295 in row %" PRIu64 " is out of range: ids must be below 2^32-1", r);
+            if (need_fields && d->n_fields && g >= d->n_fields)
+                return mfm__fail(err, MFM_ERR_INVALID_DATA, "field id %u in row %" PRIu64 " is not below data.n_fields = %u", (unsigned)g, r,
+                                 (unsigned)d->n_fields);
+            if (d->values && !mfm__finite(d->values[j]))
+                return mfm__fail(err, MFM_ERR_INVALID_DATA, "value %g of feature %u in row %" PRIu64 " is not finite", (double)d->values[j], (unsigned)f, r);
+        }
+    }
+    return mfm__fail(err, MFM_ERR_INVALID_DATA, "the data failed a check that no non-zero fails on a second look"); /* not reached */
+}
+
+/* Structure, ids and values; labels and weights are checked by mfm__check_targets. The
+   non-zeros are checked by whole-array passes that the compiler vectorizes (largest id, any
+   infinite or NaN value): prediction on a GPU runs faster than a per-row walk would. */
 static mfm_status mfm__check_csr(const mfm_csr *d, int need_fields, mfm__data_info *info, mfm_error *err) {
     uint64_t r, j;
+    uint32_t top;
     memset(info, 0, sizeof *info);
     if (!d) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "the data pointer is NULL");
     if (d->n_rows == 0) return MFM_OK;
@@ -1848,33 +1901,21 @@ static mfm_status mfm__check_csr(const mfm_csr *d, int need_fields, mfm__data_in
     if (!d->features) return mfm__fail(err, MFM_ERR_INVALID_DATA, "data.features is NULL but the data has %" PRIu64 " non-zeros", info->nnz);
     if (need_fields && !d->fields)
         return mfm__fail(err, MFM_ERR_INVALID_DATA, "data.fields is NULL, but FFM and FwFM need a field id for every non-zero");
-    for (r = 0; r < d->n_rows; r++) {
-        for (j = d->row_offsets[r]; j < d->row_offsets[r + 1]; j++) {
-            uint32_t f = d->features[j];
-            if (f == UINT32_MAX)
-                return mfm__fail(err, MFM_ERR_INVALID_DATA, "feature id 4294967295 in row %" PRIu64 " is out of range: ids must be below 2^32-1", r);
-            if (d->n_features && f >= d->n_features)
-                return mfm__fail(err, MFM_ERR_INVALID_DATA, "feature id %u in row %" PRIu64 " is not below data.n_features = %u", (unsigned)f, r,
-                                 (unsigned)d->n_features);
-            if (f >= info->n_features) {
-                info->n_features = f + 1;
-                info->feature_row = r;
-            }
-            if (need_fields) {
-                uint32_t g = d->fields[j];
-                if (g == UINT32_MAX)
-                    return mfm__fail(err, MFM_ERR_INVALID_DATA, "field id 4294967295 in row %" PRIu64 " is out of range: ids must be below 2^32-1", r);
-                if (d->n_fields && g >= d->n_fields)
-                    return mfm__fail(err, MFM_ERR_INVALID_DATA, "field id %u in row %" PRIu64 " is not below data.n_fields = %u", (unsigned)g, r,
-                                     (unsigned)d->n_fields);
-                if (g >= info->n_fields) {
-                    info->n_fields = g + 1;
-                    info->field_row = r;
-                }
-            }
-            if (d->values && !mfm__finite(d->values[j]))
-                return mfm__fail(err, MFM_ERR_INVALID_DATA, "value %g of feature %u in row %" PRIu64 " is not finite", (double)d->values[j], (unsigned)f, r);
+    top = mfm__largest_id(d->features, d, info->nnz, &info->feature_row);
+    if (top == UINT32_MAX || (d->n_features && top >= d->n_features)) return mfm__csr_error(d, need_fields, err);
+    info->n_features = top + 1;
+    if (need_fields) {
+        top = mfm__largest_id(d->fields, d, info->nnz, &info->field_row);
+        if (top == UINT32_MAX || (d->n_fields && top >= d->n_fields)) return mfm__csr_error(d, need_fields, err);
+        info->n_fields = top + 1;
+    }
+    if (d->values) {
+        uint32_t special = 0, bits;
+        for (j = 0; j < info->nnz; j++) { /* exponent all ones: infinite or NaN */
+            memcpy(&bits, d->values + j, 4);
+            special |= (bits & 0x7f800000u) == 0x7f800000u;
         }
+        if (special) return mfm__csr_error(d, need_fields, err);
     }
     return MFM_OK;
 }
@@ -5002,10 +5043,11 @@ typedef struct mfm__gpu_device {
     int ready;
     mfm__cu_context context;
     mfm__cu_module module;
-    mfm__cu_function fm, fwfm, ffm, ffm_k4, ffm_k8, ffm_k16, finish;
+    mfm__cu_function fm, finish;
+    mfm__cu_function pairs[2][4]; /* [FFM, FwFM][any k, k = 4, 8, 16] */
     int cc, sm_count;
+    double context_seconds; /* cuDevicePrimaryCtxRetain: the first use of the GPU */
     mfm_kernel_build build; /* how the module's image was had */
-
 } mfm__gpu_device;
 
 typedef struct mfm__cuda_state {
@@ -5022,6 +5064,7 @@ typedef struct mfm__cuda_state {
     mfm__gpu_device *devices; /* n_devices, each made ready on first use */
     char *source;             /* the kernel chunks joined */
     size_t source_bytes;
+    char source_digest[33];   /* XXH3-128 of the source, hex */
 } mfm__cuda_state;
 
 static mfm__cuda_state mfm__cuda;
@@ -5315,7 +5358,18 @@ typedef struct mfm__image {
     size_t size;
 } mfm__image;
 
-/* The kernel sources as one string (made once, kept for the process). Under the lock. */
+static void mfm__hex(const unsigned char *bytes, int n, char *out) {
+    static const char digits[] = "0123456789abcdef";
+    int i;
+    for (i = 0; i < n; i++) {
+        out[2 * i] = digits[bytes[i] >> 4];
+        out[2 * i + 1] = digits[bytes[i] & 15];
+    }
+    out[2 * n] = '\0';
+}
+
+/* The kernel sources as one string and its digest (made once, kept for the process). Under
+   the lock. */
 static const char *mfm__kernel_source(void) {
     mfm__cuda_state *s = &mfm__cuda;
     size_t i, total = 0;
@@ -5329,6 +5383,11 @@ static const char *mfm__kernel_source(void) {
     }
     s->source[total] = '\0';
     s->source_bytes = total;
+    {
+        XXH128_canonical_t canon;
+        XXH128_canonicalFromHash(&canon, XXH3_128bits(s->source, total));
+        mfm__hex(canon.digest, 16, s->source_digest);
+    }
     return s->source;
 }
 
@@ -5341,28 +5400,17 @@ static int mfm__nvrtc_options(int kind, int arch, char arch_option[48], const ch
     return 3;
 }
 
-static void mfm__hex(const unsigned char *bytes, int n, char *out) {
-    static const char digits[] = "0123456789abcdef";
-    int i;
-    for (i = 0; i < n; i++) {
-        out[2 * i] = digits[bytes[i] >> 4];
-        out[2 * i + 1] = digits[bytes[i] & 15];
-    }
-    out[2 * n] = '\0';
-}
-
-/* The key and the entry name of an image of `kind` for `arch` built by NVRTC major.minor. */
-static void mfm__image_key(mfm__image *im, const char *source, size_t source_bytes) {
+/* The key and the entry name of an image of `kind` for `arch` built by NVRTC major.minor.
+   Under the lock, with the sources made (mfm__kernel_source). */
+static void mfm__image_key(mfm__image *im) {
     char text[1024], arch_option[48], hex[33];
     const char *options[4];
     int n_options = mfm__nvrtc_options(im->kind, im->arch, arch_option, options), i;
     size_t used;
-    XXH128_hash_t h = XXH3_128bits(source, source_bytes);
+    XXH128_hash_t h;
     XXH128_canonical_t canon;
-    XXH128_canonicalFromHash(&canon, h);
-    mfm__hex(canon.digest, 16, hex);
     used = (size_t)snprintf(text, sizeof text, "modern_fm kernels\nformat=%d\nlibrary=%s\nsources=%lu:%s\noptions=", MFM__CACHE_FORMAT,
-                            MFM_VERSION_STRING, (unsigned long)source_bytes, hex);
+                            MFM_VERSION_STRING, (unsigned long)mfm__cuda.source_bytes, mfm__cuda.source_digest);
     for (i = 0; i < n_options && used < sizeof text; i++) used += (size_t)snprintf(text + used, sizeof text - used, "%s%s", i ? " " : "", options[i]);
     if (used < sizeof text)
         used += (size_t)snprintf(text + used, sizeof text - used, "\nkind=%s\narch=%d\nnvrtc=%d.%d\npointer_bits=%d\n",
@@ -5401,6 +5449,33 @@ static int mfm__cache_dir(char *out, size_t cap) {
         n = snprintf(out, cap, "%s/.cache/modern_fm/v1", e);
 #endif
     return n > 0 && (size_t)n < cap;
+}
+
+/* Calls fn for every file of the cache directory whose name ends in .mfmk or holds ".tmp-". */
+typedef void (*mfm__cache_visit_fn)(void *ctx, const char *dir, const char *name);
+
+static void mfm__cache_visit(const char *dir, mfm__cache_visit_fn fn, void *ctx) {
+#if defined(_WIN32)
+    char pattern[600];
+    WIN32_FIND_DATAA found;
+    HANDLE h;
+    snprintf(pattern, sizeof pattern, "%s\\*", dir);
+    if ((h = FindFirstFileA(pattern, &found)) == INVALID_HANDLE_VALUE) return;
+    do {
+        size_t n = strlen(found.cFileName);
+        if ((n > 5 && !strcmp(found.cFileName + n - 5, ".mfmk")) || strstr(found.cFileName, ".tmp-")) fn(ctx, dir, found.cFileName);
+    } while (FindNextFileA(h, &found));
+    FindClose(h);
+#else
+    DIR *dp = opendir(dir);
+    struct dirent *e;
+    if (!dp) return;
+    while ((e = readdir(dp)) != NULL) {
+        size_t n = strlen(e->d_name);
+        if ((n > 5 && !strcmp(e->d_name + n - 5, ".mfmk")) || strstr(e->d_name, ".tmp-")) fn(ctx, dir, e->d_name);
+    }
+    closedir(dp);
+#endif
 }
 
 /* mkdir -p, mode 0700; 0 when the directory is not there afterwards. */
@@ -5532,7 +5607,7 @@ static mfm_status mfm__image_get(mfm__image *im, mfm_kernel_build *build, mfm_er
     if (!source) return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for the kernel sources");
     im->nvrtc_major = mfm__cuda.nvrtc_major;
     im->nvrtc_minor = mfm__cuda.nvrtc_minor;
-    mfm__image_key(im, source, mfm__cuda.source_bytes);
+    mfm__image_key(im);
     memset(build, 0, sizeof *build);
     snprintf(build->kind, sizeof build->kind, "%s", im->kind == MFM__IMAGE_CUBIN ? "cubin" : "ptx");
     build->arch = im->arch;
@@ -5548,37 +5623,57 @@ static mfm_status mfm__image_get(mfm__image *im, mfm_kernel_build *build, mfm_er
     return MFM_OK;
 }
 
-/* Without NVRTC: an entry some earlier NVRTC built for this GPU (CUBIN for its exact arch, else
-   the newest PTX not newer than it), its key recomputed for the version its name gives. */
+/* An entry that some NVRTC built for this GPU, found without NVRTC: CUBIN for its exact arch,
+   else PTX of the newest arch not above it; the newest NVRTC first (PTX: not newer than the
+   driver, which refuses newer PTX). A name counts only when its key, recomputed for the kind,
+   arch and NVRTC version that the name gives, is the one it carries: entries of other sources
+   or library versions are passed over. */
+typedef struct mfm__image_search {
+    int cc, max_major;
+    long best_rank;
+    mfm__image best;
+} mfm__image_search;
+
+static void mfm__image_consider(void *ctx, const char *dir, const char *name) {
+    mfm__image_search *q = (mfm__image_search *)ctx;
+    mfm__image im;
+    char kind[8];
+    long rank;
+    (void)dir;
+    memset(&im, 0, sizeof im);
+    if (sscanf(name, "%7[a-z]-%*[a-z]_%d-nvrtc%d.%d-", kind, &im.arch, &im.nvrtc_major, &im.nvrtc_minor) != 4) return;
+    im.kind = !strcmp(kind, "cubin") ? MFM__IMAGE_CUBIN : !strcmp(kind, "ptx") ? MFM__IMAGE_PTX : 0;
+    if (im.kind == MFM__IMAGE_CUBIN ? im.arch != q->cc : im.kind != MFM__IMAGE_PTX || im.arch > q->cc || im.nvrtc_major > q->max_major) return;
+    if (im.arch < 0 || im.arch > 9999 || im.nvrtc_major < 0 || im.nvrtc_major > 999 || im.nvrtc_minor < 0 || im.nvrtc_minor > 99) return;
+    rank = (im.kind == MFM__IMAGE_CUBIN ? 100000000L : 0) + im.arch * 100000L + im.nvrtc_major * 100L + im.nvrtc_minor;
+    if (rank <= q->best_rank) return;
+    mfm__image_key(&im);
+    if (strcmp(im.name, name) != 0) return;
+    q->best_rank = rank;
+    q->best = im;
+}
+
 static int mfm__image_find(int cc, int max_major, mfm__image *im, mfm_kernel_build *build) {
+    mfm__image_search q;
     char dir[512];
-    const char *source = mfm__kernel_source();
-    int kind, arch, major, minor;
-    if (!source || !mfm__cache_dir(dir, sizeof dir)) return 0;
-    for (kind = MFM__IMAGE_CUBIN; kind <= MFM__IMAGE_PTX; kind++)
-        for (arch = cc; arch >= (kind == MFM__IMAGE_CUBIN ? cc : 30); arch--)
-            for (major = max_major; major >= 11; major--)
-                for (minor = 9; minor >= 0; minor--) {
-                    char path[704];
-                    struct stat st;
-                    memset(im, 0, sizeof *im);
-                    im->kind = kind;
-                    im->arch = arch;
-                    im->nvrtc_major = major;
-                    im->nvrtc_minor = minor;
-                    mfm__image_key(im, source, mfm__cuda.source_bytes);
-                    snprintf(path, sizeof path, "%s/%s", dir, im->name);
-                    if (stat(path, &st) == 0 && mfm__cache_read(dir, im)) {
-                        memset(build, 0, sizeof *build);
-                        build->from_cache = 1;
-                        snprintf(build->kind, sizeof build->kind, "%s", kind == MFM__IMAGE_CUBIN ? "cubin" : "ptx");
-                        build->arch = arch;
-                        build->image_bytes = im->size;
-                        snprintf(build->path, sizeof build->path, "%s", path);
-                        return 1;
-                    }
-                }
-    return 0;
+    double start = mfm__seconds();
+    if (!mfm__kernel_source() || !mfm__cache_dir(dir, sizeof dir)) return 0;
+    memset(&q, 0, sizeof q);
+    q.cc = cc;
+    q.max_major = max_major;
+    q.best_rank = -1;
+    mfm__cache_visit(dir, mfm__image_consider, &q);
+    if (q.best_rank < 0) return 0;
+    *im = q.best;
+    if (!mfm__cache_read(dir, im)) return 0;
+    memset(build, 0, sizeof *build);
+    build->from_cache = 1;
+    snprintf(build->kind, sizeof build->kind, "%s", im->kind == MFM__IMAGE_CUBIN ? "cubin" : "ptx");
+    build->arch = im->arch;
+    build->image_bytes = im->size;
+    snprintf(build->path, sizeof build->path, "%s/%s", dir, im->name);
+    build->seconds = mfm__seconds() - start;
+    return 1;
 }
 
 /* Which image a GPU of compute capability cc gets from the loaded NVRTC: CUBIN for its arch
@@ -5668,7 +5763,7 @@ MFMDEF mfm_status mfm_cuda_build_kernels(const char *arch, mfm_kernel_build *out
 typedef struct mfm__gpu_args {
     mfm__cu_ptr offsets, features, fields, values, table, w0, pair_weights, scores;
     uint64_t n_rows, offset_base, class_stride;
-    uint32_t n_fields, n_classes, k, stride, group, w_offset;
+    uint32_t n_fields, n_classes, k, stride, group, w_offset, stage_nnz;
     int32_t linear_only, pairs_only, normalize;
 } mfm__gpu_args;
 
@@ -5683,6 +5778,7 @@ static mfm_status mfm__gpu_device_ready_locked(int d, mfm_error *err) {
     mfm__image im;
     mfm_status st = MFM_OK;
     int major = 0, minor = 0, attempt;
+    double started;
     if (dev->ready) return MFM_OK;
     memset(&im, 0, sizeof im);
     if ((r = cu->cuDeviceGet(&handle, d)) != 0) return mfm__cu_fail(err, r, "cuDeviceGet");
@@ -5691,19 +5787,26 @@ static mfm_status mfm__gpu_device_ready_locked(int d, mfm_error *err) {
         (r = cu->cuDeviceGetAttribute(&dev->sm_count, MFM__CU_ATTR_SM_COUNT, handle)) != 0)
         return mfm__cu_fail(err, r, "cuDeviceGetAttribute");
     dev->cc = major * 10 + minor;
+    started = mfm__seconds();
     if (!dev->context && (r = cu->cuDevicePrimaryCtxRetain(&dev->context, handle)) != 0)
         return mfm__cu_fail(err, r, "cuDevicePrimaryCtxRetain (creating the GPU context)");
+    dev->context_seconds = mfm__seconds() - started;
     cu->cuCtxGetCurrent(&saved);
     cu->cuCtxSetCurrent(dev->context);
-    for (attempt = 0; attempt < 2 && st == MFM_OK; attempt++) { /* a cached image the driver refuses is built once more */
-        if (!s->nvrtc_tried) mfm__nvrtc_load_locked();
-        if (s->nvrtc_status == MFM_OK) {
-            if ((st = mfm__image_choose(dev->cc, &im, err)) == MFM_OK) st = mfm__image_get(&im, &dev->build, err);
-        } else if (attempt > 0 || !mfm__image_find(dev->cc, s->driver_version / 1000, &im, &dev->build)) {
-            st = mfm__fail(err, s->nvrtc_status, "%s (and the kernel cache holds no kernels for sm_%d)", s->nvrtc_why, dev->cc);
+    /* A warm cache is used before NVRTC is even loaded (loading NVRTC alone takes longer than
+       reading an entry); a cached image the driver refuses is removed and built once more. */
+    for (attempt = 0; attempt < 2 && st == MFM_OK; attempt++) {
+        if (attempt > 0 || !mfm__image_find(dev->cc, s->driver_version / 1000, &im, &dev->build)) {
+            if (!s->nvrtc_tried) mfm__nvrtc_load_locked();
+            if (s->nvrtc_status != MFM_OK)
+                st = mfm__fail(err, s->nvrtc_status, "%s (and the kernel cache holds no kernels for sm_%d)", s->nvrtc_why, dev->cc);
+            else if ((st = mfm__image_choose(dev->cc, &im, err)) == MFM_OK)
+                st = mfm__image_get(&im, &dev->build, err);
         }
         if (st != MFM_OK) break;
+        started = mfm__seconds();
         r = cu->cuModuleLoadData(&dev->module, im.bytes);
+        dev->build.load_seconds = mfm__seconds() - started;
         if (r == 0) break;
         if (dev->build.from_cache && (r == MFM__CU_INVALID_IMAGE || r == MFM__CU_NO_BINARY_FOR_GPU || r == MFM__CU_INVALID_PTX ||
                                       r == MFM__CU_UNSUPPORTED_PTX_VERSION)) {
@@ -5717,15 +5820,17 @@ static mfm_status mfm__gpu_device_ready_locked(int d, mfm_error *err) {
     }
     MFM_FREE(im.bytes);
     if (st == MFM_OK) {
-        struct {
-            mfm__cu_function *f;
-            const char *name;
-        } fns[] = {{&dev->fm, "mfm_predict_fm"},         {&dev->fwfm, "mfm_predict_fwfm"},       {&dev->ffm, "mfm_predict_ffm"},
-                   {&dev->ffm_k4, "mfm_predict_ffm_k4"}, {&dev->ffm_k8, "mfm_predict_ffm_k8"}, {&dev->ffm_k16, "mfm_predict_ffm_k16"},
-                   {&dev->finish, "mfm_finish"}};
-        size_t i;
-        for (i = 0; i < sizeof fns / sizeof fns[0] && st == MFM_OK; i++)
-            if ((r = cu->cuModuleGetFunction(fns[i].f, dev->module, fns[i].name)) != 0) st = mfm__cu_fail(err, r, fns[i].name);
+        static const char *const models[2] = {"ffm", "fwfm"}, *const ks[4] = {"", "_k4", "_k8", "_k16"};
+        char name[64];
+        int i;
+        for (i = 0; i < 10 && st == MFM_OK; i++) {
+            mfm__cu_function *f = i == 8 ? &dev->fm : i == 9 ? &dev->finish : &dev->pairs[i / 4][i % 4];
+            if (i < 8)
+                snprintf(name, sizeof name, "mfm_predict_%s%s", models[i / 4], ks[i % 4]);
+            else
+                snprintf(name, sizeof name, "%s", i == 8 ? "mfm_predict_fm" : "mfm_finish");
+            if ((r = cu->cuModuleGetFunction(f, dev->module, name)) != 0) st = mfm__cu_fail(err, r, name);
+        }
         dev->ready = st == MFM_OK;
     }
     cu->cuCtxSetCurrent(saved);
@@ -5893,10 +5998,10 @@ MFMDEF mfm_status mfm_gpu_model_upload(const mfm_model *m, int device, mfm_gpu_m
     return mfm__ok(err);
 }
 
-/* Lanes per row: FFM shares a row's pairs among a warp; FM and FwFM give each lane factors. */
+/* Lanes per row: FFM and FwFM share a row's pairs among a warp; FM gives each lane factors. */
 static uint32_t mfm__gpu_group(const mfm_gpu_model *gm) {
     uint32_t g = 1;
-    if (gm->shape.params.model == MFM_MODEL_FFM) return 32;
+    if (gm->shape.params.model != MFM_MODEL_FM) return 32;
     while (g < 32 && g < (uint32_t)gm->shape.k) g *= 2;
     return g;
 }
@@ -5907,6 +6012,7 @@ static mfm_status mfm__gpu_launch(mfm_gpu_model *gm, mfm__gpu_args *args, mfm__c
     const mfm_model *m = &gm->shape;
     mfm__cu_function f = dev->fm;
     const unsigned block = 256;
+    unsigned shared_bytes = 0;
     uint64_t groups_per_block, blocks, max_blocks = (uint64_t)dev->sm_count * 32;
     uint32_t n_classes = m->n_classes;
     int task = (int)m->params.task, kind_number = (int)kind;
@@ -5926,12 +6032,21 @@ static mfm_status mfm__gpu_launch(mfm_gpu_model *gm, mfm__gpu_args *args, mfm__c
     args->linear_only = m->params.linear_only;
     args->pairs_only = m->params.pairs_only;
     args->normalize = m->params.normalize_rows;
-    if (m->params.model == MFM_MODEL_FWFM) f = dev->fwfm;
-    if (m->params.model == MFM_MODEL_FFM) f = m->k == 4 ? dev->ffm_k4 : m->k == 8 ? dev->ffm_k8 : m->k == 16 ? dev->ffm_k16 : dev->ffm;
+    if (m->params.model != MFM_MODEL_FM) f = dev->pairs[m->params.model == MFM_MODEL_FWFM][m->k == 4 ? 1 : m->k == 8 ? 2 : m->k == 16 ? 3 : 0];
+    if (m->params.model == MFM_MODEL_FWFM && (m->k == 4 || m->k == 8 || m->k == 16)) {
+        /* rows up to 64 long go through shared memory, with every class's pair weights
+           (kernels/predict.cu, mfm_stage), when that fits the 48 KB any launch may ask for */
+        const uint64_t weight_floats = ((uint64_t)m->n_classes * m->n_fields * (m->n_fields + 1) + 3) & ~(uint64_t)3;
+        const uint64_t bytes = 4 * (weight_floats + (uint64_t)block / 32 * 64 * ((unsigned)m->k + 1));
+        if (bytes <= 48 * 1024) {
+            args->stage_nnz = 64;
+            shared_bytes = (unsigned)bytes;
+        }
+    }
     groups_per_block = block / args->group;
     blocks = (args->n_rows + groups_per_block - 1) / groups_per_block;
     predict_params[0] = args;
-    if ((r = mfm__cuda.cu.cuLaunchKernel(f, (unsigned)(blocks < max_blocks ? blocks : max_blocks), 1, 1, block, 1, 1, 0, stream, predict_params, NULL)) != 0)
+    if ((r = mfm__cuda.cu.cuLaunchKernel(f, (unsigned)(blocks < max_blocks ? blocks : max_blocks), 1, 1, block, 1, 1, shared_bytes, stream, predict_params, NULL)) != 0)
         return mfm__cu_fail(err, r, "cuLaunchKernel (prediction)");
     finish_params[0] = &args->scores;
     finish_params[1] = &out_dev;
@@ -5965,6 +6080,29 @@ static mfm__chunk_layout mfm__chunk_layout_of(uint64_t rows, uint64_t nnz, uint3
     return l;
 }
 
+/* A chunk's rows into its pinned buffer, the model's threads each copying a slice of every
+   array (one thread's memcpy is slower than the bus). */
+typedef struct mfm__chunk_copy {
+    const mfm_csr *d;
+    unsigned char *host;
+    mfm__chunk_layout lay;
+    uint64_t r0, rows, lo, nnz;
+    int fields, n_workers;
+} mfm__chunk_copy;
+
+static void mfm__slice_copy(unsigned char *dst, const void *src, uint64_t n, size_t size, int w, int n_workers) {
+    const uint64_t a = n * (uint64_t)w / (uint64_t)n_workers, b = n * (uint64_t)(w + 1) / (uint64_t)n_workers;
+    if (b > a) memcpy(dst + a * size, (const unsigned char *)src + a * size, (size_t)((b - a) * size));
+}
+
+static void mfm__chunk_copy_task(void *ctx, int w) {
+    const mfm__chunk_copy *c = (const mfm__chunk_copy *)ctx;
+    mfm__slice_copy(c->host + c->lay.offsets, c->d->row_offsets + c->r0, c->rows + 1, 8, w, c->n_workers);
+    mfm__slice_copy(c->host + c->lay.features, c->d->features + c->lo, c->nnz, 4, w, c->n_workers);
+    if (c->fields) mfm__slice_copy(c->host + c->lay.fields, c->d->fields + c->lo, c->nnz, 4, w, c->n_workers);
+    if (c->d->values) mfm__slice_copy(c->host + c->lay.values, c->d->values + c->lo, c->nnz, 4, w, c->n_workers);
+}
+
 MFMDEF mfm_status mfm_gpu_predict(mfm_gpu_model *gm, const mfm_csr *d, mfm_output kind, float *out, size_t capacity, mfm_error *err) {
     const uint64_t max_rows = (uint64_t)1 << 18, max_nnz = (uint64_t)1 << 23; /* a chunk: at most 256K rows or 8M non-zeros (one long row excepted) */
     mfm__data_info info;
@@ -5977,6 +6115,8 @@ MFMDEF mfm_status mfm_gpu_predict(mfm_gpu_model *gm, const mfm_csr *d, mfm_outpu
     uint64_t r0, need_nnz = 0, need_rows = 0, chunk_rows[2] = {0, 0}, chunk_first[2] = {0, 0};
     size_t width;
     int i, b;
+    mfm__pool pool;
+    mfm__chunk_copy copy;
     if (!gm) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_gpu_predict: the GPU model is NULL");
     if ((st = mfm__predict_check(&gm->shape, d, &kind, out, capacity, &info, "mfm_gpu_predict", err)) != MFM_OK) return st;
     if (d->n_rows == 0) return mfm__ok(err);
@@ -6013,6 +6153,13 @@ MFMDEF mfm_status mfm_gpu_predict(mfm_gpu_model *gm, const mfm_csr *d, mfm_outpu
         }
     }
     lay = mfm__chunk_layout_of(g->rows, g->nnz, gm->shape.n_classes);
+    memset(&copy, 0, sizeof copy);
+    copy.d = d;
+    copy.lay = lay;
+    copy.fields = gm->shape.params.model != MFM_MODEL_FM && d->fields;
+    copy.n_workers = (uint64_t)gm->shape.params.n_threads < 1 + need_nnz / (1u << 18) ? gm->shape.params.n_threads : (int)(1 + need_nnz / (1u << 18));
+    memset(&pool, 0, sizeof pool);
+    if (st == MFM_OK) st = mfm__pool_start(&pool, copy.n_workers, err);
     for (r0 = 0, i = 0; st == MFM_OK && r0 < d->n_rows; i++) {
         uint64_t r1 = r0 + 1, lo, nnz, rows;
         unsigned char *h;
@@ -6032,10 +6179,12 @@ MFMDEF mfm_status mfm_gpu_predict(mfm_gpu_model *gm, const mfm_csr *d, mfm_outpu
         lo = d->row_offsets[r0];
         nnz = d->row_offsets[r1] - lo;
         rows = r1 - r0;
-        memcpy(h + lay.offsets, d->row_offsets + r0, (size_t)(rows + 1) * 8);
-        memcpy(h + lay.features, d->features + lo, (size_t)nnz * 4);
-        if (d->fields && gm->shape.params.model != MFM_MODEL_FM) memcpy(h + lay.fields, d->fields + lo, (size_t)nnz * 4);
-        if (d->values) memcpy(h + lay.values, d->values + lo, (size_t)nnz * 4);
+        copy.host = h;
+        copy.r0 = r0;
+        copy.rows = rows;
+        copy.lo = lo;
+        copy.nnz = nnz;
+        mfm__pool_run(&pool, mfm__chunk_copy_task, &copy);
         memset(&args, 0, sizeof args);
         args.offsets = dv + lay.offsets;
         args.features = dv + lay.features;
@@ -6061,6 +6210,7 @@ MFMDEF mfm_status mfm_gpu_predict(mfm_gpu_model *gm, const mfm_csr *d, mfm_outpu
         chunk_rows[b] = rows;
         r0 = r1;
     }
+    mfm__pool_stop(&pool);
     for (b = 0; b < 2; b++) { /* the last two chunks (on failure: wait, hand nothing over) */
         if (!chunk_rows[b]) continue;
         if ((r = mfm__cuda.cu.cuEventSynchronize(g->done[b])) != 0 && st == MFM_OK) st = mfm__cu_fail(err, r, "cuEventSynchronize (prediction)");
@@ -6200,6 +6350,7 @@ MFMDEF mfm_status mfm_cuda_get_info(int device, mfm_cuda_info *out, mfm_error *e
     dev = &mfm__cuda.devices[device];
     mfm__cuda_lock();
     if ((out->kernels_ready = dev->ready) != 0) out->kernels = dev->build;
+    out->context_seconds = dev->context_seconds;
     mfm__cuda_unlock();
     if (dev->context) {
         mfm__cuda.cu.cuCtxGetCurrent(&saved);
@@ -6217,33 +6368,6 @@ MFMDEF mfm_status mfm_cuda_get_info(int device, mfm_cuda_info *out, mfm_error *e
    ============================================================================================ */
 
 #if !defined(MFM_NO_CUDA)
-
-/* Calls fn for every file of the cache directory whose name ends in .mfmk or holds ".tmp-". */
-typedef void (*mfm__cache_visit_fn)(void *ctx, const char *dir, const char *name);
-
-static void mfm__cache_visit(const char *dir, mfm__cache_visit_fn fn, void *ctx) {
-#if defined(_WIN32)
-    char pattern[600];
-    WIN32_FIND_DATAA found;
-    HANDLE h;
-    snprintf(pattern, sizeof pattern, "%s\\*", dir);
-    if ((h = FindFirstFileA(pattern, &found)) == INVALID_HANDLE_VALUE) return;
-    do {
-        size_t n = strlen(found.cFileName);
-        if ((n > 5 && !strcmp(found.cFileName + n - 5, ".mfmk")) || strstr(found.cFileName, ".tmp-")) fn(ctx, dir, found.cFileName);
-    } while (FindNextFileA(h, &found));
-    FindClose(h);
-#else
-    DIR *dp = opendir(dir);
-    struct dirent *e;
-    if (!dp) return;
-    while ((e = readdir(dp)) != NULL) {
-        size_t n = strlen(e->d_name);
-        if ((n > 5 && !strcmp(e->d_name + n - 5, ".mfmk")) || strstr(e->d_name, ".tmp-")) fn(ctx, dir, e->d_name);
-    }
-    closedir(dp);
-#endif
-}
 
 typedef struct mfm__cache_listing {
     mfm_cache_entry *out;

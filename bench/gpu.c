@@ -65,8 +65,8 @@ static double time_resident(void *p) {
 }
 
 /* In a fresh process (`gpu --probe`): library calls from nothing to one finished prediction.
-   Prints: seconds to a loaded driver, to the first prediction, to the kernel image, and 1 when
-   the image came from the cache. */
+   Prints seconds: to a loaded driver, to the first prediction; of those, creating the context,
+   having the kernel image, the driver loading it; then 1 when the image came from the cache. */
 static int probe(void) {
     static const uint64_t off[] = {0, 2};
     static const uint32_t feat[] = {1, 2}, fld[] = {0, 1};
@@ -89,7 +89,7 @@ static int probe(void) {
     bench_check(mfm_gpu_predict(gm, &d, MFM_OUTPUT_PROBABILITY, out, 1, &e), &e, "predict");
     printf("%.6f %.6f", driver, bench_now() - start);
     mfm_cuda_get_info(0, &info, &e);
-    printf(" %.6f %d\n", info.kernels.seconds, info.kernels.from_cache);
+    printf(" %.6f %.6f %.6f %d\n", info.context_seconds, info.kernels.seconds, info.kernels.load_seconds, info.kernels.from_cache);
     mfm_gpu_model_free(gm);
     mfm_model_free(m);
     return 0;
@@ -97,19 +97,20 @@ static int probe(void) {
 
 static void first_prediction(const char *self, const char *label) {
     char cmd[1024], line[256] = "";
-    double driver = 0, first = 0, kernels = 0;
+    double driver = 0, first = 0, context = 0, kernels = 0, load = 0;
     int from_cache = 0;
     FILE *f;
     snprintf(cmd, sizeof cmd, "'%s' --probe", self);
     fflush(stdout);
-    if (!(f = popen(cmd, "r")) || !fgets(line, sizeof line, f) || sscanf(line, "%lf %lf %lf %d", &driver, &first, &kernels, &from_cache) != 4) {
+    if (!(f = popen(cmd, "r")) || !fgets(line, sizeof line, f) || sscanf(line, "%lf %lf %lf %lf %lf %d", &driver, &first, &context, &kernels, &load, &from_cache) != 6) {
         printf("%-10s probe failed: %s\n", label, line);
         if (f) pclose(f);
         return;
     }
     pclose(f);
-    printf("%-10s first prediction %7.1f ms after the first library call (driver + context %6.1f ms; kernels %s in %6.1f ms)\n", label, 1e3 * first,
-           1e3 * driver, from_cache ? "read from the cache" : "compiled by NVRTC", 1e3 * kernels);
+    printf("%-10s first prediction %6.1f ms after the first library call: driver %5.1f ms, context %5.1f ms, kernels %s in %5.1f ms, "
+           "module load %4.1f ms\n",
+           label, 1e3 * first, 1e3 * driver, 1e3 * context, from_cache ? "read from the cache" : "compiled by NVRTC", 1e3 * kernels, 1e3 * load);
 }
 
 int main(int argc, char **argv) {

@@ -3,11 +3,12 @@
    text); it includes no header, so it builds with nothing but NVRTC.
 
    A row is worked on by a group of `group` lanes of one warp (a power of two, at most 32):
-     FM, FwFM  each lane owns factors t = lane, lane + group, ...; the row's non-zeros are
-               walked by every lane, so the group reads each factor vector as one coalesced
-               request of k floats
-     FFM       the lanes share out the row's pairs (a, b); each lane reads the two k-vectors of
-               its pair, which lie in the two features' contiguous blocks of n_fields x k floats
+     FM          each lane owns factors t = lane, lane + group, ...; the row's non-zeros are
+                 walked by every lane, so the group reads each factor vector as one coalesced
+                 request of k floats (the pair term has an O(zk) form)
+     FFM, FwFM   the lanes share out the row's pairs (a, b); each lane reads the two k-vectors
+                 of its pair (FFM: inside the two features' contiguous blocks of n_fields x k
+                 floats; FwFM: the features' own vectors, weighted by r(f_a, f_b))
    The linear term and the row norm are shared out by non-zeros. Partial sums meet through
    shuffles inside the group; lane 0 writes the row's score of each class. */
 
@@ -28,6 +29,8 @@ struct mfm_args {
     float *scores;               /* n_rows x n_classes */
     mfm_u64 n_rows, offset_base, class_stride;
     mfm_u32 n_fields, n_classes, k, stride, group, w_offset;
+    mfm_u32 stage_nnz;           /* FwFM, k = 4, 8, 16: rows up to this long go through shared
+                                    memory (see mfm_stage); 0: never */
     int linear_only, pairs_only, normalize;
 };
 
@@ -120,35 +123,6 @@ extern "C" __global__ void mfm_predict_fm(const mfm_args a) {
     }
 }
 
-/* FwFM: sum_{a<b} r(f_a, f_b) <v_a, v_b> x_a x_b, per factor t: sum_a u_a sum_{b>a} r u_b. */
-extern "C" __global__ void mfm_predict_fwfm(const mfm_args a) {
-    MFM_FOR_EACH_ROW(a, r, lane, mask) {
-        const mfm_row row = mfm_row_at(a, r, lane, mask);
-        for (mfm_u32 c = 0; c < a.n_classes; c++) {
-            const float *table = a.table + c * a.class_stride;
-            const float *weights = a.pair_weights + (mfm_u64)c * a.n_fields * a.n_fields;
-            float s = mfm_linear(a, table, c, row, lane, mask), part = 0;
-            if (!a.linear_only) {
-                for (mfm_u32 t = lane; t < a.k; t += a.group) {
-                    for (mfm_u32 i = 0; i + 1 < row.z; i++) {
-                        const mfm_u64 at = row.lo + i;
-                        const float u = table[(mfm_u64)a.features[at] * a.stride + t] * mfm_x(a, at, row.scale);
-                        const float *w_row = weights + (mfm_u64)a.fields[at] * a.n_fields;
-                        float inner = 0;
-                        for (mfm_u32 j = i + 1; j < row.z; j++) {
-                            const mfm_u64 bt = row.lo + j;
-                            inner += w_row[a.fields[bt]] * (table[(mfm_u64)a.features[bt] * a.stride + t] * mfm_x(a, bt, row.scale));
-                        }
-                        part += u * inner;
-                    }
-                }
-                s += mfm_group_sum(part, mask, a.group);
-            }
-            if (lane == 0) a.scores[r * a.n_classes + c] = s;
-        }
-    }
-}
-
 /* <p, q> over k floats; K > 0 is k known at compile time (a multiple of 4: float4 loads). */
 template <int K>
 __device__ __forceinline__ float mfm_dot(const float *p, const float *q, mfm_u32 k) {
@@ -165,17 +139,109 @@ __device__ __forceinline__ float mfm_dot(const float *p, const float *q, mfm_u32
     return s;
 }
 
-/* FFM: sum_{a<b} <V[a, f_b], V[b, f_a]> x_a x_b. Pair p of a row is (a, b) in the order
-   (0,1) (0,2) .. (0,z-1) (1,2) ..; a lane starts at pair `lane` and steps `group` pairs. */
+/* FwFM's shared memory (when args.stage_nnz > 0): every class's pair weights, rows padded to
+   n_fields + 1 floats (lanes reading r(f_i, f_j) of neighbouring fields then hit distinct
+   banks), then per warp a row's u_a = v_a x_a (k/4 runs of stage_nnz float4s: lanes reading
+   neighbouring vectors hit distinct banks whatever k is) and its fields. */
+extern __shared__ float4 mfm_stage[];
+
+__device__ __forceinline__ mfm_u32 mfm_staged_weight_floats(const mfm_args &a) {
+    return (a.n_classes * a.n_fields * (a.n_fields + 1) + 3) & ~3u;
+}
+
+/* The pairs of a staged row of z non-zeros, shared out "round robin": the pairs (i, i + d mod z)
+   for d = 1 .. z/2 name every unordered pair once (at d = z/2 of an even z only i < d takes
+   it). R = 1 (z <= 32): lane i. R = 2 (z <= 64): lane holds i = 2 lane and 2 lane + 1, and the
+   one partner it reads at step d serves both, (2 lane, d) and (2 lane + 1, d - 1): half the
+   shared-memory reads of two lanes' worth. Each lane keeps its own vectors in registers. */
+template <int Q, int R>
+__device__ float mfm_fwfm_lanes(const float4 *u, mfm_u32 S, const mfm_u32 *f, const float *weights, mfm_u32 n_fields, mfm_u32 z, mfm_u32 lane) {
+    const mfm_u32 half = z / 2, first = R == 1 ? lane : 2 * lane;
+    float4 ua[R][Q];
+    const float *row_weights[R]; /* r(f_i, f_j) = row_weights[f_j] */
+    float sum = 0;
+    if (first >= z) return 0;
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        const mfm_u32 i = first + r;
+#pragma unroll
+        for (int q = 0; q < Q; q++) ua[r][q] = i < z ? u[q * S + i] : make_float4(0, 0, 0, 0);
+        row_weights[r] = weights + (i < z ? f[i] : 0) * (n_fields + 1);
+    }
+    for (mfm_u32 d = 1; d <= half + (R - 1); d++) {
+        const mfm_u32 j = first + d < z ? first + d : first + d - z;
+        const mfm_u32 fj = f[j];
+        float4 ub[Q];
+#pragma unroll
+        for (int q = 0; q < Q; q++) ub[q] = u[q * S + j];
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            const mfm_u32 i = first + r, distance = d - r;
+            if (i < z && distance >= 1 && distance <= half && (2 * distance < z || i < distance)) {
+                float dot = 0;
+#pragma unroll
+                for (int q = 0; q < Q; q++) dot += ua[r][q].x * ub[q].x + ua[r][q].y * ub[q].y + ua[r][q].z * ub[q].z + ua[r][q].w * ub[q].w;
+                sum += row_weights[r][fj] * dot;
+            }
+        }
+    }
+    return sum;
+}
+
+/* FwFM's pair term of a row of at most stage_nnz (64) non-zeros, on a whole warp: the row's
+   vectors u_a = v_a x_a and fields go to shared memory once, then the lanes share out its
+   pairs (mfm_fwfm_lanes), each lane keeping its own vectors in registers. */
 template <int K>
-__device__ void mfm_ffm(const mfm_args &a) {
+__device__ float mfm_fwfm_staged(const mfm_args &a, const float *table, mfm_u32 c, const mfm_row &row, mfm_u32 lane) {
+    enum { Q = K >= 4 ? K / 4 : 1 }; /* float4s per vector (K = 0, the any-k kernel, never comes here) */
+    const mfm_u32 warp = threadIdx.x / 32, n_warps = blockDim.x / 32;
+    const float *weights = reinterpret_cast<const float *>(mfm_stage) + c * a.n_fields * (a.n_fields + 1);
+    float4 *u = mfm_stage + mfm_staged_weight_floats(a) / 4 + (mfm_u64)warp * a.stage_nnz * Q;
+    mfm_u32 *f = reinterpret_cast<mfm_u32 *>(mfm_stage + mfm_staged_weight_floats(a) / 4 + (mfm_u64)n_warps * a.stage_nnz * Q) + warp * a.stage_nnz;
+    for (mfm_u32 i = lane; i < row.z; i += 32) {
+        const mfm_u64 at = row.lo + i;
+        const float4 *v = reinterpret_cast<const float4 *>(table + (mfm_u64)a.features[at] * a.stride);
+        const float x = mfm_x(a, at, row.scale);
+#pragma unroll
+        for (int q = 0; q < Q; q++) {
+            const float4 t = v[q];
+            u[q * a.stage_nnz + i] = make_float4(t.x * x, t.y * x, t.z * x, t.w * x);
+        }
+        f[i] = a.fields[at];
+    }
+    __syncwarp();
+    const float part = row.z <= 32 ? mfm_fwfm_lanes<Q, 1>(u, a.stage_nnz, f, weights, a.n_fields, row.z, lane)
+                                   : mfm_fwfm_lanes<Q, 2>(u, a.stage_nnz, f, weights, a.n_fields, row.z, lane);
+    __syncwarp(); /* the stage is free for the next class or row */
+    return part;
+}
+
+/* Copies every class's pair weights into shared memory (rows padded), once per block. */
+__device__ void mfm_stage_weights(const mfm_args &a) {
+    float *w = reinterpret_cast<float *>(mfm_stage);
+    const mfm_u32 F = a.n_fields, n = a.n_classes * F * F;
+    for (mfm_u32 e = threadIdx.x; e < n; e += blockDim.x) w[e / F * (F + 1) + e % F] = a.pair_weights[e];
+    __syncthreads();
+}
+
+/* The pair term of FFM and FwFM, sum over a < b of
+       FFM    <V[a, f_b], V[b, f_a]> x_a x_b
+       FwFM   r(f_a, f_b) <v_a, v_b> x_a x_b
+   Pair p of a row is (a, b) in the order (0,1) (0,2) .. (0,z-1) (1,2) ..; a lane starts at
+   pair `lane` and steps `group` pairs. */
+template <int K, bool FWFM>
+__device__ void mfm_pairs(const mfm_args &a) {
+    if (FWFM && K > 0 && a.stage_nnz) mfm_stage_weights(a);
     MFM_FOR_EACH_ROW(a, r, lane, mask) {
         const mfm_row row = mfm_row_at(a, r, lane, mask);
         const mfm_u64 n_pairs = (mfm_u64)row.z * (row.z - (row.z > 0)) / 2;
         for (mfm_u32 c = 0; c < a.n_classes; c++) {
             const float *table = a.table + c * a.class_stride;
+            const float *weights = FWFM ? a.pair_weights + (mfm_u64)c * a.n_fields * a.n_fields : 0;
             float s = mfm_linear(a, table, c, row, lane, mask), part = 0;
-            if (!a.linear_only) {
+            if (FWFM && K > 0 && !a.linear_only && row.z <= a.stage_nnz) {
+                part = mfm_fwfm_staged<K>(a, table, c, row, lane);
+            } else if (!a.linear_only) {
                 mfm_u32 i = 0, j = 1 + lane; /* pair `lane`, found by the same walk as every step */
                 while (j >= row.z && i + 1 < row.z) {
                     i++;
@@ -183,26 +249,32 @@ __device__ void mfm_ffm(const mfm_args &a) {
                 }
                 for (mfm_u64 p = lane; p < n_pairs; p += a.group) {
                     const mfm_u64 at = row.lo + i, bt = row.lo + j;
-                    const float *va = table + (mfm_u64)a.features[at] * a.stride + (mfm_u64)a.fields[bt] * a.k;
-                    const float *vb = table + (mfm_u64)a.features[bt] * a.stride + (mfm_u64)a.fields[at] * a.k;
-                    part += mfm_dot<K>(va, vb, a.k) * (mfm_x(a, at, row.scale) * mfm_x(a, bt, row.scale));
+                    const mfm_u32 fa = a.fields[at], fb = a.fields[bt];
+                    const float *va = table + (mfm_u64)a.features[at] * a.stride + (FWFM ? 0 : (mfm_u64)fb * a.k);
+                    const float *vb = table + (mfm_u64)a.features[bt] * a.stride + (FWFM ? 0 : (mfm_u64)fa * a.k);
+                    const float xx = mfm_x(a, at, row.scale) * mfm_x(a, bt, row.scale);
+                    part += mfm_dot<K>(va, vb, a.k) * (FWFM ? weights[(mfm_u64)fa * a.n_fields + fb] * xx : xx);
                     j += a.group;
                     while (j >= row.z && i + 1 < row.z) {
                         i++;
                         j = j - row.z + i + 1;
                     }
                 }
-                s += mfm_group_sum(part, mask, a.group);
             }
+            if (!a.linear_only) s += mfm_group_sum(part, mask, a.group);
             if (lane == 0) a.scores[r * a.n_classes + c] = s;
         }
     }
 }
 
-extern "C" __global__ void mfm_predict_ffm(const mfm_args a) { mfm_ffm<0>(a); }
-extern "C" __global__ void mfm_predict_ffm_k4(const mfm_args a) { mfm_ffm<4>(a); }
-extern "C" __global__ void mfm_predict_ffm_k8(const mfm_args a) { mfm_ffm<8>(a); }
-extern "C" __global__ void mfm_predict_ffm_k16(const mfm_args a) { mfm_ffm<16>(a); }
+/* k = 4, 8 and 16 get their own copies with float4 loads; any other k the plain loop. */
+#define MFM_PAIR_KERNELS(name, fwfm)                                                           \
+    extern "C" __global__ void mfm_predict_##name(const mfm_args a) { mfm_pairs<0, fwfm>(a); }     \
+    extern "C" __global__ void mfm_predict_##name##_k4(const mfm_args a) { mfm_pairs<4, fwfm>(a); } \
+    extern "C" __global__ void mfm_predict_##name##_k8(const mfm_args a) { mfm_pairs<8, fwfm>(a); } \
+    extern "C" __global__ void mfm_predict_##name##_k16(const mfm_args a) { mfm_pairs<16, fwfm>(a); }
+MFM_PAIR_KERNELS(ffm, false)
+MFM_PAIR_KERNELS(fwfm, true)
 
 /* Scores to what the caller asked for, one thread per row, with the CPU's arithmetic (double).
    task: 1 binary, 2 regression, 3 multiclass; kind: 1 score, 2 probability, 3 label (the

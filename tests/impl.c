@@ -24,3 +24,32 @@ size_t inplace_train_dump(const mfm_params *p, const mfm_csr *d, float *out, siz
    environment (the loader otherwise loads once per process). */
 void test_cuda_forget(void);
 void test_cuda_forget(void) { memset(&mfm__cuda, 0, sizeof mfm__cuda); }
+
+/* Takes device memory in device 0's context until less than `leave` bytes are free, so that a
+   test can watch the library run out; test_gpu_hog(0) gives it all back. 1 when the device
+   was left with less than `leave` free. Needs device 0 made ready (an upload did that). */
+int test_gpu_hog(uint64_t leave);
+int test_gpu_hog(uint64_t leave) {
+    static mfm__cu_ptr held[64];
+    static int n_held;
+    mfm__cu_context saved = NULL;
+    size_t free_bytes = 0, total = 0;
+    int i;
+    if (!mfm__cuda.devices || !mfm__cuda.devices[0].context) return 0;
+    mfm__cuda.cu.cuCtxGetCurrent(&saved);
+    mfm__cuda.cu.cuCtxSetCurrent(mfm__cuda.devices[0].context);
+    if (leave == 0) {
+        for (i = 0; i < n_held; i++) mfm__cuda.cu.cuMemFree(held[i]);
+        n_held = 0;
+    } else {
+        while (n_held < 64 && mfm__cuda.cu.cuMemGetInfo(&free_bytes, &total) == 0 && free_bytes >= leave) {
+            size_t chunk = free_bytes - leave / 2; /* fragmentation may refuse it: then halve */
+            while (chunk >= ((size_t)1 << 20) && mfm__cuda.cu.cuMemAlloc(&held[n_held], chunk) != 0) chunk /= 2;
+            if (chunk < ((size_t)1 << 20)) break;
+            n_held++;
+        }
+        mfm__cuda.cu.cuMemGetInfo(&free_bytes, &total);
+    }
+    mfm__cuda.cu.cuCtxSetCurrent(saved);
+    return leave == 0 || free_bytes < leave;
+}

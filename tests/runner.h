@@ -88,6 +88,7 @@
     X(test_cli_convert_and_info)              \
     X(test_cli_errors)                        \
     X(test_cli_resume)                        \
+    X(test_cli_cache_and_backend)             \
     X(test_lifecycle_early_stop_restores_best) \
     X(test_lifecycle_early_stop_keep_last) \
     X(test_lifecycle_early_stop_patience_min_delta) \
@@ -121,7 +122,8 @@
     X(test_gpu_predict_variants) \
     X(test_gpu_resident_repeated) \
     X(test_gpu_cold_then_warm_start) \
-    X(test_gpu_errors)
+    X(test_gpu_errors) \
+    X(test_gpu_out_of_memory)
 
 #define TEST_DECLARE(name) void name(void);
 TEST_LIST(TEST_DECLARE)

@@ -325,3 +325,56 @@ void test_cli_resume(void) {
     mfm_dataset_free(data);
     scratch_clean();
 }
+
+/* mfm cache builds, lists and clears the kernel cache (NVRTC is on CI's machine, no GPU needed);
+   without a driver, mfm gpu and --backend cuda fail saying so, and --backend auto predicts on
+   the CPU exactly as --backend cpu does. */
+void test_cli_cache_and_backend(void) {
+    char dir[512], model[512], cpu[512], autop[512], cmd[2400], out[4096], errs[4096];
+    mfm_cuda_info info;
+    unsigned char *a, *b;
+    size_t na = 0, nb = 0;
+    int rc, have_nvrtc;
+    mfm_cuda_get_info(0, &info, NULL);
+    have_nvrtc = info.nvrtc_version != 0;
+    scratch_path(dir, sizeof dir, "cli-cache");
+    snprintf(cmd, sizeof cmd, "MFM_CACHE_DIR=%s %s cache --build sm_80", dir, MFM_TOOL);
+    rc = run_tool(cmd, out, sizeof out, errs, sizeof errs);
+    if (!have_nvrtc) {
+        CHECK(rc == 1 && strstr(errs, "NVRTC"), "without NVRTC, cache --build fails naming it (exit %d): %s", rc, errs);
+    } else if (CHECK(rc == 0, "'%s' exited with %d: %s", cmd, rc, errs)) {
+        CHECK(strstr(out, "compiled and stored") && strstr(out, "cubin-sm_80-nvrtc") && strstr(out, " ok"), "first build:\n%s", out);
+        snprintf(cmd, sizeof cmd, "MFM_CACHE_DIR=%s %s cache --build 80 && MFM_CACHE_DIR=%s %s cache", dir, MFM_TOOL, dir, MFM_TOOL);
+        rc = run_tool(cmd, out, sizeof out, errs, sizeof errs);
+        CHECK(rc == 0 && strstr(out, "already in the cache") && strstr(out, dir), "second build and listing (exit %d):\n%s%s", rc, out, errs);
+        snprintf(cmd, sizeof cmd, "MFM_CACHE_DIR=%s %s cache --clear", dir, MFM_TOOL);
+        rc = run_tool(cmd, out, sizeof out, errs, sizeof errs);
+        CHECK(rc == 0 && strstr(out, "removed 1 cache file") && strstr(out, "(empty)"), "clear (exit %d):\n%s%s", rc, out, errs);
+    }
+    snprintf(cmd, sizeof cmd, "MFM_CACHE_DIR=%s %s cache --build banana", dir, MFM_TOOL);
+    rc = run_tool(cmd, out, sizeof out, errs, sizeof errs);
+    CHECK(rc == 1 && strstr(errs, "banana"), "a bad arch (exit %d): %s", rc, errs);
+
+    snprintf(cmd, sizeof cmd, "MFM_CUDA_LIBRARY=/nonexistent/libcuda.so.1 %s gpu", MFM_TOOL);
+    rc = run_tool(cmd, out, sizeof out, errs, sizeof errs);
+    CHECK(rc == 1 && strstr(errs, "no CUDA driver"), "mfm gpu without a driver (exit %d): %s", rc, errs);
+    scratch_path(model, sizeof model, "backend.model");
+    scratch_path(cpu, sizeof cpu, "backend-cpu.txt");
+    scratch_path(autop, sizeof autop, "backend-auto.txt");
+    snprintf(cmd, sizeof cmd, "%s train --model ffm -k 4 -t 1 --quiet %s %s && %s predict --backend cpu %s %s %s", MFM_TOOL, CRITEO_TRAIN, model,
+             MFM_TOOL, model, CRITEO_TEST, cpu);
+    rc = run_tool(cmd, out, sizeof out, errs, sizeof errs);
+    REQUIRE(rc == 0, "'%s' exited with %d: %s", cmd, rc, errs);
+    snprintf(cmd, sizeof cmd, "MFM_CUDA_LIBRARY=/nonexistent/libcuda.so.1 %s predict --backend cuda %s %s -", MFM_TOOL, model, CRITEO_TEST);
+    rc = run_tool(cmd, out, sizeof out, errs, sizeof errs);
+    CHECK(rc == 1 && strstr(errs, "no CUDA driver") && out[0] == '\0', "--backend cuda without a driver (exit %d): %s", rc, errs);
+    snprintf(cmd, sizeof cmd, "MFM_CUDA_LIBRARY=/nonexistent/libcuda.so.1 %s predict --backend auto %s %s %s", MFM_TOOL, model, CRITEO_TEST, autop);
+    rc = run_tool(cmd, out, sizeof out, errs, sizeof errs);
+    CHECK(rc == 0, "--backend auto without a driver (exit %d): %s", rc, errs);
+    a = read_whole_file(cpu, &na);
+    b = read_whole_file(autop, &nb);
+    CHECK(a && b && na > 100 && na == nb && memcmp(a, b, na) == 0, "auto and cpu predictions differ (%zu and %zu bytes)", na, nb);
+    free(a);
+    free(b);
+    scratch_clean();
+}

@@ -14,6 +14,8 @@
 #include "runner.h"
 #include "scratch.h"
 #include "../modern_fm.h"
+#define XXH_INLINE_ALL
+#include "xxhash.h" /* to give a crafted cache entry a valid checksum */
 
 #include <math.h>
 #include <stdio.h>
@@ -24,7 +26,8 @@
 #define GPU_RTOL 1e-5
 #define GPU_STOL 2e-6
 
-void test_cuda_forget(void); /* tests/impl.c */
+void test_cuda_forget(void);      /* tests/impl.c */
+int test_gpu_hog(uint64_t leave); /* tests/impl.c */
 
 static int gpu_ready(void) {
     mfm_cuda_info info;
@@ -319,9 +322,14 @@ static int start_afresh(void) {
     return code;
 }
 
+/* Cold, then warm; a warm start with no NVRTC at all; an entry whose checksum holds but whose
+   image the driver refuses is removed and built again. */
 void test_gpu_cold_then_warm_start(void) {
     char dir[512], cmd[700];
-    int cold, warm;
+    mfm_cuda_info info;
+    unsigned char *bytes;
+    size_t size;
+    int cold, warm, no_nvrtc, rebuilt;
     if (!gpu_ready()) return;
     scratch_path(dir, sizeof dir, "cache-cold-warm");
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
@@ -331,6 +339,48 @@ void test_gpu_cold_then_warm_start(void) {
     warm = start_afresh();
     CHECK(cold == 2, "cold start compiled and stored the kernels (got %d)", cold);
     CHECK(warm == 1, "warm start read them from the cache (got %d)", warm);
+    setenv("MFM_NVRTC_PATH", "/nonexistent/libnvrtc.so", 1);
+    no_nvrtc = start_afresh();
+    unsetenv("MFM_NVRTC_PATH");
+    CHECK(no_nvrtc == 1, "a warm cache needs no NVRTC (got %d)", no_nvrtc);
+
+    REQUIRE(mfm_cuda_get_info(0, &info, NULL) == MFM_OK && info.kernels_ready && info.kernels.path[0], "the entry's path");
+    REQUIRE((bytes = read_whole_file(info.kernels.path, &size)) != NULL && size > 56, "read %s", info.kernels.path);
+    memset(bytes + 56, 0x5a, size - 56); /* the payload: not an image; the checksum made to match */
+    {
+        const XXH64_hash_t sum = XXH3_64bits(bytes + 56, size - 56);
+        int i;
+        for (i = 0; i < 8; i++) bytes[48 + i] = (unsigned char)(sum >> (8 * i));
+    }
+    REQUIRE(write_whole_file(info.kernels.path, bytes, size), "write %s", info.kernels.path);
+    free(bytes);
+    rebuilt = start_afresh();
+    CHECK(rebuilt == 2, "a refused image is compiled and stored again (got %d)", rebuilt);
+    CHECK(start_afresh() == 1, "and then read from the cache");
+    unsetenv("MFM_CACHE_DIR");
+}
+
+/* Out of GPU memory is a status and a sentence with the bytes; the device is fine afterwards. */
+void test_gpu_out_of_memory(void) {
+    mfm_params p;
+    mfm_model *m = NULL;
+    mfm_gpu_model *gm = NULL;
+    mfm_error e;
+    if (!gpu_ready()) return;
+    memset(&p, 0, sizeof p);
+    p.k = 8;
+    REQUIRE(mfm_model_create(&p, 4000000, 0, 1, &m, &e) == MFM_OK, "%s", e.message); /* 192 MB on the GPU */
+    REQUIRE(mfm_gpu_model_upload(m, 0, &gm, &e) == MFM_OK, "%s", e.message);
+    mfm_gpu_model_free(gm);
+    gm = NULL;
+    if (CHECK(test_gpu_hog(64u << 20), "could not fill the GPU's memory")) {
+        CHECK(mfm_gpu_model_upload(m, 0, &gm, &e) == MFM_ERR_OUT_OF_MEMORY && gm == NULL, "upload with the GPU full: %s", e.message);
+        CHECK(strstr(e.message, "GPU out of memory") && strstr(e.message, "192.0 MB") && strstr(e.message, "free"), "message: %s", e.message);
+    }
+    test_gpu_hog(0);
+    CHECK(mfm_gpu_model_upload(m, 0, &gm, &e) == MFM_OK, "after the memory came back: %s", e.message);
+    mfm_gpu_model_free(gm);
+    mfm_model_free(m);
 }
 
 void test_gpu_errors(void) {

@@ -935,9 +935,10 @@ static int cmd_gpu(const settings *s, job *j) {
     mfm_error e;
     mfm_status st = mfm_cuda_get_info(s->p.device, &info, &e);
     (void)j;
-    printf("NVRTC:        %s%s\n", info.nvrtc_version ? info.nvrtc_path : "not found (not needed while the kernel cache has the kernels)",
-           info.nvrtc_version ? "" : "");
-    if (info.nvrtc_version) printf("NVRTC version: %d.%d\n", info.nvrtc_version / 1000, info.nvrtc_version % 1000 / 10);
+    if (info.nvrtc_version)
+        printf("NVRTC:        %d.%d (%s)\n", info.nvrtc_version / 1000, info.nvrtc_version % 1000 / 10, info.nvrtc_path);
+    else
+        printf("NVRTC:        not found (not needed while the kernel cache holds the kernels)\n");
     printf("kernel cache: %s\n", info.cache_dir[0] ? info.cache_dir : "off");
     if (st != MFM_OK) return fail("%s", e.message);
     printf("driver:       CUDA %d.%d, %d device%s\n", info.driver_version / 1000, info.driver_version % 1000 / 10, info.n_devices, info.n_devices == 1 ? "" : "s");
