@@ -4297,23 +4297,33 @@ static void mfm__predict_task(void *ctx, int index) {
 }
 
 /* The checks of every prediction call, and the output kind with its default resolved. */
-static mfm_status mfm__predict_check(const mfm_model *m, const mfm_csr *d, mfm_output *kind, const float *out, size_t capacity,
-                                     mfm__data_info *info, const char *fn, mfm_error *err) {
-    mfm_status st;
-    uint64_t need;
+/* The output kind a prediction asked for, resolved (default: probabilities; regression: scores). */
+static mfm_status mfm__check_kind(const mfm_model *m, mfm_output *kind, const char *fn, mfm_error *err) {
     if ((unsigned)*kind >= MFM_OUTPUT_COUNT)
         return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "%s: output kind %d is not a known kind (score, probability or label)", fn, (int)*kind);
     if (*kind == MFM_OUTPUT_DEFAULT) *kind = m->params.task == MFM_TASK_REGRESSION ? MFM_OUTPUT_SCORE : MFM_OUTPUT_PROBABILITY;
     if (*kind == MFM_OUTPUT_PROBABILITY && m->params.task == MFM_TASK_REGRESSION)
         return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "%s: a regression model gives scores, not probabilities", fn);
-    if ((st = mfm__check_csr(d, m->params.model != MFM_MODEL_FM, info, err)) != MFM_OK) return st;
-    if ((st = mfm__check_shape(m, d, info, err)) != MFM_OK) return st;
-    need = d->n_rows * mfm_output_width(m, *kind);
+    return MFM_OK;
+}
+
+/* Room in the caller's output for n_rows rows of `kind`. */
+static mfm_status mfm__check_room(const mfm_model *m, uint64_t n_rows, mfm_output kind, const float *out, size_t capacity, const char *fn, mfm_error *err) {
+    const uint64_t need = n_rows * mfm_output_width(m, kind);
     if (!out && need) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "%s: the output buffer is NULL", fn);
     if ((uint64_t)capacity < need)
         return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "%s: the output holds %" PRIu64 " values but %" PRIu64 " rows need %" PRIu64, fn,
-                         (uint64_t)capacity, d->n_rows, need);
+                         (uint64_t)capacity, n_rows, need);
     return MFM_OK;
+}
+
+static mfm_status mfm__predict_check(const mfm_model *m, const mfm_csr *d, mfm_output *kind, const float *out, size_t capacity,
+                                     mfm__data_info *info, const char *fn, mfm_error *err) {
+    mfm_status st;
+    if ((st = mfm__check_kind(m, kind, fn, err)) != MFM_OK) return st;
+    if ((st = mfm__check_csr(d, m->params.model != MFM_MODEL_FM, info, err)) != MFM_OK) return st;
+    if ((st = mfm__check_shape(m, d, info, err)) != MFM_OK) return st;
+    return mfm__check_room(m, d->n_rows, *kind, out, capacity, fn, err);
 }
 
 /* The backend a call runs on: CUDA for CUDA, and for AUTO when a driver sees a device. */
@@ -6295,15 +6305,11 @@ MFMDEF mfm_status mfm_gpu_predict_resident(mfm_gpu_model *gm, const mfm_gpu_data
     if (gd->n_features > m->n_features || (m->params.model != MFM_MODEL_FM && gd->n_fields > m->n_fields) || (m->params.model != MFM_MODEL_FM && !gd->has_fields))
         return mfm__fail(err, MFM_ERR_SHAPE_MISMATCH, "mfm_gpu_predict_resident: the data (%u features, %u fields) was uploaded for another model shape (%u features, %u fields)",
                          (unsigned)gd->n_features, (unsigned)gd->n_fields, (unsigned)m->n_features, (unsigned)m->n_fields);
-    if ((unsigned)kind >= MFM_OUTPUT_COUNT) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_gpu_predict_resident: output kind %d is not a known kind", (int)kind);
-    if (kind == MFM_OUTPUT_DEFAULT) kind = m->params.task == MFM_TASK_REGRESSION ? MFM_OUTPUT_SCORE : MFM_OUTPUT_PROBABILITY;
-    if (kind == MFM_OUTPUT_PROBABILITY && m->params.task == MFM_TASK_REGRESSION)
-        return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_gpu_predict_resident: a regression model gives scores, not probabilities");
-    need = gd->n_rows * mfm_output_width(m, kind);
-    if ((!out && need) || (uint64_t)capacity < need)
-        return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_gpu_predict_resident: the output holds %" PRIu64 " values but %" PRIu64 " rows need %" PRIu64,
-                         (uint64_t)(out ? capacity : 0), gd->n_rows, need);
+    if ((st = mfm__check_kind(m, &kind, "mfm_gpu_predict_resident", err)) != MFM_OK ||
+        (st = mfm__check_room(m, gd->n_rows, kind, out, capacity, "mfm_gpu_predict_resident", err)) != MFM_OK)
+        return st;
     if (gd->n_rows == 0) return mfm__ok(err);
+    need = gd->n_rows * mfm_output_width(m, kind);
     if ((st = mfm__gpu_enter(gm->device, &dev, &saved, err)) != MFM_OK) return st;
     memset(&args, 0, sizeof args);
     args.offsets = gd->offsets;

@@ -17,9 +17,11 @@ static const char *const mfm__kernel_chunks[] = {
     "     FM          each lane owns factors t = lane, lane + group, ...; the row's non-zeros are\n"
     "                 walked by every lane, so the group reads each factor vector as one coalesced\n"
     "                 request of k floats (the pair term has an O(zk) form)\n"
-    "     FFM, FwFM   the lanes share out the row's pairs (a, b); each lane reads the two k-vectors\n"
-    "                 of its pair (FFM: inside the two features' contiguous blocks of n_fields x k\n"
-    "                 floats; FwFM: the features' own vectors, weighted by r(f_a, f_b))\n"
+    "     FFM, FwFM   a warp; the lanes share out the row's pairs (a, b), each lane reading the two\n"
+    "                 k-vectors of its pair (FFM: inside the two features' contiguous blocks of\n"
+    "                 n_fields x k floats; FwFM: the features' own vectors, weighted by r(f_a, f_b)).\n"
+    "                 FwFM with k = 4, 8, 16 stages rows of up to 64 non-zeros in shared memory\n"
+    "                 first (mfm_fwfm_staged), so that each vector is read from memory once\n"
     "   The linear term and the row norm are shared out by non-zeros. Partial sums meet through\n"
     "   shuffles inside the group; lane 0 writes the row's score of each class. */\n"
     "\n"
@@ -83,14 +85,14 @@ static const char *const mfm__kernel_chunks[] = {
     "            double x = a.values[row.lo + i];\n"
     "            squares += x * x;\n"
     "        }\n"
-    "        squares = mfm_group_sum(squares, mask, a.group);\n"
+    "        squares = mfm_group_sum(squares, mask, a.group);\n",
     "        if (squares > 0) row.scale = (float)(1.0 / sqrt(squares));\n"
     "    } else if (a.normalize && row.z > 0) {\n"
     "        row.scale = (float)(1.0 / sqrt((double)row.z));\n"
     "    }\n"
     "    return row;\n"
     "}\n"
-    "\n",
+    "\n"
     "/* w0 + sum_i w_i x_i of one class (0 when the model keeps only pairs). */\n"
     "__device__ float mfm_linear(const mfm_args &a, const float *table, mfm_u32 c, const mfm_row &row, mfm_u32 lane, unsigned mask) {\n"
     "    if (a.pairs_only) return 0.0f;\n"
@@ -163,10 +165,10 @@ static const char *const mfm__kernel_chunks[] = {
     "/* The pairs of a staged row of z non-zeros, shared out \"round robin\": the pairs (i, i + d mod z)\n"
     "   for d = 1 .. z/2 name every unordered pair once (at d = z/2 of an even z only i < d takes\n"
     "   it). R = 1 (z <= 32): lane i. R = 2 (z <= 64): lane holds i = 2 lane and 2 lane + 1, and the\n"
-    "   one partner it reads at step d serves both, (2 lane, d) and (2 lane + 1, d - 1): half the\n"
+    "   one partner it reads at step d serves both, (2 lane, d) and (2 lane + 1, d - 1): half the\n",
     "   shared-memory reads of two lanes' worth. Each lane keeps its own vectors in registers. */\n"
     "template <int Q, int R>\n"
-    "__device__ float mfm_fwfm_lanes(const float4 *u, mfm_u32 S, const mfm_u32 *f, const float *weights, mfm_u32 n_fields, mfm_u32 z, mfm_u32 lane) {\n",
+    "__device__ float mfm_fwfm_lanes(const float4 *u, mfm_u32 S, const mfm_u32 *f, const float *weights, mfm_u32 n_fields, mfm_u32 z, mfm_u32 lane) {\n"
     "    const mfm_u32 half = z / 2, first = R == 1 ? lane : 2 * lane;\n"
     "    float4 ua[R][Q];\n"
     "    const float *row_weights[R]; /* r(f_i, f_j) = row_weights[f_j] */\n"
@@ -241,16 +243,16 @@ static const char *const mfm__kernel_chunks[] = {
     "   Pair p of a row is (a, b) in the order (0,1) (0,2) .. (0,z-1) (1,2) ..; a lane starts at\n"
     "   pair `lane` and steps `group` pairs. */\n"
     "template <int K, bool FWFM>\n"
-    "__device__ void mfm_pairs(const mfm_args &a) {\n"
+    "__device__ void mfm_pairs(const mfm_args &a) {\n",
     "    if (FWFM && K > 0 && a.stage_nnz) mfm_stage_weights(a);\n"
     "    MFM_FOR_EACH_ROW(a, r, lane, mask) {\n"
     "        const mfm_row row = mfm_row_at(a, r, lane, mask);\n"
     "        const mfm_u64 n_pairs = (mfm_u64)row.z * (row.z - (row.z > 0)) / 2;\n"
-    "        for (mfm_u32 c = 0; c < a.n_classes; c++) {\n",
+    "        for (mfm_u32 c = 0; c < a.n_classes; c++) {\n"
     "            const float *table = a.table + c * a.class_stride;\n"
     "            const float *weights = FWFM ? a.pair_weights + (mfm_u64)c * a.n_fields * a.n_fields : 0;\n"
     "            float s = mfm_linear(a, table, c, row, lane, mask), part = 0;\n"
-    "            if (FWFM && K > 0 && !a.linear_only && row.z <= a.stage_nnz) {\n"
+    "            if (FWFM && K > 0 && a.stage_nnz && !a.linear_only && row.z <= a.stage_nnz) {\n"
     "                part = mfm_fwfm_staged<K>(a, table, c, row, lane);\n"
     "            } else if (!a.linear_only) {\n"
     "                mfm_u32 i = 0, j = 1 + lane; /* pair `lane`, found by the same walk as every step */\n"
@@ -312,7 +314,7 @@ static const char *const mfm__kernel_chunks[] = {
     "                if (s[c] > s[best]) best = c; /* the first of equal maxima wins */\n"
     "            out[r] = (float)best;\n"
     "        } else {\n"
-    "            double top = s[0], total = 0;\n"
+    "            double top = s[0], total = 0;\n",
     "            for (mfm_u32 c = 1; c < n_classes; c++) top = s[c] > top ? s[c] : top;\n"
     "            for (mfm_u32 c = 0; c < n_classes; c++) total += exp((double)s[c] - top);\n"
     "            for (mfm_u32 c = 0; c < n_classes; c++) out[r * n_classes + c] = (float)(exp((double)s[c] - top) / total);\n"
@@ -321,6 +323,6 @@ static const char *const mfm__kernel_chunks[] = {
     "}\n",
 };
 
-#define MFM__KERNEL_CHUNK_COUNT 4
+#define MFM__KERNEL_CHUNK_COUNT 5
 
 #endif /* MODERN_FM_KERNELS_H */

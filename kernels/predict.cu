@@ -6,9 +6,11 @@
      FM          each lane owns factors t = lane, lane + group, ...; the row's non-zeros are
                  walked by every lane, so the group reads each factor vector as one coalesced
                  request of k floats (the pair term has an O(zk) form)
-     FFM, FwFM   the lanes share out the row's pairs (a, b); each lane reads the two k-vectors
-                 of its pair (FFM: inside the two features' contiguous blocks of n_fields x k
-                 floats; FwFM: the features' own vectors, weighted by r(f_a, f_b))
+     FFM, FwFM   a warp; the lanes share out the row's pairs (a, b), each lane reading the two
+                 k-vectors of its pair (FFM: inside the two features' contiguous blocks of
+                 n_fields x k floats; FwFM: the features' own vectors, weighted by r(f_a, f_b)).
+                 FwFM with k = 4, 8, 16 stages rows of up to 64 non-zeros in shared memory
+                 first (mfm_fwfm_staged), so that each vector is read from memory once
    The linear term and the row norm are shared out by non-zeros. Partial sums meet through
    shuffles inside the group; lane 0 writes the row's score of each class. */
 
@@ -239,7 +241,7 @@ __device__ void mfm_pairs(const mfm_args &a) {
             const float *table = a.table + c * a.class_stride;
             const float *weights = FWFM ? a.pair_weights + (mfm_u64)c * a.n_fields * a.n_fields : 0;
             float s = mfm_linear(a, table, c, row, lane, mask), part = 0;
-            if (FWFM && K > 0 && !a.linear_only && row.z <= a.stage_nnz) {
+            if (FWFM && K > 0 && a.stage_nnz && !a.linear_only && row.z <= a.stage_nnz) {
                 part = mfm_fwfm_staged<K>(a, table, c, row, lane);
             } else if (!a.linear_only) {
                 mfm_u32 i = 0, j = 1 + lane; /* pair `lane`, found by the same walk as every step */
