@@ -31,13 +31,21 @@ static void require(int cond, const char *what) {
 
 static int same(const void *a, const void *b, size_t n) { return (a == NULL) == (b == NULL) && (!a || n == 0 || memcmp(a, b, n) == 0); }
 
+/* The task the labels were read for: the one asked for; by default binary, or for a binary
+   file the task it records. */
+static mfm_task task_read(const mfm_dataset *ds, const mfm_read_options *o) {
+    mfm_dataset_info info;
+    mfm_dataset_get_info(ds, &info);
+    return o->task != MFM_TASK_DEFAULT ? o->task : info.labels_task != MFM_TASK_DEFAULT ? info.labels_task : MFM_TASK_BINARY;
+}
+
 /* The CSR of a successful read is well formed; text sets n_features / n_fields to max id + 1. */
 static void check_dataset(const mfm_dataset *ds, const mfm_read_options *o) {
     mfm_csr d = mfm_dataset_csr(ds);
     mfm_dataset_info info;
     uint64_t r, j, nnz;
     uint32_t max_feature = 0, max_field = 0;
-    mfm_task task = o->task == MFM_TASK_DEFAULT ? MFM_TASK_BINARY : o->task;
+    const mfm_task task = task_read(ds, o);
     mfm_dataset_get_info(ds, &info);
     require(d.row_offsets != NULL && d.row_offsets[0] == 0, "row_offsets[0] == 0");
     for (r = 0; r < d.n_rows; r++) require(d.row_offsets[r + 1] >= d.row_offsets[r], "row offsets never decrease");
@@ -109,6 +117,7 @@ static void round_trip(const mfm_dataset *ds, const mfm_read_options *o) {
     if (st != MFM_OK) fprintf(stderr, "fuzz_dataset: write failed: %s\n", e.message);
     require(st == MFM_OK, "a dataset that was read can be written");
     o2.format = format;
+    o2.task = task_read(ds, o); /* a file written from a view records no task */
     st = mfm_dataset_read(path, &o2, &back, &e);
     if (st != MFM_OK) fprintf(stderr, "fuzz_dataset: reading back failed: %s\n", e.message);
     require(st == MFM_OK, "what was written reads back");
