@@ -5512,33 +5512,33 @@ static int mfm__make_dirs(const char *dir) {
     return stat(dir, &st) == 0;
 }
 
-/* Reads an entry and checks it whole; a bad one is removed. 1 = hit (im->bytes owned). */
+/* An entry's bytes are whole: magic, format, a length that matches, the image's checksum. */
+static int mfm__cache_entry_whole(const unsigned char *b, uint64_t size) {
+    return size > MFM__CACHE_HEADER && memcmp(b, "MFMK", 4) == 0 && mfm__load_le32(b + 4) == MFM__CACHE_FORMAT &&
+           mfm__load_le64(b + 24) == size - MFM__CACHE_HEADER &&
+           XXH3_64bits(b + MFM__CACHE_HEADER, (size_t)(size - MFM__CACHE_HEADER)) == mfm__load_le64(b + 48);
+}
+
+/* Reads an entry: whole, and the image that its name promises (kind, arch, NVRTC version, key);
+   a bad one is removed. 1 = hit (im->bytes owned). */
 static int mfm__cache_read(const char *dir, mfm__image *im) {
     char path[704];
-    unsigned char header[MFM__CACHE_HEADER];
-    FILE *f;
-    uint64_t length;
-    int ok = 0;
+    mfm__mapping map;
+    const unsigned char *b;
+    int ok;
     snprintf(path, sizeof path, "%s/%s", dir, im->name);
-    if (!(f = fopen(path, "rb"))) return 0;
-    if (fread(header, 1, sizeof header, f) == sizeof header && memcmp(header, "MFMK", 4) == 0 &&
-        mfm__load_le32(header + 4) == MFM__CACHE_FORMAT && mfm__load_le32(header + 8) == (uint32_t)im->kind &&
-        mfm__load_le32(header + 12) == (uint32_t)im->arch && mfm__load_le32(header + 16) == (uint32_t)im->nvrtc_major &&
-        mfm__load_le32(header + 20) == (uint32_t)im->nvrtc_minor && memcmp(header + 32, im->key, 16) == 0 &&
-        (length = mfm__load_le64(header + 24)) > 0 && length < ((uint64_t)1 << 31) &&
-        (im->bytes = (char *)mfm__alloc(length + 1, 1)) != NULL) {
-        int extra;
-        im->size = (size_t)length;
-        ok = fread(im->bytes, 1, im->size, f) == im->size && (extra = fgetc(f)) == EOF &&
-             XXH3_64bits(im->bytes, im->size) == mfm__load_le64(header + 48);
-        im->bytes[im->size] = '\0';
+    if (mfm__map(path, &map, NULL) != MFM_OK) return 0;
+    b = map.bytes;
+    ok = mfm__cache_entry_whole(b, map.size) && mfm__load_le32(b + 8) == (uint32_t)im->kind && mfm__load_le32(b + 12) == (uint32_t)im->arch &&
+         mfm__load_le32(b + 16) == (uint32_t)im->nvrtc_major && mfm__load_le32(b + 20) == (uint32_t)im->nvrtc_minor && memcmp(b + 32, im->key, 16) == 0 &&
+         (im->bytes = (char *)mfm__alloc(map.size - MFM__CACHE_HEADER + 1, 1)) != NULL;
+    if (ok) {
+        im->size = (size_t)(map.size - MFM__CACHE_HEADER);
+        memcpy(im->bytes, b + MFM__CACHE_HEADER, im->size);
+        im->bytes[im->size] = '\0'; /* PTX is text */
     }
-    fclose(f);
-    if (!ok) {
-        MFM_FREE(im->bytes);
-        im->bytes = NULL;
-        remove(path); /* a torn, foreign or corrupted entry: a miss, written again after the compile */
-    }
+    mfm__unmap(&map);
+    if (!ok) remove(path); /* a torn, foreign or corrupted entry: a miss, written again after the compile */
     return ok;
 }
 
@@ -5886,7 +5886,6 @@ static void mfm__gpu_free(mfm__cu_ptr *p) {
 /* Two sets of chunk buffers, pinned on the host and on the device, one stream each. */
 typedef struct mfm__gpu_stage {
     uint64_t rows, nnz;  /* capacity of each set */
-    size_t host_bytes;   /* per set */
     unsigned char *host[2];
     mfm__cu_ptr device[2];
     mfm__cu_stream stream[2];
@@ -5905,10 +5904,9 @@ struct mfm_gpu_model {
 
 struct mfm_gpu_data {
     int device;
-    uint64_t n_rows, nnz;
-    uint32_t n_features, n_fields;
-    int has_fields, has_values;
-    mfm__cu_ptr offsets, features, fields, values, scores, out;
+    uint64_t n_rows;
+    uint32_t n_features, n_fields; /* largest id + 1: what a model must hold */
+    mfm__cu_ptr offsets, features, fields, values, scores, out; /* fields: FFM and FwFM data only */
 };
 
 static void mfm__stage_free(mfm__gpu_stage *g) {
@@ -5922,17 +5920,23 @@ static void mfm__stage_free(mfm__gpu_stage *g) {
     memset(g, 0, sizeof *g);
 }
 
-MFMDEF void mfm_gpu_model_free(mfm_gpu_model *gm) {
+/* Frees n device allocations (and a staging set) in a device's context, then the record. */
+static void mfm__gpu_release(mfm__cu_context context, mfm__cu_ptr *const *p, int n, mfm__gpu_stage *stage, void *record) {
     mfm__cu_context saved;
-    if (!gm) return;
+    int i;
     mfm__cuda.cu.cuCtxGetCurrent(&saved);
-    mfm__cuda.cu.cuCtxSetCurrent(gm->dev->context);
-    mfm__stage_free(&gm->stage);
-    mfm__gpu_free(&gm->table);
-    mfm__gpu_free(&gm->w0);
-    mfm__gpu_free(&gm->pair_weights);
+    mfm__cuda.cu.cuCtxSetCurrent(context);
+    if (stage) mfm__stage_free(stage);
+    for (i = 0; i < n; i++) mfm__gpu_free(p[i]);
     mfm__cuda.cu.cuCtxSetCurrent(saved);
-    MFM_FREE(gm);
+    MFM_FREE(record);
+}
+
+MFMDEF void mfm_gpu_model_free(mfm_gpu_model *gm) {
+    if (gm) {
+        mfm__cu_ptr *const p[] = {&gm->table, &gm->w0, &gm->pair_weights};
+        mfm__gpu_release(gm->dev->context, p, 3, &gm->stage, gm);
+    }
 }
 
 MFMDEF mfm_status mfm_gpu_model_upload(const mfm_model *m, int device, mfm_gpu_model **out, mfm_error *err) {
@@ -6113,8 +6117,16 @@ static void mfm__chunk_copy_task(void *ctx, int w) {
     if (c->d->values) mfm__slice_copy(c->host + c->lay.values, c->d->values + c->lo, c->nnz, 4, w, c->n_workers);
 }
 
+/* Where the chunk that starts at row r0 ends: at most 256K rows or 8M non-zeros (a longer row
+   goes alone). */
+static uint64_t mfm__chunk_end(const mfm_csr *d, uint64_t r0) {
+    const uint64_t max_rows = (uint64_t)1 << 18, max_nnz = (uint64_t)1 << 23;
+    uint64_t r1 = r0 + 1;
+    while (r1 < d->n_rows && r1 - r0 < max_rows && d->row_offsets[r1 + 1] - d->row_offsets[r0] <= max_nnz) r1++;
+    return r1;
+}
+
 MFMDEF mfm_status mfm_gpu_predict(mfm_gpu_model *gm, const mfm_csr *d, mfm_output kind, float *out, size_t capacity, mfm_error *err) {
-    const uint64_t max_rows = (uint64_t)1 << 18, max_nnz = (uint64_t)1 << 23; /* a chunk: at most 256K rows or 8M non-zeros (one long row excepted) */
     mfm__data_info info;
     mfm__cu_context saved;
     mfm__gpu_device *dev;
@@ -6132,8 +6144,7 @@ MFMDEF mfm_status mfm_gpu_predict(mfm_gpu_model *gm, const mfm_csr *d, mfm_outpu
     if (d->n_rows == 0) return mfm__ok(err);
     width = mfm_output_width(&gm->shape, kind);
     for (r0 = 0; r0 < d->n_rows;) { /* the largest chunk decides the buffers */
-        uint64_t r1 = r0 + 1;
-        while (r1 < d->n_rows && r1 - r0 < max_rows && d->row_offsets[r1 + 1] - d->row_offsets[r0] <= max_nnz) r1++;
+        const uint64_t r1 = mfm__chunk_end(d, r0);
         if (r1 - r0 > need_rows) need_rows = r1 - r0;
         if (d->row_offsets[r1] - d->row_offsets[r0] > need_nnz) need_nnz = d->row_offsets[r1] - d->row_offsets[r0];
         r0 = r1;
@@ -6143,7 +6154,6 @@ MFMDEF mfm_status mfm_gpu_predict(mfm_gpu_model *gm, const mfm_csr *d, mfm_outpu
     lay = mfm__chunk_layout_of(need_rows, need_nnz, gm->shape.n_classes);
     if (g->rows < need_rows || g->nnz < need_nnz) { /* kept between calls: repeated predictions allocate nothing */
         mfm__stage_free(g);
-        g->host_bytes = lay.total;
         for (b = 0; b < 2 && st == MFM_OK; b++) {
             void *host = NULL;
             if ((r = mfm__cuda.cu.cuMemAllocHost(&host, lay.total)) != 0) {
@@ -6171,14 +6181,14 @@ MFMDEF mfm_status mfm_gpu_predict(mfm_gpu_model *gm, const mfm_csr *d, mfm_outpu
     memset(&pool, 0, sizeof pool);
     if (st == MFM_OK) st = mfm__pool_start(&pool, copy.n_workers, err);
     for (r0 = 0, i = 0; st == MFM_OK && r0 < d->n_rows; i++) {
-        uint64_t r1 = r0 + 1, lo, nnz, rows;
+        const uint64_t r1 = mfm__chunk_end(d, r0);
+        uint64_t lo, nnz, rows;
         unsigned char *h;
         mfm__cu_ptr dv;
         mfm__gpu_args args;
         b = i & 1;
         h = g->host[b];
         dv = g->device[b];
-        while (r1 < d->n_rows && r1 - r0 < max_rows && d->row_offsets[r1 + 1] - d->row_offsets[r0] <= max_nnz) r1++;
         if (i >= 2) { /* set b held chunk i - 2: hand its outputs over before reusing it */
             if ((r = mfm__cuda.cu.cuEventSynchronize(g->done[b])) != 0) {
                 st = mfm__cu_fail(err, r, "cuEventSynchronize (prediction)");
@@ -6231,18 +6241,10 @@ MFMDEF mfm_status mfm_gpu_predict(mfm_gpu_model *gm, const mfm_csr *d, mfm_outpu
 }
 
 MFMDEF void mfm_gpu_data_free(mfm_gpu_data *gd) {
-    mfm__cu_context saved;
-    if (!gd) return;
-    mfm__cuda.cu.cuCtxGetCurrent(&saved);
-    mfm__cuda.cu.cuCtxSetCurrent(mfm__cuda.devices[gd->device].context);
-    mfm__gpu_free(&gd->offsets);
-    mfm__gpu_free(&gd->features);
-    mfm__gpu_free(&gd->fields);
-    mfm__gpu_free(&gd->values);
-    mfm__gpu_free(&gd->scores);
-    mfm__gpu_free(&gd->out);
-    mfm__cuda.cu.cuCtxSetCurrent(saved);
-    MFM_FREE(gd);
+    if (gd) {
+        mfm__cu_ptr *const p[] = {&gd->offsets, &gd->features, &gd->fields, &gd->values, &gd->scores, &gd->out};
+        mfm__gpu_release(mfm__cuda.devices[gd->device].context, p, 6, NULL, gd);
+    }
 }
 
 MFMDEF mfm_status mfm_gpu_data_upload(mfm_gpu_model *gm, const mfm_csr *d, mfm_gpu_data **out, mfm_error *err) {
@@ -6266,11 +6268,8 @@ MFMDEF mfm_status mfm_gpu_data_upload(mfm_gpu_model *gm, const mfm_csr *d, mfm_g
     nnz = d->row_offsets[d->n_rows];
     gd->device = gm->device;
     gd->n_rows = d->n_rows;
-    gd->nnz = nnz;
     gd->n_features = info.n_features;
     gd->n_fields = info.n_fields;
-    gd->has_fields = fields;
-    gd->has_values = d->values != NULL;
     st = mfm__gpu_alloc(&gd->offsets, (d->n_rows + 1) * 8, "the dataset's row offsets", err);
     if (st == MFM_OK) st = mfm__gpu_alloc(&gd->features, nnz * 4, "the dataset's features", err);
     if (st == MFM_OK && fields) st = mfm__gpu_alloc(&gd->fields, nnz * 4, "the dataset's fields", err);
@@ -6302,7 +6301,7 @@ MFMDEF mfm_status mfm_gpu_predict_resident(mfm_gpu_model *gm, const mfm_gpu_data
     if (!gm || !gd) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_gpu_predict_resident: the GPU model or the GPU data is NULL");
     if (gd->device != gm->device)
         return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_gpu_predict_resident: the data is on device %d, the model on device %d", gd->device, gm->device);
-    if (gd->n_features > m->n_features || (m->params.model != MFM_MODEL_FM && gd->n_fields > m->n_fields) || (m->params.model != MFM_MODEL_FM && !gd->has_fields))
+    if (gd->n_features > m->n_features || (m->params.model != MFM_MODEL_FM && gd->n_fields > m->n_fields) || (m->params.model != MFM_MODEL_FM && !gd->fields))
         return mfm__fail(err, MFM_ERR_SHAPE_MISMATCH, "mfm_gpu_predict_resident: the data (%u features, %u fields) was uploaded for another model shape (%u features, %u fields)",
                          (unsigned)gd->n_features, (unsigned)gd->n_fields, (unsigned)m->n_features, (unsigned)m->n_fields);
     if ((st = mfm__check_kind(m, &kind, "mfm_gpu_predict_resident", err)) != MFM_OK ||
@@ -6380,7 +6379,6 @@ typedef struct mfm__cache_listing {
     size_t capacity, n;
 } mfm__cache_listing;
 
-/* An entry is valid when its header is whole, its length matches and its checksum holds. */
 static void mfm__cache_list_one(void *ctx, const char *dir, const char *name) {
     mfm__cache_listing *l = (mfm__cache_listing *)ctx;
     mfm_cache_entry *e;
@@ -6396,9 +6394,7 @@ static void mfm__cache_list_one(void *ctx, const char *dir, const char *name) {
         e->bytes = (uint64_t)st.st_size;
         e->mtime = (int64_t)st.st_mtime;
         if (strstr(name, ".tmp-") == NULL && mfm__map(path, &map, NULL) == MFM_OK) {
-            e->valid = map.size >= MFM__CACHE_HEADER && memcmp(map.bytes, "MFMK", 4) == 0 &&
-                       mfm__load_le64(map.bytes + 24) == map.size - MFM__CACHE_HEADER &&
-                       XXH3_64bits(map.bytes + MFM__CACHE_HEADER, map.size - MFM__CACHE_HEADER) == mfm__load_le64(map.bytes + 48);
+            e->valid = mfm__cache_entry_whole(map.bytes, map.size);
             mfm__unmap(&map);
         }
     }

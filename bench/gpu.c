@@ -22,46 +22,35 @@
 static const double ceiling_fm[2][3] = {{750, 740, 550}, {1330, 1320, 970}};   /* Criteo, Avazu: cold gathers */
 static const double ceiling_ffm[2][3] = {{120, 61, 31}, {370, 189, 96}};       /* 3.0 TB/s over the blocks */
 
-static double best_of(int n, double (*once)(void *), void *ctx) {
-    double best = 1e30;
-    int i;
-    for (i = 0; i < n; i++) {
-        double t = once(ctx);
-        if (t < best) best = t;
-    }
-    return best;
-}
-
 typedef struct cell {
     mfm_model *m;
     mfm_gpu_model *gm;
     mfm_gpu_data *gd;
     mfm_csr d;
-    float *out;
 } cell;
 
-static double time_cpu(void *p) {
-    cell *c = (cell *)p;
-    mfm_error e;
-    double t = bench_now();
-    bench_check(mfm_predict(c->m, &c->d, MFM_OUTPUT_PROBABILITY, c->out, c->d.n_rows, &e), &e, "CPU predict");
-    return bench_now() - t;
-}
+typedef enum where { ON_CPU, ON_GPU_FROM_HOST, ON_GPU_RESIDENT } where;
 
-static double time_transfer(void *p) {
-    cell *c = (cell *)p;
-    mfm_error e;
-    double t = bench_now();
-    bench_check(mfm_gpu_predict(c->gm, &c->d, MFM_OUTPUT_PROBABILITY, c->out, c->d.n_rows, &e), &e, "GPU predict");
-    return bench_now() - t;
-}
-
-static double time_resident(void *p) {
-    cell *c = (cell *)p;
-    mfm_error e;
-    double t = bench_now();
-    bench_check(mfm_gpu_predict_resident(c->gm, c->gd, MFM_OUTPUT_PROBABILITY, c->out, c->d.n_rows, &e), &e, "GPU resident predict");
-    return bench_now() - t;
+/* Seconds of the fastest of n predictions of the cell's rows (probabilities into out). */
+static double best_of(int n, const cell *c, where w, float *out) {
+    static const char *const what[] = {"CPU predict", "GPU predict", "GPU resident predict"};
+    double best = 1e30;
+    int i;
+    for (i = 0; i < n; i++) {
+        mfm_error e;
+        mfm_status st;
+        double t = bench_now();
+        if (w == ON_CPU)
+            st = mfm_predict(c->m, &c->d, MFM_OUTPUT_PROBABILITY, out, c->d.n_rows, &e);
+        else if (w == ON_GPU_FROM_HOST)
+            st = mfm_gpu_predict(c->gm, &c->d, MFM_OUTPUT_PROBABILITY, out, c->d.n_rows, &e);
+        else
+            st = mfm_gpu_predict_resident(c->gm, c->gd, MFM_OUTPUT_PROBABILITY, out, c->d.n_rows, &e);
+        bench_check(st, &e, what[w]);
+        t = bench_now() - t;
+        if (t < best) best = t;
+    }
+    return best;
 }
 
 /* In a fresh process (`gpu --probe`): library calls from nothing to one finished prediction.
@@ -163,7 +152,7 @@ int main(int argc, char **argv) {
             const int k = ks[i % 3];
             cell c;
             mfm_params p;
-            float *cpu_out;
+            float *cpu_out, *gpu_out;
             double t_cpu, t_tr, t_res, ceiling, diff = 0;
             uint64_t r;
             memset(&c, 0, sizeof c);
@@ -173,17 +162,19 @@ int main(int argc, char **argv) {
             p.init_scale = 0.1;
             p.n_threads = mfm__cores();
             c.d = synth_csr(&data);
-            c.out = (float *)malloc(n_rows * sizeof(float));
             cpu_out = (float *)malloc(n_rows * sizeof(float));
+            gpu_out = (float *)malloc(n_rows * sizeof(float));
+            if (!cpu_out || !gpu_out) {
+                fprintf(stderr, "out of memory for the outputs\n");
+                return 1;
+            }
             bench_check(mfm_model_create(&p, data.n_features, data.n_fields, 1, &c.m, &e), &e, "create");
-            c.out = cpu_out;
-            t_cpu = best_of(1, time_cpu, &c);
-            c.out = (float *)malloc(n_rows * sizeof(float));
+            t_cpu = best_of(1, &c, ON_CPU, cpu_out);
             bench_check(mfm_gpu_model_upload(c.m, 0, &c.gm, &e), &e, "upload");
             bench_check(mfm_gpu_data_upload(c.gm, &c.d, &c.gd, &e), &e, "data upload");
-            t_tr = best_of(3, time_transfer, &c);
-            t_res = best_of(5, time_resident, &c);
-            for (r = 0; r < n_rows; r++) diff = fmax(diff, fabs((double)c.out[r] - cpu_out[r]));
+            t_tr = best_of(3, &c, ON_GPU_FROM_HOST, gpu_out);
+            t_res = best_of(5, &c, ON_GPU_RESIDENT, gpu_out);
+            for (r = 0; r < n_rows; r++) diff = fmax(diff, fabs((double)gpu_out[r] - cpu_out[r]));
             ceiling = 1e6 * (model == MFM_MODEL_FFM ? ceiling_ffm : ceiling_fm)[shape][i % 3];
             printf("%-7s %-5s %3d | %12.0f %14.0f %14.0f | %9.0fM %5.1f%% | %9.2g\n", shape == 0 ? "Criteo" : "Avazu", bench_model_names[model], k,
                    n_rows / t_cpu, n_rows / t_tr, n_rows / t_res, ceiling / 1e6, 100 * (n_rows / t_res) / ceiling, diff);
@@ -191,7 +182,7 @@ int main(int argc, char **argv) {
             mfm_gpu_data_free(c.gd);
             mfm_gpu_model_free(c.gm);
             mfm_model_free(c.m);
-            free(c.out);
+            free(gpu_out);
             free(cpu_out);
         }
         synth_free(&data);
