@@ -1547,7 +1547,7 @@ static mfm_status mfm__validate_params(const mfm_params *p, uint32_t n_classes, 
    after the other: block b of class c is block c * n_blocks + b. */
 
 typedef struct mfm__table {
-    float *data;       /* 64-byte aligned: a block of k = 4 (AdaGrad: 32 bytes) never splits lines */
+    float *data;       /* 64-byte aligned (mfm__table_alloc) */
     void *allocation;  /* what data lies in */
     uint64_t n_blocks; /* per class */
     uint32_t len;
@@ -1637,6 +1637,23 @@ MFMDEF void mfm_model_reset_state(mfm_model *m) {
     m->has_state = 1;
 }
 
+/* A zeroed table of `floats` floats, 64-byte aligned so that a block of k = 4 (AdaGrad: 32
+   bytes) never splits lines. On Linux a large table starts on a 2 MB boundary and asks for
+   huge pages: training reads a few lines from each of thousands of scattered pages per row,
+   and with 4 KB pages most of those reads would first miss the TLB. NULL when memory is short. */
+static float *mfm__table_alloc(uint64_t floats, void **allocation) {
+    const uint64_t huge = (uint64_t)2 << 20, align = floats >= huge ? huge : 64; /* >= 8 MB */
+    char *p;
+    *allocation = floats < (UINT64_MAX - align) / sizeof(float) ? mfm__alloc(floats * sizeof(float) + align, 1) : NULL;
+    if (!*allocation) return NULL;
+    p = (char *)*allocation + (align - (uintptr_t)*allocation % align) % align;
+#if defined(__linux__) && (!defined(__GLIBC__) || defined(__USE_XOPEN2K)) /* declared where POSIX 2001 is */
+    if (align == huge) posix_madvise(p, floats * sizeof(float) / huge * huge, 14); /* MADV_HUGEPAGE; glibc and musl pass it on */
+#endif
+    memset(p, 0, floats * sizeof(float));
+    return (float *)p;
+}
+
 MFMDEF mfm_status mfm_model_create(const mfm_params *params, uint32_t n_features, uint32_t n_fields, uint32_t n_classes,
                                    mfm_model **out, mfm_error *err) {
     mfm_params p = mfm_params_resolve(params);
@@ -1675,8 +1692,7 @@ MFMDEF mfm_status mfm_model_create(const mfm_params *params, uint32_t n_features
         /* blocks x classes x stride, saturating so that an impossible size fails to allocate */
         floats = tab->n_blocks && n_classes > UINT64_MAX / tab->n_blocks ? UINT64_MAX : tab->n_blocks * n_classes;
         floats = floats && tab->stride > UINT64_MAX / floats ? UINT64_MAX : floats * tab->stride;
-        tab->allocation = floats < UINT64_MAX / sizeof(float) - 64 ? mfm__calloc(floats * sizeof(float) + 64, 1) : NULL;
-        if (tab->allocation) tab->data = (float *)((char *)tab->allocation + (64 - (uintptr_t)tab->allocation % 64) % 64);
+        tab->data = mfm__table_alloc(floats, &tab->allocation);
         if (!tab->allocation) {
             mfm_model_free(m);
             return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for the %s tensor of a %s model (%" PRIu64 " floats)",
@@ -3006,6 +3022,29 @@ static float mfm__dot(const float *a, const float *b, int k) {
     return mfm__f4_sum(acc) + rest;
 }
 
+/* Eight lanes: AVX, in functions compiled for it (GCC and Clang on x86) and called only when the
+   CPU and the OS have it. A core divides and takes square roots eight floats at a time in the
+   time it takes four, and those two bound AdaGrad's steps. The operations are the four-lane
+   ones lane by lane, so either width gives the same bits; only steps of independent
+   coordinates use them, never a sum's order. MFM_SIMD=sse2 in the environment keeps a fit
+   at four lanes. */
+#if defined(MFM__SSE2) && (defined(__GNUC__) || defined(__clang__)) && !defined(MFM_NO_AVX)
+#include <immintrin.h>
+#define MFM__AVX 1
+#define MFM__AVX_FN __attribute__((target("avx")))
+#define MFM__AVX_INLINE __attribute__((target("avx"), always_inline)) inline
+#endif
+
+static int mfm__use_avx(void) {
+#if defined(MFM__AVX)
+    const char *simd = getenv("MFM_SIMD");
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx") && !(simd && strcmp(simd, "sse2") == 0);
+#else
+    return 0;
+#endif
+}
+
 /* ============================================================================================
    >>score  The score of one row under FM, FFM and FwFM
    ============================================================================================ */
@@ -3165,36 +3204,80 @@ static double mfm__softmax(const float *s, uint32_t n, double *p) {
 
 typedef struct mfm__optim {
     mfm_optimizer kind;
+    int wide; /* AdaGrad's batch-1 steps eight lanes wide (mfm__use_avx) */
     float lr, ftrl_beta;
     double beta1, beta2, eps;
 } mfm__optim;
 
-/* AdaGrad on a block [theta x len][G x len], four coordinates at a time. Small enough to be
-   inlined into the batch-1 loops, which is where most of its calls come from. */
+/* AdaGrad on n coordinates (theta[i], G[i]) whose gradient sums over a batch of `rows` rows are
+   gsum[i]: four at a time, then one by one with the same operations. Small enough to be inlined
+   into the batch-1 loops, which is where most of its calls come from. */
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((always_inline)) inline
+#endif
+static void mfm__adagrad_span(const mfm__optim *o, float *theta, float *G, uint32_t n, const float *gsum, float rows, float l2) {
+    const mfm__f4 lr = mfm__f4_set1(o->lr), r = mfm__f4_set1(rows), l2v = mfm__f4_set1(l2), eps = mfm__f4_set1(1e-10f);
+    uint32_t i;
+    for (i = 0; i + 4 <= n; i += 4) {
+        mfm__f4 th = mfm__f4_load(theta + i), g = mfm__f4_add(mfm__f4_div(mfm__f4_load(gsum + i), r), mfm__f4_mul(l2v, th));
+        mfm__f4 G4 = mfm__f4_add(mfm__f4_load(G + i), mfm__f4_mul(g, g));
+        mfm__f4_store(G + i, G4);
+        mfm__f4_store(theta + i, mfm__f4_sub(th, mfm__f4_div(mfm__f4_mul(lr, g), mfm__f4_sqrt(mfm__f4_add(G4, eps)))));
+    }
+    for (; i < n; i++) {
+        float g = gsum[i] / rows + l2 * theta[i];
+        G[i] += g * g;
+        theta[i] -= o->lr * g / sqrtf(G[i] + 1e-10f);
+    }
+}
+
+/* AdaGrad on a block [theta x len][G x len]. */
 #if defined(__GNUC__) || defined(__clang__)
 __attribute__((always_inline)) inline
 #endif
 static void mfm__adagrad(const mfm__optim *o, float *blk, uint32_t len, const float *gsum, float rows, float l2) {
-    float *theta = blk, *s1 = blk + len;
-    const mfm__f4 lr = mfm__f4_set1(o->lr), n = mfm__f4_set1(rows), l2v = mfm__f4_set1(l2), eps = mfm__f4_set1(1e-10f);
-    uint32_t i;
-    for (i = 0; i + 4 <= len; i += 4) { /* the same operations as the loop below */
-        mfm__f4 th = mfm__f4_load(theta + i), g = mfm__f4_add(mfm__f4_div(mfm__f4_load(gsum + i), n), mfm__f4_mul(l2v, th));
-        mfm__f4 G = mfm__f4_add(mfm__f4_load(s1 + i), mfm__f4_mul(g, g));
-        mfm__f4_store(s1 + i, G);
-        mfm__f4_store(theta + i, mfm__f4_sub(th, mfm__f4_div(mfm__f4_mul(lr, g), mfm__f4_sqrt(mfm__f4_add(G, eps)))));
-    }
-    for (; i < len; i++) {
-        float g = gsum[i] / rows + l2 * theta[i];
-        s1[i] += g * g;
-        theta[i] -= o->lr * g / sqrtf(s1[i] + 1e-10f);
-    }
+    mfm__adagrad_span(o, blk, blk + len, len, gsum, rows, l2);
 }
+
+#if defined(MFM__AVX)
+/* One AdaGrad step of eight coordinates in lanes, gd their data gradient: mfm__adagrad_span's
+   operations. */
+MFM__AVX_INLINE static void mfm__adagrad8(__m256 *theta, __m256 *G, __m256 gd, float lr, float l2) {
+    const __m256 g = _mm256_add_ps(gd, _mm256_mul_ps(_mm256_set1_ps(l2), *theta));
+    *G = _mm256_add_ps(*G, _mm256_mul_ps(g, g));
+    *theta = _mm256_sub_ps(*theta, _mm256_div_ps(_mm256_mul_ps(_mm256_set1_ps(lr), g), _mm256_sqrt_ps(_mm256_add_ps(*G, _mm256_set1_ps(1e-10f)))));
+}
+
+/* Four floats at lo and four at hi as one eight-lane value, and back. */
+MFM__AVX_INLINE static __m256 mfm__load2x4(const float *lo, const float *hi) {
+    return _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(lo)), _mm_loadu_ps(hi), 1);
+}
+
+MFM__AVX_INLINE static void mfm__store2x4(float *lo, float *hi, __m256 v) {
+    _mm_storeu_ps(lo, _mm256_castps256_ps128(v));
+    _mm_storeu_ps(hi, _mm256_extractf128_ps(v, 1));
+}
+
+#endif
 
 /* The pair (a, b) of an FFM row that is a batch of its own, under AdaGrad: slot va's gradient
    is coef times vb's old value and the other way round. The same operations as mfm__adagrad on
    those gradients (a division by one row is exact and left out), fused so that the gradients
-   stay in registers. */
+   stay in registers. The factors from t on, one at a time: */
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((always_inline)) inline
+#endif
+static void mfm__ffm_pair_adagrad_rest(const mfm__optim *o, float *va, float *vb, float coef, uint32_t t, uint32_t k, float l2) {
+    for (; t < k; t++) {
+        const float a = va[t], b = vb[t], ga = (0 + coef * b) + l2 * a, gb = (0 + coef * a) + l2 * b;
+        va[k + t] += ga * ga;
+        vb[k + t] += gb * gb;
+        va[t] = a - o->lr * ga / sqrtf(va[k + t] + 1e-10f);
+        vb[t] = b - o->lr * gb / sqrtf(vb[k + t] + 1e-10f);
+    }
+}
+
+/* ... and four at a time. */
 #if defined(__GNUC__) || defined(__clang__)
 __attribute__((always_inline)) inline
 #endif
@@ -3212,52 +3295,124 @@ static void mfm__ffm_pair_adagrad(const mfm__optim *o, float *va, float *vb, flo
         mfm__f4_store(va + t, mfm__f4_sub(a, mfm__f4_div(mfm__f4_mul(lr, ga), mfm__f4_sqrt(mfm__f4_add(Ga, eps)))));
         mfm__f4_store(vb + t, mfm__f4_sub(b, mfm__f4_div(mfm__f4_mul(lr, gb), mfm__f4_sqrt(mfm__f4_add(Gb, eps)))));
     }
-    for (; t < k; t++) {
-        const float a = va[t], b = vb[t], ga = (0 + coef * b) + l2 * a, gb = (0 + coef * a) + l2 * b;
-        va[k + t] += ga * ga;
-        vb[k + t] += gb * gb;
-        va[t] = a - o->lr * ga / sqrtf(va[k + t] + 1e-10f);
-        vb[t] = b - o->lr * gb / sqrtf(vb[k + t] + 1e-10f);
-    }
+    mfm__ffm_pair_adagrad_rest(o, va, vb, coef, t, k, l2);
 }
 
-/* Every pair of an FFM row that is a batch of its own, under AdaGrad; dlds is the row's
-   weighted loss derivative. */
+/* Every pair of an FFM row that is a batch of its own, under AdaGrad (dlds: the row's weighted
+   loss derivative), stepped by PAIR_STEP(o, va, vb, coef, k, l2); the body of a function with
+   those parameters. */
+#define MFM__FFM_ROW_PAIRS(PAIR_STEP)                                                                           \
+    const mfm__table *V = &m->t[MFM_TENSOR_V];                                                                  \
+    float *const table = V->data + (uint64_t)c * V->n_blocks * V->stride;                                       \
+    const uint64_t stride = V->stride, per_feature = (uint64_t)m->n_fields * stride;                            \
+    uint32_t a, b;                                                                                              \
+    for (a = 0; a < row->z; a++) {                                                                              \
+        float *const base_a = table + row->feat[a] * per_feature;                                               \
+        const uint64_t field_a = row->field[a] * stride;                                                        \
+        const float ga = dlds * row->x[a];                                                                      \
+        for (b = a + 1; b < row->z; b++)                                                                        \
+            PAIR_STEP(o, base_a + row->field[b] * stride, table + row->feat[b] * per_feature + field_a, ga * row->x[b], k, l2); \
+    }
+
 #if defined(__GNUC__) || defined(__clang__)
 __attribute__((always_inline)) inline
 #endif
 static void mfm__ffm_row_adagrad(const mfm__optim *o, const mfm_model *m, uint32_t c, const mfm__row *row, float dlds, uint32_t k, float l2) {
-    const mfm__table *V = &m->t[MFM_TENSOR_V];
-    float *const table = V->data + (uint64_t)c * V->n_blocks * V->stride;
-    const uint64_t stride = V->stride, per_feature = (uint64_t)m->n_fields * stride;
-    uint32_t a, b;
-    for (a = 0; a < row->z; a++) {
-        float *const base_a = table + row->feat[a] * per_feature;
-        const uint64_t field_a = row->field[a] * stride;
-        const float ga = dlds * row->x[a];
-        for (b = a + 1; b < row->z; b++)
-            mfm__ffm_pair_adagrad(o, base_a + row->field[b] * stride, table + row->feat[b] * per_feature + field_a, ga * row->x[b], k, l2);
-    }
+    MFM__FFM_ROW_PAIRS(mfm__ffm_pair_adagrad);
 }
 
-/* AdaGrad on n single coordinates anywhere in memory (theta, G at blk[i]) with gradient
-   grad[i] of a one-row batch: gathered four at a time so that the square roots and divisions
-   run four wide, with the same operations per coordinate as mfm__adagrad. */
-static void mfm__adagrad_scattered(const mfm__optim *o, float *const *blk, const float *grad, uint32_t n, float l2) {
-    const mfm__f4 lr = mfm__f4_set1(o->lr), l2v = mfm__f4_set1(l2), eps = mfm__f4_set1(1e-10f), one = mfm__f4_set1(1.0f);
+#if defined(MFM__AVX)
+/* mfm__ffm_pair_adagrad eight lanes wide: a's and b's slots eight factors at a time; for the
+   last four, a's and b's in the two halves of one step. */
+MFM__AVX_INLINE static void mfm__ffm_pair_adagrad_wide(const mfm__optim *o, float *va, float *vb, float coef, uint32_t k, float l2) {
+    const __m256 c = _mm256_set1_ps(coef), zero = _mm256_setzero_ps();
+    uint32_t t = 0;
+    for (; t + 8 <= k; t += 8) {
+        __m256 a = _mm256_loadu_ps(va + t), b = _mm256_loadu_ps(vb + t), Ga = _mm256_loadu_ps(va + k + t), Gb = _mm256_loadu_ps(vb + k + t);
+        const __m256 ga = _mm256_add_ps(zero, _mm256_mul_ps(c, b)), gb = _mm256_add_ps(zero, _mm256_mul_ps(c, a));
+        mfm__adagrad8(&a, &Ga, ga, o->lr, l2);
+        mfm__adagrad8(&b, &Gb, gb, o->lr, l2);
+        _mm256_storeu_ps(va + t, a), _mm256_storeu_ps(vb + t, b), _mm256_storeu_ps(va + k + t, Ga), _mm256_storeu_ps(vb + k + t, Gb);
+    }
+    if (t + 4 <= k) {
+        __m256 ab = mfm__load2x4(va + t, vb + t), G = mfm__load2x4(va + k + t, vb + k + t);
+        const __m256 ba = _mm256_permute2f128_ps(ab, ab, 1);
+        mfm__adagrad8(&ab, &G, _mm256_add_ps(zero, _mm256_mul_ps(c, ba)), o->lr, l2);
+        mfm__store2x4(va + t, vb + t, ab), mfm__store2x4(va + k + t, vb + k + t, G);
+        t += 4;
+    }
+    mfm__ffm_pair_adagrad_rest(o, va, vb, coef, t, k, l2);
+}
+
+MFM__AVX_INLINE static void mfm__ffm_row_adagrad_wide_k(const mfm__optim *o, const mfm_model *m, uint32_t c, const mfm__row *row, float dlds, uint32_t k, float l2) {
+    MFM__FFM_ROW_PAIRS(mfm__ffm_pair_adagrad_wide);
+}
+
+/* mfm__ffm_row_adagrad, eight lanes wide; k = 4 gets its own copy. */
+MFM__AVX_FN static void mfm__ffm_row_adagrad_wide(const mfm__optim *o, const mfm_model *m, uint32_t c, const mfm__row *row, float dlds, uint32_t k, float l2) {
+    if (k == 4)
+        mfm__ffm_row_adagrad_wide_k(o, m, c, row, dlds, 4, l2);
+    else
+        mfm__ffm_row_adagrad_wide_k(o, m, c, row, dlds, k, l2);
+}
+#endif
+
+/* AdaGrad on n blocks of len coordinates anywhere in memory (blk[i], laid out as in
+   mfm__adagrad) with the gradients of a one-row batch (grad[i * len ...]). Single coordinates
+   are gathered four at a time so that the square roots and divisions run four wide. */
+static void mfm__adagrad_blocks_narrow(const mfm__optim *o, float *const *blk, const float *grad, uint32_t n, uint32_t len, float l2) {
     float th[4], G[4];
     uint32_t i = 0, j;
-    for (; i + 4 <= n; i += 4) {
-        mfm__f4 t4, g4, G4;
+    for (; len == 1 && i + 4 <= n; i += 4) {
         for (j = 0; j < 4; j++) th[j] = blk[i + j][0], G[j] = blk[i + j][1];
-        t4 = mfm__f4_load(th);
-        g4 = mfm__f4_add(mfm__f4_div(mfm__f4_load(grad + i), one), mfm__f4_mul(l2v, t4));
-        G4 = mfm__f4_add(mfm__f4_load(G), mfm__f4_mul(g4, g4));
-        mfm__f4_store(G, G4);
-        mfm__f4_store(th, mfm__f4_sub(t4, mfm__f4_div(mfm__f4_mul(lr, g4), mfm__f4_sqrt(mfm__f4_add(G4, eps)))));
+        mfm__adagrad_span(o, th, G, 4, grad + i, 1.0f, l2);
         for (j = 0; j < 4; j++) blk[i + j][0] = th[j], blk[i + j][1] = G[j];
     }
-    for (; i < n; i++) mfm__adagrad(o, blk[i], 1, grad + i, 1.0f, l2);
+    for (; i < n; i++) mfm__adagrad(o, blk[i], len, grad + (uint64_t)i * len, 1.0f, l2);
+}
+
+#if defined(MFM__AVX)
+/* mfm__adagrad_blocks_narrow, eight lanes at a time: single coordinates eight by eight, blocks
+   of four two by two, longer blocks eight coordinates at a time. */
+MFM__AVX_FN static void mfm__adagrad_blocks_wide(const mfm__optim *o, float *const *blk, const float *grad, uint32_t n, uint32_t len, float l2) {
+    float th[8], G[8];
+    uint32_t i = 0, j, t;
+    for (; len == 1 && i + 8 <= n; i += 8) {
+        __m256 th8, G8;
+        for (j = 0; j < 8; j++) th[j] = blk[i + j][0], G[j] = blk[i + j][1];
+        th8 = _mm256_loadu_ps(th), G8 = _mm256_loadu_ps(G);
+        mfm__adagrad8(&th8, &G8, _mm256_loadu_ps(grad + i), o->lr, l2);
+        _mm256_storeu_ps(th, th8), _mm256_storeu_ps(G, G8);
+        for (j = 0; j < 8; j++) blk[i + j][0] = th[j], blk[i + j][1] = G[j];
+    }
+    for (; len == 4 && i + 2 <= n; i += 2) {
+        float *a = blk[i], *b = blk[i + 1];
+        __m256 th8 = mfm__load2x4(a, b), G8 = mfm__load2x4(a + 4, b + 4);
+        mfm__adagrad8(&th8, &G8, _mm256_loadu_ps(grad + (uint64_t)i * 4), o->lr, l2);
+        mfm__store2x4(a, b, th8), mfm__store2x4(a + 4, b + 4, G8);
+    }
+    for (; len >= 8 && i < n; i++) {
+        float *b = blk[i];
+        const float *g = grad + (uint64_t)i * len;
+        for (t = 0; t + 8 <= len; t += 8) {
+            __m256 th8 = _mm256_loadu_ps(b + t), G8 = _mm256_loadu_ps(b + len + t);
+            mfm__adagrad8(&th8, &G8, _mm256_loadu_ps(g + t), o->lr, l2);
+            _mm256_storeu_ps(b + t, th8), _mm256_storeu_ps(b + len + t, G8);
+        }
+        mfm__adagrad_span(o, b + t, b + len + t, len - t, g + t, 1.0f, l2);
+    }
+    for (; i < n; i++) mfm__adagrad(o, blk[i], len, grad + (uint64_t)i * len, 1.0f, l2);
+}
+#endif
+
+static void mfm__adagrad_blocks(const mfm__optim *o, float *const *blk, const float *grad, uint32_t n, uint32_t len, float l2) {
+#if defined(MFM__AVX)
+    if (o->wide) {
+        mfm__adagrad_blocks_wide(o, blk, grad, n, len, l2);
+        return;
+    }
+#endif
+    mfm__adagrad_blocks_narrow(o, blk, grad, n, len, l2);
 }
 
 /* Steps `len` coordinates of a block; gsum holds their data-gradient sums over a batch of
@@ -3344,7 +3499,7 @@ typedef struct mfm__worker {
     float *sum;    /* C x k: FM's per-row sums */
     float *scaled; /* the row's values under normalize_rows */
     float *row_g;  /* batch 1: z x k gradients of FwFM's vectors, then one coordinate's (k) */
-    float **one_blk; /* batch 1, AdaGrad: single coordinates (w, FwFM's r) stepped together */
+    float **one_blk; /* batch 1: the blocks (w, FwFM's r, V) stepped together, and their gradients */
     float *one_g;
     float *score; /* C */
     float *dlds;  /* C: batch 1's weight * dL/ds */
@@ -3601,25 +3756,24 @@ static int mfm__gradient_row(const mfm__trainer *tr, mfm__worker *wk, int me, ui
 /* Batch 1, a row whose coordinates each take part in one term only (mfm__row_is_simple): every
    coordinate's step can be taken as soon as its gradient is known, from the same frozen values
    and with the same float operations as accumulate + apply, so the bits are the same. */
-/* One coordinate block's step: AdaGrad, the default, without the call through the switch. */
-#define MFM__STEP(blk, len, grad, l1, l2)                                                     \
-    do {                                                                                      \
-        if (adagrad)                                                                          \
-            mfm__adagrad(o, blk, len, grad, 1.0f, l2);                                        \
-        else                                                                                  \
-            mfm__step(o, blk, len, grad, 1.0f, l1, l2);                                       \
-    } while (0)
+
+/* One step for each of n blocks of len coordinates (blk[i], gradient grad[i * len ...]). */
+static void mfm__steps(const mfm__optim *o, float *const *blk, const float *grad, uint32_t n, uint32_t len, float l1, float l2) {
+    uint32_t i;
+    if (o->kind == MFM_OPTIMIZER_ADAGRAD) {
+        mfm__adagrad_blocks(o, blk, grad, n, len, l2);
+        return;
+    }
+    for (i = 0; i < n; i++) mfm__step(o, blk[i], len, grad + (uint64_t)i * len, 1.0f, l1, l2);
+}
 
 /* FwFM's pairs of a row that is a batch of its own: v_a's gradient sums over every pair, so
-   they are collected, then stepped; r(fa, fb) is read by its pair alone and steps right away
-   (AdaGrad: four at a time). */
+   they are collected, then stepped; so are the r(fa, fb), each read by its pair alone. */
 #if defined(__GNUC__) || defined(__clang__)
 __attribute__((always_inline)) inline
 #endif
 static void mfm__fwfm_row_update(const mfm__trainer *tr, mfm__worker *wk, uint32_t c, const mfm__row *row, float g, int k) {
     mfm_model *m = tr->m;
-    const mfm__optim *o = &tr->opt;
-    const int adagrad = o->kind == MFM_OPTIMIZER_ADAGRAD;
     const float l1v = (float)m->params.l1_factors, l2v = (float)m->params.l2_factors;
     float *gv = wk->row_g;
     uint32_t a, b, n_r = 0;
@@ -3630,40 +3784,41 @@ static void mfm__fwfm_row_update(const mfm__trainer *tr, mfm__worker *wk, uint32
             const float *va = mfm__block(m, MFM_TENSOR_V, c, row->feat[a]), *vb = mfm__block(m, MFM_TENSOR_V, c, row->feat[b]);
             float *rab = mfm__block(m, MFM_TENSOR_R, c, fa < fb ? (uint64_t)fa * m->n_fields + fb : (uint64_t)fb * m->n_fields + fa);
             float coef = g * row->x[a] * row->x[b], coef_r = coef * *rab;
-            float gr = 0 + coef * mfm__fwfm_pair(va, vb, gv + a * k, gv + b * k, coef_r, k);
-            if (adagrad)
-                wk->one_blk[n_r] = rab, wk->one_g[n_r++] = gr;
-            else
-                mfm__step(o, rab, 1, &gr, 1.0f, l1v, l2v);
+            wk->one_g[n_r] = 0 + coef * mfm__fwfm_pair(va, vb, gv + a * k, gv + b * k, coef_r, k);
+            wk->one_blk[n_r++] = rab;
         }
-    if (adagrad) mfm__adagrad_scattered(o, wk->one_blk, wk->one_g, n_r, l2v);
-    for (a = 0; a < row->z; a++) MFM__STEP(mfm__block(m, MFM_TENSOR_V, c, row->feat[a]), (uint32_t)k, gv + a * k, l1v, l2v);
+    mfm__steps(&tr->opt, wk->one_blk, wk->one_g, n_r, 1, l1v, l2v);
+    for (a = 0; a < row->z; a++) wk->one_blk[a] = mfm__block(m, MFM_TENSOR_V, c, row->feat[a]);
+    mfm__steps(&tr->opt, wk->one_blk, gv, row->z, (uint32_t)k, l1v, l2v);
 }
 
 static void mfm__update_row(const mfm__trainer *tr, mfm__worker *wk, uint32_t c, const mfm__row *row, float g, const float *sum) {
     mfm_model *m = tr->m;
     const mfm_params *p = &m->params;
     const mfm__optim *o = &tr->opt;
-    const int k = m->k, adagrad = o->kind == MFM_OPTIMIZER_ADAGRAD;
+    const int k = m->k;
     const float l1w = (float)p->l1_linear, l2w = (float)p->l2_linear, l1v = (float)p->l1_factors, l2v = (float)p->l2_factors;
-    float *gk = wk->row_g + (uint64_t)row->z * k, g0; /* gk: one coordinate's k gradients */
+    float *w0 = mfm__block(m, MFM_TENSOR_W0, c, 0), g0;
     uint32_t a, b;
     int t;
     /* "0 +" everywhere: the batched path sums into zeros, which turns a -0 into +0 */
     g0 = p->pairs_only ? 0.0f : 0 + g; /* pairs_only: w0 and w take zero steps, as batched */
-    MFM__STEP(mfm__block(m, MFM_TENSOR_W0, c, 0), 1, &g0, 0, 0);
+    mfm__steps(o, &w0, &g0, 1, 1, 0, 0);
     for (a = 0; a < row->z; a++) {
-        float gw = p->pairs_only ? 0.0f : 0 + g * row->x[a];
-        if (adagrad)
-            wk->one_blk[a] = mfm__block(m, MFM_TENSOR_W, c, row->feat[a]), wk->one_g[a] = gw;
-        else
-            mfm__step(o, mfm__block(m, MFM_TENSOR_W, c, row->feat[a]), 1, &gw, 1.0f, l1w, l2w);
+        wk->one_blk[a] = mfm__block(m, MFM_TENSOR_W, c, row->feat[a]);
+        wk->one_g[a] = p->pairs_only ? 0.0f : 0 + g * row->x[a];
     }
-    if (adagrad) mfm__adagrad_scattered(o, wk->one_blk, wk->one_g, row->z, l2w);
+    mfm__steps(o, wk->one_blk, wk->one_g, row->z, 1, l1w, l2w);
     if (p->linear_only) return;
     switch (p->model) {
     case MFM_MODEL_FFM: /* slot (a, field b) is read by the pair (a, b) alone */
-        if (adagrad) { /* k = 4 gets its own copy, with the k-loop unrolled */
+        if (o->kind == MFM_OPTIMIZER_ADAGRAD) { /* k = 4 gets its own copy, with the k-loop unrolled */
+#if defined(MFM__AVX)
+            if (o->wide) {
+                mfm__ffm_row_adagrad_wide(o, m, c, row, g, (uint32_t)k, l2v);
+                break;
+            }
+#endif
             if (k == 4)
                 mfm__ffm_row_adagrad(o, m, c, row, g, 4, l2v);
             else
@@ -3674,13 +3829,13 @@ static void mfm__update_row(const mfm__trainer *tr, mfm__worker *wk, uint32_t c,
             for (b = a + 1; b < row->z; b++) {
                 float *va = mfm__block(m, MFM_TENSOR_V, c, (uint64_t)row->feat[a] * m->n_fields + row->field[b]);
                 float *vb = mfm__block(m, MFM_TENSOR_V, c, (uint64_t)row->feat[b] * m->n_fields + row->field[a]);
-                float coef = g * row->x[a] * row->x[b], *gb = wk->row_g;
+                float coef = g * row->x[a] * row->x[b], *ga = wk->row_g, *gb = wk->row_g + k;
                 for (t = 0; t < k; t++) {
-                    gk[t] = 0 + coef * vb[t];
+                    ga[t] = 0 + coef * vb[t];
                     gb[t] = 0 + coef * va[t];
                 }
-                MFM__STEP(va, (uint32_t)k, gk, l1v, l2v);
-                MFM__STEP(vb, (uint32_t)k, gb, l1v, l2v);
+                mfm__step(o, va, (uint32_t)k, ga, 1.0f, l1v, l2v);
+                mfm__step(o, vb, (uint32_t)k, gb, 1.0f, l1v, l2v);
             }
         break;
     case MFM_MODEL_FWFM: /* k = 4 and 8 get copies with the k-loops unrolled */
@@ -3691,20 +3846,20 @@ static void mfm__update_row(const mfm__trainer *tr, mfm__worker *wk, uint32_t c,
         else
             mfm__fwfm_row_update(tr, wk, c, row, g, k);
         break;
-    default: /* FM: the sums are frozen in `sum`; v_a is read before it is written */
+    default: /* FM: the sums are frozen in `sum`; every v_a is read before any is written */
         for (a = 0; a < row->z; a++) {
-            float *v = mfm__block(m, MFM_TENSOR_V, c, row->feat[a]);
-            float xa = row->x[a], gx = g * xa;
+            const float *v = mfm__block(m, MFM_TENSOR_V, c, row->feat[a]);
+            float xa = row->x[a], gx = g * xa, *gk = wk->row_g + (uint64_t)a * k;
             const mfm__f4 gx4 = mfm__f4_set1(gx), xa4 = mfm__f4_set1(xa), zero4 = mfm__f4_set1(0.0f);
             for (t = 0; t + 4 <= k; t += 4)
                 mfm__f4_store(gk + t, mfm__f4_add(zero4, mfm__f4_mul(gx4, mfm__f4_sub(mfm__f4_load(sum + t), mfm__f4_mul(mfm__f4_load(v + t), xa4)))));
             for (; t < k; t++) gk[t] = 0 + gx * (sum[t] - v[t] * xa);
-            MFM__STEP(v, (uint32_t)k, gk, l1v, l2v);
+            wk->one_blk[a] = mfm__block(m, MFM_TENSOR_V, c, row->feat[a]);
         }
+        mfm__steps(o, wk->one_blk, wk->row_g, row->z, (uint32_t)k, l1v, l2v);
         break;
     }
 }
-#undef MFM__STEP
 
 /* Whether a row's features are distinct and (FFM, FwFM) so are its fields: then each
    coordinate takes part in one term of the row only, and it may update in place. */
@@ -3896,6 +4051,7 @@ static int mfm__trainer_init(mfm__trainer *tr, mfm_model *m, const mfm_csr *d, c
     tr->d = d;
     tr->smoothing = (float)p->label_smoothing;
     tr->opt.kind = p->optimizer;
+    tr->opt.wide = mfm__use_avx();
     tr->opt.lr = (float)p->learning_rate;
     tr->opt.ftrl_beta = (float)p->ftrl_beta;
     tr->opt.beta1 = p->adam_beta1;

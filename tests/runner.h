@@ -33,6 +33,7 @@
     X(test_ftrl_l1_gives_exact_zeros)       \
     X(test_batch_step_matches_reference)    \
     X(test_inplace_equals_batched)          \
+    X(test_simd_widths_agree)               \
     X(test_batch_ffm_single_nonzero_row)    \
     X(test_row_weight_scales_step)          \
     X(test_class_weight_balanced)           \
