@@ -2980,6 +2980,7 @@ typedef __m128 mfm__f4;
 #define mfm__f4_load(p) _mm_loadu_ps(p)
 #define mfm__f4_store(p, a) _mm_storeu_ps(p, a)
 #define mfm__f4_set1(x) _mm_set1_ps(x)
+#define mfm__f4_set4(x0, x1, x2, x3) _mm_setr_ps(x0, x1, x2, x3)
 #define mfm__f4_add(a, b) _mm_add_ps(a, b)
 #define mfm__f4_sub(a, b) _mm_sub_ps(a, b)
 #define mfm__f4_mul(a, b) _mm_mul_ps(a, b)
@@ -2997,6 +2998,11 @@ typedef struct mfm__f4 {
 static mfm__f4 mfm__f4_load(const float *p) { MFM__F4_MAP(p[i]); }
 static void mfm__f4_store(float *p, mfm__f4 a) { memcpy(p, a.v, sizeof a.v); }
 static mfm__f4 mfm__f4_set1(float x) { MFM__F4_MAP(x); }
+static mfm__f4 mfm__f4_set4(float x0, float x1, float x2, float x3) {
+    mfm__f4 r;
+    r.v[0] = x0, r.v[1] = x1, r.v[2] = x2, r.v[3] = x3;
+    return r;
+}
 static mfm__f4 mfm__f4_add(mfm__f4 a, mfm__f4 b) { MFM__F4_MAP(a.v[i] + b.v[i]); }
 static mfm__f4 mfm__f4_sub(mfm__f4 a, mfm__f4 b) { MFM__F4_MAP(a.v[i] - b.v[i]); }
 static mfm__f4 mfm__f4_mul(mfm__f4 a, mfm__f4 b) { MFM__F4_MAP(a.v[i] * b.v[i]); }
@@ -3010,6 +3016,17 @@ static float mfm__f4_sum(mfm__f4 a) {
     float v[4];
     mfm__f4_store(v, a);
     return (v[0] + v[1]) + (v[2] + v[3]);
+}
+
+/* The four sums mfm__f4_sum(p0) .. mfm__f4_sum(p3) in lanes, in the same order. */
+static mfm__f4 mfm__f4_sum4(mfm__f4 p0, mfm__f4 p1, mfm__f4 p2, mfm__f4 p3) {
+#if defined(MFM__SSE2) /* transposed: lane j of A holds p_j's first value, of B its second, ... */
+    const __m128 t0 = _mm_unpacklo_ps(p0, p1), t1 = _mm_unpackhi_ps(p0, p1), t2 = _mm_unpacklo_ps(p2, p3), t3 = _mm_unpackhi_ps(p2, p3);
+    const __m128 A = _mm_movelh_ps(t0, t2), B = _mm_movehl_ps(t2, t0), C = _mm_movelh_ps(t1, t3), D = _mm_movehl_ps(t3, t1);
+    return _mm_add_ps(_mm_add_ps(A, B), _mm_add_ps(C, D));
+#else
+    return mfm__f4_set4(mfm__f4_sum(p0), mfm__f4_sum(p1), mfm__f4_sum(p2), mfm__f4_sum(p3));
+#endif
 }
 
 /* sum_t a_t b_t: lanes of four, then the rest in order. */
@@ -3209,6 +3226,16 @@ typedef struct mfm__optim {
     double beta1, beta2, eps;
 } mfm__optim;
 
+/* One AdaGrad step of four coordinates in lanes, gd their mean data gradient. */
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((always_inline)) inline
+#endif
+static void mfm__adagrad4(mfm__f4 *theta, mfm__f4 *G, mfm__f4 gd, float lr, float l2) {
+    const mfm__f4 g = mfm__f4_add(gd, mfm__f4_mul(mfm__f4_set1(l2), *theta));
+    *G = mfm__f4_add(*G, mfm__f4_mul(g, g));
+    *theta = mfm__f4_sub(*theta, mfm__f4_div(mfm__f4_mul(mfm__f4_set1(lr), g), mfm__f4_sqrt(mfm__f4_add(*G, mfm__f4_set1(1e-10f)))));
+}
+
 /* AdaGrad on n coordinates (theta[i], G[i]) whose gradient sums over a batch of `rows` rows are
    gsum[i]: four at a time, then one by one with the same operations. Small enough to be inlined
    into the batch-1 loops, which is where most of its calls come from. */
@@ -3216,13 +3243,12 @@ typedef struct mfm__optim {
 __attribute__((always_inline)) inline
 #endif
 static void mfm__adagrad_span(const mfm__optim *o, float *theta, float *G, uint32_t n, const float *gsum, float rows, float l2) {
-    const mfm__f4 lr = mfm__f4_set1(o->lr), r = mfm__f4_set1(rows), l2v = mfm__f4_set1(l2), eps = mfm__f4_set1(1e-10f);
     uint32_t i;
     for (i = 0; i + 4 <= n; i += 4) {
-        mfm__f4 th = mfm__f4_load(theta + i), g = mfm__f4_add(mfm__f4_div(mfm__f4_load(gsum + i), r), mfm__f4_mul(l2v, th));
-        mfm__f4 G4 = mfm__f4_add(mfm__f4_load(G + i), mfm__f4_mul(g, g));
+        mfm__f4 th = mfm__f4_load(theta + i), G4 = mfm__f4_load(G + i);
+        mfm__adagrad4(&th, &G4, mfm__f4_div(mfm__f4_load(gsum + i), mfm__f4_set1(rows)), o->lr, l2);
         mfm__f4_store(G + i, G4);
-        mfm__f4_store(theta + i, mfm__f4_sub(th, mfm__f4_div(mfm__f4_mul(lr, g), mfm__f4_sqrt(mfm__f4_add(G4, eps)))));
+        mfm__f4_store(theta + i, th);
     }
     for (; i < n; i++) {
         float g = gsum[i] / rows + l2 * theta[i];
@@ -3363,10 +3389,12 @@ MFM__AVX_FN static void mfm__ffm_row_adagrad_wide(const mfm__optim *o, const mfm
 static void mfm__adagrad_blocks_narrow(const mfm__optim *o, float *const *blk, const float *grad, uint32_t n, uint32_t len, float l2) {
     float th[4], G[4];
     uint32_t i = 0, j;
-    for (; len == 1 && i + 4 <= n; i += 4) {
-        for (j = 0; j < 4; j++) th[j] = blk[i + j][0], G[j] = blk[i + j][1];
-        mfm__adagrad_span(o, th, G, 4, grad + i, 1.0f, l2);
-        for (j = 0; j < 4; j++) blk[i + j][0] = th[j], blk[i + j][1] = G[j];
+    for (; len == 1 && i + 4 <= n; i += 4) { /* gathered into registers, not through memory: no stalled store forwarding */
+        float *const *b = blk + i;
+        mfm__f4 th4 = mfm__f4_set4(b[0][0], b[1][0], b[2][0], b[3][0]), G4 = mfm__f4_set4(b[0][1], b[1][1], b[2][1], b[3][1]);
+        mfm__adagrad4(&th4, &G4, mfm__f4_load(grad + i), o->lr, l2);
+        mfm__f4_store(th, th4), mfm__f4_store(G, G4);
+        for (j = 0; j < 4; j++) b[j][0] = th[j], b[j][1] = G[j];
     }
     for (; i < n; i++) mfm__adagrad(o, blk[i], len, grad + (uint64_t)i * len, 1.0f, l2);
 }
@@ -3378,9 +3406,9 @@ MFM__AVX_FN static void mfm__adagrad_blocks_wide(const mfm__optim *o, float *con
     float th[8], G[8];
     uint32_t i = 0, j, t;
     for (; len == 1 && i + 8 <= n; i += 8) {
-        __m256 th8, G8;
-        for (j = 0; j < 8; j++) th[j] = blk[i + j][0], G[j] = blk[i + j][1];
-        th8 = _mm256_loadu_ps(th), G8 = _mm256_loadu_ps(G);
+        float *const *b = blk + i;
+        __m256 th8 = _mm256_setr_ps(b[0][0], b[1][0], b[2][0], b[3][0], b[4][0], b[5][0], b[6][0], b[7][0]);
+        __m256 G8 = _mm256_setr_ps(b[0][1], b[1][1], b[2][1], b[3][1], b[4][1], b[5][1], b[6][1], b[7][1]);
         mfm__adagrad8(&th8, &G8, _mm256_loadu_ps(grad + i), o->lr, l2);
         _mm256_storeu_ps(th, th8), _mm256_storeu_ps(G, G8);
         for (j = 0; j < 8; j++) blk[i + j][0] = th[j], blk[i + j][1] = G[j];
@@ -3498,7 +3526,9 @@ typedef struct mfm__worker {
     int failed;    /* memory ran short while summing gradients */
     float *sum;    /* C x k: FM's per-row sums */
     float *scaled; /* the row's values under normalize_rows */
-    float *row_g;  /* batch 1: z x k gradients of FwFM's vectors, then one coordinate's (k) */
+    float *row_g;  /* batch 1: z x k gradients of a row's vectors (FM, FwFM), or one pair's (FFM) */
+    const float **row_v; /* batch 1, FwFM: the row's vectors, and the weights of its pairs (z x z) */
+    float *pair_weight;
     float **one_blk; /* batch 1: the blocks (w, FwFM's r, V) stepped together, and their gradients */
     float *one_g;
     float *score; /* C */
@@ -3578,27 +3608,6 @@ static float *mfm__own(mfm__coords *o, uint64_t id, uint32_t stamp, uint64_t wid
     memset(o->g + o->n * width, 0, width * sizeof(float));
     if (o->parts) memset(o->flags + o->n * o->parts, 0, o->parts);
     return o->g + (o->last = o->n++) * width;
-}
-
-/* FwFM's pair (a, b), for both the batched and the in-place path: adds coef_r v_b to ga and
-   coef_r v_a to gb, returns <v_a, v_b> (four lanes, then the rest). */
-static float mfm__fwfm_pair(const float *va, const float *vb, float *ga, float *gb, float coef_r, int k) {
-    const mfm__f4 c4 = mfm__f4_set1(coef_r);
-    mfm__f4 dot4 = mfm__f4_set1(0.0f);
-    float rest = 0;
-    int t = 0;
-    for (; t + 4 <= k; t += 4) {
-        const mfm__f4 a4 = mfm__f4_load(va + t), b4 = mfm__f4_load(vb + t);
-        dot4 = mfm__f4_add(dot4, mfm__f4_mul(a4, b4));
-        mfm__f4_store(ga + t, mfm__f4_add(mfm__f4_load(ga + t), mfm__f4_mul(c4, b4)));
-        mfm__f4_store(gb + t, mfm__f4_add(mfm__f4_load(gb + t), mfm__f4_mul(c4, a4)));
-    }
-    for (; t < k; t++) {
-        rest += va[t] * vb[t];
-        ga[t] += coef_r * vb[t];
-        gb[t] += coef_r * va[t];
-    }
-    return mfm__f4_sum(dot4) + rest;
 }
 
 #if defined(__GNUC__) || defined(__clang__)
@@ -3767,29 +3776,97 @@ static void mfm__steps(const mfm__optim *o, float *const *blk, const float *grad
     for (i = 0; i < n; i++) mfm__step(o, blk[i], len, grad + (uint64_t)i * len, 1.0f, l1, l2);
 }
 
-/* FwFM's pairs of a row that is a batch of its own: v_a's gradient sums over every pair, so
-   they are collected, then stepped; so are the r(fa, fb), each read by its pair alone. */
+/* FwFM, batch 1: gv[a] = sum over b != a, in order, of weight[a][b] v_b, for the row's z
+   vectors. Four vectors' sums go side by side, four independent chains of additions where one
+   would wait on each addition; the rest one at a time. */
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((always_inline)) inline
+#endif
+static void mfm__fwfm_vector_gradients(const float *const *v, const float *weight, uint32_t z, int k, float *gv) {
+    const uint32_t z4 = z - z % 4;
+    const int k4 = k - k % 4;
+    uint32_t a, b;
+    int t;
+    for (a = 0; a < z4; a += 4)
+        for (t = 0; t < k4; t += 4) {
+            const float *w0 = weight + a * z, *w1 = w0 + z, *w2 = w1 + z, *w3 = w2 + z;
+            mfm__f4 s0 = mfm__f4_set1(0.0f), s1 = s0, s2 = s0, s3 = s0;
+            for (b = 0; b < z; b++) {
+                const mfm__f4 vb = mfm__f4_load(v[b] + t);
+                if (b != a) s0 = mfm__f4_add(s0, mfm__f4_mul(mfm__f4_set1(w0[b]), vb));
+                if (b != a + 1) s1 = mfm__f4_add(s1, mfm__f4_mul(mfm__f4_set1(w1[b]), vb));
+                if (b != a + 2) s2 = mfm__f4_add(s2, mfm__f4_mul(mfm__f4_set1(w2[b]), vb));
+                if (b != a + 3) s3 = mfm__f4_add(s3, mfm__f4_mul(mfm__f4_set1(w3[b]), vb));
+            }
+            mfm__f4_store(gv + (uint64_t)a * k + t, s0);
+            mfm__f4_store(gv + (uint64_t)(a + 1) * k + t, s1);
+            mfm__f4_store(gv + (uint64_t)(a + 2) * k + t, s2);
+            mfm__f4_store(gv + (uint64_t)(a + 3) * k + t, s3);
+        }
+    for (a = 0; a < z; a++) /* what the groups left: the last z % 4 vectors, and the last k % 4 factors */
+        for (t = a < z4 ? k4 : 0; t < k; t += t + 4 <= k ? 4 : 1) {
+            const float *w = weight + a * z;
+            float *ga = gv + (uint64_t)a * k + t;
+            if (t + 4 <= k) {
+                mfm__f4 sum = mfm__f4_set1(0.0f);
+                for (b = 0; b < z; b++)
+                    if (b != a) sum = mfm__f4_add(sum, mfm__f4_mul(mfm__f4_set1(w[b]), mfm__f4_load(v[b] + t)));
+                mfm__f4_store(ga, sum);
+            } else {
+                float sum = 0;
+                for (b = 0; b < z; b++)
+                    if (b != a) sum += w[b] * v[b][t];
+                *ga = sum;
+            }
+        }
+}
+
+/* FwFM's pairs of a row that is a batch of its own. r(fa, fb) is read by its pair alone and
+   receives coef <v_a, v_b> (coef = g x_a x_b); v_a receives coef r(fa, fb) v_b from every
+   partner b, summed over b in order in registers (the batched path's order). Both are
+   collected, then stepped. */
 #if defined(__GNUC__) || defined(__clang__)
 __attribute__((always_inline)) inline
 #endif
 static void mfm__fwfm_row_update(const mfm__trainer *tr, mfm__worker *wk, uint32_t c, const mfm__row *row, float g, int k) {
     mfm_model *m = tr->m;
     const float l1v = (float)m->params.l1_factors, l2v = (float)m->params.l2_factors;
-    float *gv = wk->row_g;
+    const uint32_t z = row->z;
+    float *const gv = wk->row_g, *const weight = wk->pair_weight; /* weight[a * z + b]: coef r(fa, fb) */
+    const float **const v = wk->row_v;
     uint32_t a, b, n_r = 0;
-    memset(gv, 0, (size_t)row->z * k * sizeof(float));
-    for (a = 0; a < row->z; a++)
-        for (b = a + 1; b < row->z; b++) {
-            uint32_t fa = row->field[a], fb = row->field[b];
-            const float *va = mfm__block(m, MFM_TENSOR_V, c, row->feat[a]), *vb = mfm__block(m, MFM_TENSOR_V, c, row->feat[b]);
+    for (a = 0; a < z; a++) v[a] = mfm__block(m, MFM_TENSOR_V, c, row->feat[a]);
+    for (a = 0; a < z; a++) {
+        float *const coef = wk->one_g + n_r - (a + 1); /* coef[b]: the pair (a, b)'s, where its r gradient goes */
+        for (b = a + 1; b < z; b++) {
+            const uint32_t fa = row->field[a], fb = row->field[b];
             float *rab = mfm__block(m, MFM_TENSOR_R, c, fa < fb ? (uint64_t)fa * m->n_fields + fb : (uint64_t)fb * m->n_fields + fa);
-            float coef = g * row->x[a] * row->x[b], coef_r = coef * *rab;
-            wk->one_g[n_r] = 0 + coef * mfm__fwfm_pair(va, vb, gv + a * k, gv + b * k, coef_r, k);
+            coef[b] = g * row->x[a] * row->x[b];
+            weight[a * z + b] = weight[b * z + a] = coef[b] * *rab;
             wk->one_blk[n_r++] = rab;
         }
+        b = a + 1;
+        if (k % 4 == 0) /* four dot products at a time, each in mfm__dot's order */
+            for (; b + 4 <= z; b += 4) {
+                const float *va = v[a], *v0 = v[b], *v1 = v[b + 1], *v2 = v[b + 2], *v3 = v[b + 3];
+                mfm__f4 p0 = mfm__f4_set1(0.0f), p1 = p0, p2 = p0, p3 = p0;
+                int t;
+                for (t = 0; t < k; t += 4) {
+                    const mfm__f4 a4 = mfm__f4_load(va + t);
+                    p0 = mfm__f4_add(p0, mfm__f4_mul(a4, mfm__f4_load(v0 + t)));
+                    p1 = mfm__f4_add(p1, mfm__f4_mul(a4, mfm__f4_load(v1 + t)));
+                    p2 = mfm__f4_add(p2, mfm__f4_mul(a4, mfm__f4_load(v2 + t)));
+                    p3 = mfm__f4_add(p3, mfm__f4_mul(a4, mfm__f4_load(v3 + t)));
+                }
+                p0 = mfm__f4_add(mfm__f4_sum4(p0, p1, p2, p3), mfm__f4_set1(0.0f)); /* mfm__dot adds its (empty) rest */
+                mfm__f4_store(coef + b, mfm__f4_add(mfm__f4_set1(0.0f), mfm__f4_mul(mfm__f4_load(coef + b), p0)));
+            }
+        for (; b < z; b++) coef[b] = 0 + coef[b] * mfm__dot(v[a], v[b], k);
+    }
+    mfm__fwfm_vector_gradients(v, weight, z, k, gv);
     mfm__steps(&tr->opt, wk->one_blk, wk->one_g, n_r, 1, l1v, l2v);
-    for (a = 0; a < row->z; a++) wk->one_blk[a] = mfm__block(m, MFM_TENSOR_V, c, row->feat[a]);
-    mfm__steps(&tr->opt, wk->one_blk, gv, row->z, (uint32_t)k, l1v, l2v);
+    for (a = 0; a < z; a++) wk->one_blk[a] = mfm__block(m, MFM_TENSOR_V, c, row->feat[a]);
+    mfm__steps(&tr->opt, wk->one_blk, gv, z, (uint32_t)k, l1v, l2v);
 }
 
 static void mfm__update_row(const mfm__trainer *tr, mfm__worker *wk, uint32_t c, const mfm__row *row, float g, const float *sum) {
@@ -4027,6 +4104,8 @@ static void mfm__trainer_free(mfm__trainer *tr) {
         MFM_FREE(wk->prob);
         MFM_FREE(wk->scaled);
         MFM_FREE(wk->row_g);
+        MFM_FREE(wk->row_v);
+        MFM_FREE(wk->pair_weight);
         MFM_FREE(wk->one_blk);
         MFM_FREE(wk->one_g);
     }
@@ -4095,6 +4174,12 @@ static int mfm__trainer_init(mfm__trainer *tr, mfm_model *m, const mfm_csr *d, c
         wk->prob = (double *)mfm__alloc(C, sizeof(double));
         wk->scaled = (float *)mfm__alloc(info->max_row_nnz, sizeof(float));
         wk->row_g = (float *)mfm__alloc(((uint64_t)info->max_row_nnz + 2) * m->k, sizeof(float));
+        if (p->model == MFM_MODEL_FWFM && p->batch_size == 1) {
+            const uint64_t z = info->max_row_nnz < MFM__MAX_SIMPLE_NNZ ? info->max_row_nnz : MFM__MAX_SIMPLE_NNZ;
+            wk->row_v = (const float **)mfm__alloc(z, sizeof(float *));
+            wk->pair_weight = (float *)mfm__alloc(z * z, sizeof(float));
+            if (!wk->row_v || !wk->pair_weight) return 0;
+        }
         wk->one_blk = (float **)mfm__alloc(MFM__MAX_SIMPLE_NNZ * MFM__MAX_SIMPLE_NNZ / 2, sizeof(float *));
         wk->one_g = (float *)mfm__alloc(MFM__MAX_SIMPLE_NNZ * MFM__MAX_SIMPLE_NNZ / 2, sizeof(float));
         if (!wk->dlds || !wk->sum || !wk->score || !wk->prob || !wk->scaled || !wk->row_g || !wk->one_blk || !wk->one_g) return 0;
