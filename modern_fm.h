@@ -717,7 +717,6 @@ extern "C" {
    >>utilities  Errors, allocation, clock, random numbers
    ============================================================================================ */
 
-#define MFM__NONE 0xFFFFFFFFu /* an empty entry of a set of ids */
 
 static mfm_status mfm__fail(mfm_error *err, mfm_status status, const char *fmt, ...) {
     if (err) {
@@ -3549,11 +3548,16 @@ typedef struct mfm__trainer {
     float *dlds;          /* batch x C: each row's weight * dL/ds per class */
     float *sums;          /* batch x C x k: FM's per-row sums */
     uint32_t stamp_batch; /* tells the coordinate tables' live entries from stale ones */
+    /* several workers: the owner of each non-zero's feature, found once per batch while scoring
+       (nz_owner[batch_nz[q] + j] for the batch's row q), and of each FwFM field pair (lo * F + hi) */
+    uint64_t *batch_nz, cap_batch_nz;
+    uint16_t *nz_owner, *pair_owner;
+    uint64_t cap_nz_owner;
     mfm__worker *workers;
     int n_workers;
     /* batch 1: which rows may update in place (see mfm__row_is_simple) */
     uint32_t *field_stamp, stamp;
-    uint32_t feature_set[2 * MFM__MAX_SIMPLE_NNZ];
+    uint32_t feature_set[2 * MFM__MAX_SIMPLE_NNZ][2]; /* open addressing: id, and the row's stamp when live */
 } mfm__trainer;
 
 static uint64_t mfm__mix(uint64_t id) { return (id * 0x9E3779B97F4A7C15ull) >> 24; }
@@ -3687,9 +3691,10 @@ static void mfm__axpy(float *y, float c, const float *x, int k) {
 /* Adds g * ds/dtheta of class c's score on one row (g = weight * dL/ds) to the coordinates
    worker `me` owns. Within a row, a coordinate receives its terms in the order of the partner
    non-zero, which is the order the in-place path uses. 0 when memory is short. */
-static int mfm__gradient_row(const mfm__trainer *tr, mfm__worker *wk, int me, uint32_t c, const mfm__row *row, float g, const float *sum) {
+static int mfm__gradient_row(const mfm__trainer *tr, mfm__worker *wk, int me, uint32_t c, const mfm__row *row, const uint16_t *owner, float g,
+                             const float *sum) {
     const mfm_model *m = tr->m;
-    const int k = m->k, n = tr->n_workers, pairs_only = m->params.pairs_only;
+    const int k = m->k, pairs_only = m->params.pairs_only;
     const uint32_t F = m->n_fields, C = m->n_classes, stamp = tr->stamp_batch;
     uint32_t a, b;
     int t;
@@ -3699,7 +3704,7 @@ static int mfm__gradient_row(const mfm__trainer *tr, mfm__worker *wk, int me, ui
         if (!pairs_only) gc[c] += g;
     }
     for (a = 0; a < row->z; a++) {
-        if (mfm__owner(row->feat[a], n) != me) continue;
+        if (owner && owner[a] != me) continue;
         if (!(gc = mfm__own(&wk->own[MFM_TENSOR_W], row->feat[a], stamp, C))) return 0;
         if (!pairs_only) gc[c] += g * row->x[a];
     }
@@ -3707,7 +3712,7 @@ static int mfm__gradient_row(const mfm__trainer *tr, mfm__worker *wk, int me, ui
     for (a = 0; a < row->z; a++) {
         const uint32_t ia = row->feat[a], fa = m->params.model == MFM_MODEL_FM ? 0 : row->field[a];
         const float xa = row->x[a];
-        if (mfm__owner(ia, n) != me) continue;
+        if (owner && owner[a] != me) continue;
         switch (m->params.model) {
         case MFM_MODEL_FFM: /* slot (a, field b) receives g x_a x_b v(b, field a) */
             if (wk->own[MFM_TENSOR_V].parts) { /* one entry for all of a's slots: [field][class][k] */
@@ -3755,7 +3760,7 @@ static int mfm__gradient_row(const mfm__trainer *tr, mfm__worker *wk, int me, ui
             for (b = a + 1; b < row->z; b++) {
                 const uint32_t fa = row->field[a], fb = row->field[b];
                 const uint64_t rid = fa < fb ? (uint64_t)fa * F + fb : (uint64_t)fb * F + fa;
-                if (mfm__owner(rid, n) != me) continue;
+                if (owner && tr->pair_owner[rid] != me) continue;
                 if (!(gc = mfm__own(&wk->own[MFM_TENSOR_R], rid, stamp, C))) return 0;
                 gc[c] += g * row->x[a] * row->x[b] * mfm__dot(mfm__block(m, MFM_TENSOR_V, c, row->feat[a]), mfm__block(m, MFM_TENSOR_V, c, row->feat[b]), k);
             }
@@ -3943,10 +3948,10 @@ static void mfm__update_row(const mfm__trainer *tr, mfm__worker *wk, uint32_t c,
 static int mfm__row_is_simple(mfm__trainer *tr, const mfm__row *row) {
     const uint32_t size = sizeof tr->feature_set / sizeof tr->feature_set[0];
     uint32_t a, h;
-    int simple;
     if (row->z > size / 2) return 0;
     if (++tr->stamp == 0) { /* wrapped: clear the stamps once every 2^32 rows */
         memset(tr->field_stamp, 0, tr->m->n_fields * sizeof(uint32_t));
+        memset(tr->feature_set, 0, sizeof tr->feature_set);
         tr->stamp = 1;
     }
     if (row->field && tr->m->params.model != MFM_MODEL_FM)
@@ -3954,19 +3959,13 @@ static int mfm__row_is_simple(mfm__trainer *tr, const mfm__row *row) {
             if (tr->field_stamp[row->field[a]] == tr->stamp) return 0;
             tr->field_stamp[row->field[a]] = tr->stamp;
         }
-    /* open addressing over feature ids; the set is left empty again (it starts all NONE) */
-    for (a = 0; a < row->z; a++) {
-        for (h = (row->feat[a] * 2654435761u) >> 23; tr->feature_set[h] != MFM__NONE; h = (h + 1) & (size - 1))
-            if (tr->feature_set[h] == row->feat[a]) break;
-        if (tr->feature_set[h] == row->feat[a]) break;
-        tr->feature_set[h] = row->feat[a];
+    for (a = 0; a < row->z; a++) { /* entries of earlier rows have older stamps: nothing to clear */
+        for (h = (row->feat[a] * 2654435761u) >> 23; tr->feature_set[h][1] == tr->stamp; h = (h + 1) & (size - 1))
+            if (tr->feature_set[h][0] == row->feat[a]) return 0;
+        tr->feature_set[h][0] = row->feat[a];
+        tr->feature_set[h][1] = tr->stamp;
     }
-    simple = a == row->z;
-    while (a-- > 0) { /* take out what went in, in reverse: probe chains stay intact */
-        for (h = (row->feat[a] * 2654435761u) >> 23; tr->feature_set[h] != row->feat[a]; h = (h + 1) & (size - 1)) {}
-        tr->feature_set[h] = MFM__NONE;
-    }
-    return simple;
+    return 1;
 }
 
 /* Scores one row for every class, adds its loss to the worker, and writes weight * dL/ds of
@@ -4031,7 +4030,9 @@ static void mfm__score_task(void *ctx, int index) {
     mfm__share(tr->n_batch, tr->n_workers, index, &lo, &hi);
     for (q = lo; q < hi; q++) {
         const mfm__row row = mfm__get_row(tr->m, tr->d, tr->rows[q], tr->ones, wk->scaled);
+        uint32_t j;
         mfm__prefetch_ahead(tr, tr->rows, q, hi);
+        for (j = 0; tr->nz_owner && j < row.z; j++) tr->nz_owner[tr->batch_nz[q] + j] = (uint16_t)mfm__owner(row.feat[j], tr->n_workers);
         mfm__row_loss(tr, wk, tr->rows[q], &row, tr->dlds + q * C, tr->sums ? tr->sums + q * C * k : wk->sum);
     }
 }
@@ -4049,7 +4050,8 @@ static void mfm__gradient_task(void *ctx, int index) {
     for (q = 0; q < tr->n_batch && !wk->failed; q++) {
         const mfm__row row = mfm__get_row(tr->m, tr->d, tr->rows[q], tr->ones, wk->scaled);
         for (c = 0; c < C && !wk->failed; c++)
-            wk->failed = !mfm__gradient_row(tr, wk, index, c, &row, tr->dlds[q * C + c], tr->sums ? tr->sums + (q * C + c) * k : NULL);
+            wk->failed = !mfm__gradient_row(tr, wk, index, c, &row, tr->nz_owner ? tr->nz_owner + tr->batch_nz[q] : NULL, tr->dlds[q * C + c],
+                                            tr->sums ? tr->sums + (q * C + c) * k : NULL);
     }
 }
 
@@ -4113,6 +4115,9 @@ static void mfm__trainer_free(mfm__trainer *tr) {
     MFM_FREE(tr->dlds);
     MFM_FREE(tr->sums);
     MFM_FREE(tr->field_stamp);
+    MFM_FREE(tr->batch_nz);
+    MFM_FREE(tr->nz_owner);
+    MFM_FREE(tr->pair_owner);
     MFM_FREE(tr->class_weights);
     MFM_FREE((void *)tr->ones);
 }
@@ -4160,8 +4165,14 @@ static int mfm__trainer_init(mfm__trainer *tr, mfm_model *m, const mfm_csr *d, c
         if (p->model == MFM_MODEL_FM && !p->linear_only && !(tr->sums = (float *)mfm__alloc(rows * C * (uint64_t)m->k, sizeof(float)))) return 0;
     }
     if (p->batch_size == 1 && !(tr->field_stamp = (uint32_t *)mfm__calloc(m->n_fields, sizeof(uint32_t)))) return 0;
-    memset(tr->feature_set, 0xFF, sizeof tr->feature_set);
     tr->n_workers = p->n_threads < p->batch_size ? p->n_threads : p->batch_size;
+    if (tr->n_workers > 1 && p->model == MFM_MODEL_FWFM && !p->linear_only) {
+        const uint64_t F = m->n_fields;
+        uint64_t lo, hi;
+        if (!(tr->pair_owner = (uint16_t *)mfm__alloc(F * F, sizeof(uint16_t)))) return 0;
+        for (lo = 0; lo < F; lo++)
+            for (hi = lo; hi < F; hi++) tr->pair_owner[lo * F + hi] = (uint16_t)mfm__owner(lo * F + hi, tr->n_workers);
+    }
     tr->workers = (mfm__worker *)mfm__calloc((uint64_t)tr->n_workers, sizeof(mfm__worker));
     if (!tr->workers) return 0;
     for (w = 0; w < tr->n_workers; w++) {
@@ -4215,6 +4226,15 @@ static mfm_status mfm__pass(mfm__trainer *tr, mfm__pool *pool, const uint64_t *r
                 for (t = 0; t < MFM_TENSOR_COUNT; t++)
                     if (tr->workers[w].own[t].mask) memset(tr->workers[w].own[t].stamp, 0, (tr->workers[w].own[t].mask + 1) * sizeof(uint32_t));
             tr->stamp_batch = 1;
+        }
+        if (tr->n_workers > 1) { /* where each row's owners go */
+            uint64_t q, nz = 0;
+            if (!mfm__reserve((void **)&tr->batch_nz, &tr->cap_batch_nz, tr->n_batch, sizeof(uint64_t))) return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for a batch");
+            for (q = 0; q < tr->n_batch; q++) {
+                tr->batch_nz[q] = nz;
+                nz += tr->d->row_offsets[tr->rows[q] + 1] - tr->d->row_offsets[tr->rows[q]];
+            }
+            if (!mfm__reserve((void **)&tr->nz_owner, &tr->cap_nz_owner, nz, sizeof(uint16_t))) return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for a batch");
         }
         mfm__pool_run(pool, mfm__score_task, tr);
         mfm__pool_run(pool, mfm__gradient_task, tr);
