@@ -3533,7 +3533,9 @@ typedef struct mfm__worker {
     float *score; /* C */
     float *dlds;  /* C: batch 1's weight * dL/ds */
     double *prob; /* C */
+    uint32_t *owned; /* batches: the row's non-zeros this worker owns, then (FwFM) a's partners */
     double loss, weight;
+    char apart[128]; /* keeps the next worker's fields off this one's cache lines */
 } mfm__worker;
 
 typedef struct mfm__trainer {
@@ -3562,8 +3564,10 @@ typedef struct mfm__trainer {
 
 static uint64_t mfm__mix(uint64_t id) { return (id * 0x9E3779B97F4A7C15ull) >> 24; }
 
-/* Which of n workers owns the coordinates keyed by id. */
-static int mfm__owner(uint64_t id, int n) { return n == 1 ? 0 : (int)(mfm__mix(id) % (uint64_t)n); }
+/* Which of n workers owns the coordinates keyed by id. Runs of 16 ids share an owner, so that
+   no cache line of a table of small blocks (w and r take 8 bytes with AdaGrad) is written by
+   two workers: such lines would bounce between the cores at every batch. */
+static int mfm__owner(uint64_t id, int n) { return n == 1 ? 0 : (int)(mfm__mix(id >> 4) % (uint64_t)n); }
 
 static void mfm__coords_free(mfm__coords *o) {
     MFM_FREE(o->flags);
@@ -3625,9 +3629,7 @@ static float *mfm__own(mfm__coords *o, uint64_t id, uint32_t stamp, uint64_t wid
 /* Asks the memory system for the next row's parameters while this row trains: with millions of
    features most of them are far away, and a row waits on dozens of them. FFM fetches the span
    of each feature's vectors that the row's fields cover, line by line. */
-static void mfm__prefetch_row(const mfm__trainer *tr, uint64_t r) {
-    const mfm_model *m = tr->m;
-    const mfm_csr *d = tr->d;
+static void mfm__prefetch_row(const mfm_model *m, const mfm_csr *d, uint64_t r) {
     const uint64_t lo = d->row_offsets[r], hi = d->row_offsets[r + 1];
     uint64_t j, span = 0, first = 0;
     uint32_t c;
@@ -3677,7 +3679,7 @@ static void mfm__prefetch_ahead(const mfm__trainer *tr, const uint64_t *rows, ui
         MFM__PREFETCH(d->labels + r);
         if (d->weights) MFM__PREFETCH(d->weights + r);
     }
-    if (i + 1 < n) mfm__prefetch_row(tr, rows[i + 1]);
+    if (i + 1 < n) mfm__prefetch_row(tr->m, d, rows[i + 1]);
 }
 
 /* y += c x over k values, four lanes at a time (the lanes of mfm__fwfm_pair). */
@@ -3691,28 +3693,28 @@ static void mfm__axpy(float *y, float c, const float *x, int k) {
 /* Adds g * ds/dtheta of class c's score on one row (g = weight * dL/ds) to the coordinates
    worker `me` owns. Within a row, a coordinate receives its terms in the order of the partner
    non-zero, which is the order the in-place path uses. 0 when memory is short. */
-static int mfm__gradient_row(const mfm__trainer *tr, mfm__worker *wk, int me, uint32_t c, const mfm__row *row, const uint16_t *owner, float g,
+static int mfm__gradient_row(const mfm__trainer *tr, mfm__worker *wk, int me, uint32_t c, const mfm__row *row, uint32_t n_owned, float g,
                              const float *sum) {
+    const uint32_t *owned = wk->owned; /* the row's non-zeros whose feature this worker owns, in order */
     const mfm_model *m = tr->m;
     const int k = m->k, pairs_only = m->params.pairs_only;
     const uint32_t F = m->n_fields, C = m->n_classes, stamp = tr->stamp_batch;
-    uint32_t a, b;
+    uint32_t a, b, i;
     int t;
     float *gc;
     if (me == 0) { /* pairs_only: w0 and w are touched with zero gradients: they stay 0 */
         if (!(gc = mfm__own(&wk->own[MFM_TENSOR_W0], 0, stamp, C))) return 0;
         if (!pairs_only) gc[c] += g;
     }
-    for (a = 0; a < row->z; a++) {
-        if (owner && owner[a] != me) continue;
+    for (i = 0; i < n_owned; i++) {
+        a = owned[i];
         if (!(gc = mfm__own(&wk->own[MFM_TENSOR_W], row->feat[a], stamp, C))) return 0;
         if (!pairs_only) gc[c] += g * row->x[a];
     }
     if (m->params.linear_only) return 1;
-    for (a = 0; a < row->z; a++) {
-        const uint32_t ia = row->feat[a], fa = m->params.model == MFM_MODEL_FM ? 0 : row->field[a];
+    for (i = 0; i < n_owned; i++) {
+        const uint32_t ia = row->feat[a = owned[i]], fa = m->params.model == MFM_MODEL_FM ? 0 : row->field[a];
         const float xa = row->x[a];
-        if (owner && owner[a] != me) continue;
         switch (m->params.model) {
         case MFM_MODEL_FFM: /* slot (a, field b) receives g x_a x_b v(b, field a) */
             if (wk->own[MFM_TENSOR_V].parts) { /* one entry for all of a's slots: [field][class][k] */
@@ -3756,14 +3758,20 @@ static int mfm__gradient_row(const mfm__trainer *tr, mfm__worker *wk, int me, ui
         }
     }
     if (m->params.model == MFM_MODEL_FWFM) /* r(fa, fb) receives g x_a x_b <v_a, v_b> */
-        for (a = 0; a < row->z; a++)
-            for (b = a + 1; b < row->z; b++) {
+        for (a = 0; a < row->z; a++) {
+            uint32_t n_pairs = 0, *partner = wk->owned + row->z; /* a's partners b > a whose pair this worker owns */
+            for (b = a + 1; b < row->z; b++) { /* without a branch: owners look random, so one would often mispredict */
                 const uint32_t fa = row->field[a], fb = row->field[b];
+                partner[n_pairs] = b;
+                n_pairs += !tr->pair_owner || tr->pair_owner[fa < fb ? (uint64_t)fa * F + fb : (uint64_t)fb * F + fa] == me;
+            }
+            for (i = 0; i < n_pairs; i++) {
+                const uint32_t fa = row->field[a], fb = row->field[b = partner[i]];
                 const uint64_t rid = fa < fb ? (uint64_t)fa * F + fb : (uint64_t)fb * F + fa;
-                if (owner && tr->pair_owner[rid] != me) continue;
                 if (!(gc = mfm__own(&wk->own[MFM_TENSOR_R], rid, stamp, C))) return 0;
                 gc[c] += g * row->x[a] * row->x[b] * mfm__dot(mfm__block(m, MFM_TENSOR_V, c, row->feat[a]), mfm__block(m, MFM_TENSOR_V, c, row->feat[b]), k);
             }
+        }
     return 1;
 }
 
@@ -4049,9 +4057,14 @@ static void mfm__gradient_task(void *ctx, int index) {
     wk->failed = 0;
     for (q = 0; q < tr->n_batch && !wk->failed; q++) {
         const mfm__row row = mfm__get_row(tr->m, tr->d, tr->rows[q], tr->ones, wk->scaled);
+        const uint16_t *owner = tr->nz_owner ? tr->nz_owner + tr->batch_nz[q] : NULL;
+        uint32_t a, n_owned = 0;
+        for (a = 0; a < row.z; a++) { /* the non-zeros this worker owns, listed without a branch */
+            wk->owned[n_owned] = a;
+            n_owned += !owner || owner[a] == index;
+        }
         for (c = 0; c < C && !wk->failed; c++)
-            wk->failed = !mfm__gradient_row(tr, wk, index, c, &row, tr->nz_owner ? tr->nz_owner + tr->batch_nz[q] : NULL, tr->dlds[q * C + c],
-                                            tr->sums ? tr->sums + (q * C + c) * k : NULL);
+            wk->failed = !mfm__gradient_row(tr, wk, index, c, &row, n_owned, tr->dlds[q * C + c], tr->sums ? tr->sums + (q * C + c) * k : NULL);
     }
 }
 
@@ -4107,6 +4120,7 @@ static void mfm__trainer_free(mfm__trainer *tr) {
         MFM_FREE(wk->scaled);
         MFM_FREE(wk->row_g);
         MFM_FREE(wk->row_v);
+        MFM_FREE(wk->owned);
         MFM_FREE(wk->pair_weight);
         MFM_FREE(wk->one_blk);
         MFM_FREE(wk->one_g);
@@ -4193,7 +4207,8 @@ static int mfm__trainer_init(mfm__trainer *tr, mfm_model *m, const mfm_csr *d, c
         }
         wk->one_blk = (float **)mfm__alloc(MFM__MAX_SIMPLE_NNZ * MFM__MAX_SIMPLE_NNZ / 2, sizeof(float *));
         wk->one_g = (float *)mfm__alloc(MFM__MAX_SIMPLE_NNZ * MFM__MAX_SIMPLE_NNZ / 2, sizeof(float));
-        if (!wk->dlds || !wk->sum || !wk->score || !wk->prob || !wk->scaled || !wk->row_g || !wk->one_blk || !wk->one_g) return 0;
+        wk->owned = (uint32_t *)mfm__alloc(2 * (uint64_t)info->max_row_nnz, sizeof(uint32_t));
+        if (!wk->dlds || !wk->sum || !wk->score || !wk->prob || !wk->scaled || !wk->row_g || !wk->one_blk || !wk->one_g || !wk->owned) return 0;
     }
     return 1;
 }
@@ -4540,6 +4555,7 @@ static void mfm__predict_task(void *ctx, int index) {
     for (r = lo; r < hi; r++) {
         mfm__row row = mfm__get_row(m, pr->d, r, pr->ones, pr->scaled + (uint64_t)index * pr->max_row_nnz);
         float *out = pr->out + r * width;
+        if (r + 1 < hi) mfm__prefetch_row(m, pr->d, r + 1);
         for (c = 0; c < C; c++) score[c] = mfm__score(m, c, &row, sum + (uint64_t)c * m->k);
         if (pr->kind == MFM_OUTPUT_SCORE || m->params.task == MFM_TASK_REGRESSION) {
             memcpy(out, score, width * sizeof(float));
