@@ -3518,6 +3518,7 @@ typedef struct mfm__coords {
     uint64_t *keys;
     uint32_t *index, *stamp;
     uint64_t mask; /* table size - 1; 0 before the first touch */
+    int direct;    /* ids index the table (size mask + 1): FwFM's few field pairs, no hashing or probing */
 } mfm__coords;
 
 typedef struct mfm__worker {
@@ -3526,7 +3527,7 @@ typedef struct mfm__worker {
     float *sum;    /* C x k: FM's per-row sums */
     float *scaled; /* the row's values under normalize_rows */
     float *row_g;  /* batch 1: z x k gradients of a row's vectors (FM, FwFM), or one pair's (FFM) */
-    const float **row_v; /* batch 1, FwFM: the row's vectors, and the weights of its pairs (z x z) */
+    const float **row_v; /* FwFM: the row's vectors, and the pair weights of four of them (4 x z) */
     float *pair_weight;
     float **one_blk; /* batch 1: the blocks (w, FwFM's r, V) stepped together, and their gradients */
     float *one_g;
@@ -3601,13 +3602,27 @@ static int mfm__coords_grow(mfm__coords *o, uint32_t stamp) {
     return 1;
 }
 
+/* A table indexed by the ids 0..size-1 themselves. 0 when memory is short. */
+static int mfm__coords_direct(mfm__coords *o, uint64_t size) {
+    o->keys = (uint64_t *)mfm__alloc(size, sizeof(uint64_t));
+    o->index = (uint32_t *)mfm__alloc(size, sizeof(uint32_t));
+    o->stamp = (uint32_t *)mfm__calloc(size, sizeof(uint32_t));
+    o->mask = size - 1;
+    o->direct = 1;
+    return o->keys && o->index && o->stamp;
+}
+
 /* The gradient buffer (width = classes x len floats) of coordinate id, zeroed on its first
    touch in this batch; NULL when memory is short. */
 static float *mfm__own(mfm__coords *o, uint64_t id, uint32_t stamp, uint64_t width) {
-    uint64_t h;
-    if ((o->n + 1 > (o->mask + 1) / 2 || !o->mask) && (o->n >= 0xFFFFFFF0u || !mfm__coords_grow(o, stamp))) return NULL;
-    for (h = mfm__mix(id) & o->mask; o->stamp[h] == stamp; h = (h + 1) & o->mask)
-        if (o->keys[h] == id) return o->g + (o->last = o->index[h]) * width;
+    uint64_t h = id;
+    if (o->direct) { /* entry id */
+        if (o->stamp[h] == stamp) return o->g + (o->last = o->index[h]) * width;
+    } else {
+        if ((o->n + 1 > (o->mask + 1) / 2 || !o->mask) && (o->n >= 0xFFFFFFF0u || !mfm__coords_grow(o, stamp))) return NULL;
+        for (h = mfm__mix(id) & o->mask; o->stamp[h] == stamp; h = (h + 1) & o->mask)
+            if (o->keys[h] == id) return o->g + (o->last = o->index[h]) * width;
+    }
     if (!mfm__reserve((void **)&o->ids, &o->cap_ids, o->n + 1, sizeof(uint64_t)) || !mfm__reserve((void **)&o->g, &o->cap_g, (o->n + 1) * width, sizeof(float)) ||
         (o->parts && !mfm__reserve((void **)&o->flags, &o->cap_flags, (o->n + 1) * o->parts, 1)))
         return NULL;
@@ -3690,6 +3705,58 @@ static void mfm__axpy(float *y, float c, const float *x, int k) {
     for (; t < k; t++) y[t] += c * x[t];
 }
 
+/* FwFM within one row: the gradient of each listed vector v_a (a = list[i], into gv[i * k ...])
+   is the sum over its partners b != a, in order, of coef r(fa, fb) v_b, coef = g x_lo x_hi (lo,
+   hi: a and b in row order). Four vectors' sums go side by side, four independent chains of
+   additions where one would wait on each addition; w holds their weights (4 x z). */
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((always_inline)) inline
+#endif
+static void mfm__fwfm_vector_gradients(const mfm_model *m, uint32_t c, const mfm__row *row, const float *const *v, float g, const uint32_t *list,
+                                       uint32_t n, int k, float *w, float *gv) {
+    const uint32_t z = row->z;
+    const int k4 = k - k % 4;
+    uint32_t i, j, b;
+    int t;
+    for (i = 0; i < n; i += 4) {
+        const uint32_t group = n - i < 4 ? n - i : 4, *a = list + i;
+        for (j = 0; j < group; j++)
+            for (b = 0; b < z; b++) {
+                const uint32_t lo = a[j] < b ? a[j] : b, hi = a[j] < b ? b : a[j];
+                w[j * z + b] = b == a[j] ? 0.0f : g * row->x[lo] * row->x[hi] * mfm__fwfm_r(m, c, row->field[lo], row->field[hi]);
+            }
+        for (t = 0; group == 4 && t < k4; t += 4) {
+            mfm__f4 s0 = mfm__f4_set1(0.0f), s1 = s0, s2 = s0, s3 = s0;
+            for (b = 0; b < z; b++) {
+                const mfm__f4 vb = mfm__f4_load(v[b] + t);
+                if (b != a[0]) s0 = mfm__f4_add(s0, mfm__f4_mul(mfm__f4_set1(w[b]), vb));
+                if (b != a[1]) s1 = mfm__f4_add(s1, mfm__f4_mul(mfm__f4_set1(w[z + b]), vb));
+                if (b != a[2]) s2 = mfm__f4_add(s2, mfm__f4_mul(mfm__f4_set1(w[2 * z + b]), vb));
+                if (b != a[3]) s3 = mfm__f4_add(s3, mfm__f4_mul(mfm__f4_set1(w[3 * z + b]), vb));
+            }
+            mfm__f4_store(gv + (uint64_t)i * k + t, s0);
+            mfm__f4_store(gv + (uint64_t)(i + 1) * k + t, s1);
+            mfm__f4_store(gv + (uint64_t)(i + 2) * k + t, s2);
+            mfm__f4_store(gv + (uint64_t)(i + 3) * k + t, s3);
+        }
+        for (j = 0; j < group; j++) /* what the four chains left: the factors past the last four, or a group of fewer */
+            for (t = group == 4 ? k4 : 0; t < k; t += t + 4 <= k ? 4 : 1) {
+                float *out = gv + (uint64_t)(i + j) * k + t;
+                if (t + 4 <= k) {
+                    mfm__f4 sum = mfm__f4_set1(0.0f);
+                    for (b = 0; b < z; b++)
+                        if (b != a[j]) sum = mfm__f4_add(sum, mfm__f4_mul(mfm__f4_set1(w[j * z + b]), mfm__f4_load(v[b] + t)));
+                    mfm__f4_store(out, sum);
+                } else {
+                    float sum = 0;
+                    for (b = 0; b < z; b++)
+                        if (b != a[j]) sum += w[j * z + b] * v[b][t];
+                    *out = sum;
+                }
+            }
+    }
+}
+
 /* Adds g * ds/dtheta of class c's score on one row (g = weight * dL/ds) to the coordinates
    worker `me` owns. Within a row, a coordinate receives its terms in the order of the partner
    non-zero, which is the order the in-place path uses. 0 when memory is short. */
@@ -3737,13 +3804,7 @@ static int mfm__gradient_row(const mfm__trainer *tr, mfm__worker *wk, int me, ui
                 mfm__axpy(gc + (uint64_t)c * k, coef, vb, k);
             }
             break;
-        case MFM_MODEL_FWFM: /* v_a receives g x_a x_b r(fa, fb) v_b from every partner b */
-            if (!(gc = mfm__own(&wk->own[MFM_TENSOR_V], ia, stamp, (uint64_t)C * k))) return 0;
-            gc += (uint64_t)c * k;
-            for (b = 0; b < row->z; b++) {
-                const float coef = a < b ? g * xa * row->x[b] : g * row->x[b] * xa;
-                if (b != a) mfm__axpy(gc, coef * mfm__fwfm_r(m, c, fa, row->field[b]), mfm__block(m, MFM_TENSOR_V, c, row->feat[b]), k);
-            }
+        case MFM_MODEL_FWFM: /* v_a's gradient in this row is summed first (below), then added */
             break;
         default: { /* FM: ds/dv_at = x_a (sum_t - v_at x_a) */
             const float *v = mfm__block(m, MFM_TENSOR_V, c, ia), gx = g * xa;
@@ -3755,6 +3816,14 @@ static int mfm__gradient_row(const mfm__trainer *tr, mfm__worker *wk, int me, ui
             for (; t < k; t++) gc[t] += gx * (sum[t] - v[t] * xa);
             break;
         }
+        }
+    }
+    if (m->params.model == MFM_MODEL_FWFM) { /* v_a receives the row's sum of g x_a x_b r(fa, fb) v_b over its partners b */
+        for (a = 0; a < row->z; a++) wk->row_v[a] = mfm__block(m, MFM_TENSOR_V, c, row->feat[a]);
+        mfm__fwfm_vector_gradients(m, c, row, wk->row_v, g, owned, n_owned, k, wk->pair_weight, wk->row_g);
+        for (i = 0; i < n_owned; i++) {
+            if (!(gc = mfm__own(&wk->own[MFM_TENSOR_V], row->feat[owned[i]], stamp, (uint64_t)C * k))) return 0;
+            mfm__axpy(gc + (uint64_t)c * k, 1.0f, wk->row_g + (uint64_t)i * k, k);
         }
     }
     if (m->params.model == MFM_MODEL_FWFM) /* r(fa, fb) receives g x_a x_b <v_a, v_b> */
@@ -3789,55 +3858,9 @@ static void mfm__steps(const mfm__optim *o, float *const *blk, const float *grad
     for (i = 0; i < n; i++) mfm__step(o, blk[i], len, grad + (uint64_t)i * len, 1.0f, l1, l2);
 }
 
-/* FwFM, batch 1: gv[a] = sum over b != a, in order, of weight[a][b] v_b, for the row's z
-   vectors. Four vectors' sums go side by side, four independent chains of additions where one
-   would wait on each addition; the rest one at a time. */
-#if defined(__GNUC__) || defined(__clang__)
-__attribute__((always_inline)) inline
-#endif
-static void mfm__fwfm_vector_gradients(const float *const *v, const float *weight, uint32_t z, int k, float *gv) {
-    const uint32_t z4 = z - z % 4;
-    const int k4 = k - k % 4;
-    uint32_t a, b;
-    int t;
-    for (a = 0; a < z4; a += 4)
-        for (t = 0; t < k4; t += 4) {
-            const float *w0 = weight + a * z, *w1 = w0 + z, *w2 = w1 + z, *w3 = w2 + z;
-            mfm__f4 s0 = mfm__f4_set1(0.0f), s1 = s0, s2 = s0, s3 = s0;
-            for (b = 0; b < z; b++) {
-                const mfm__f4 vb = mfm__f4_load(v[b] + t);
-                if (b != a) s0 = mfm__f4_add(s0, mfm__f4_mul(mfm__f4_set1(w0[b]), vb));
-                if (b != a + 1) s1 = mfm__f4_add(s1, mfm__f4_mul(mfm__f4_set1(w1[b]), vb));
-                if (b != a + 2) s2 = mfm__f4_add(s2, mfm__f4_mul(mfm__f4_set1(w2[b]), vb));
-                if (b != a + 3) s3 = mfm__f4_add(s3, mfm__f4_mul(mfm__f4_set1(w3[b]), vb));
-            }
-            mfm__f4_store(gv + (uint64_t)a * k + t, s0);
-            mfm__f4_store(gv + (uint64_t)(a + 1) * k + t, s1);
-            mfm__f4_store(gv + (uint64_t)(a + 2) * k + t, s2);
-            mfm__f4_store(gv + (uint64_t)(a + 3) * k + t, s3);
-        }
-    for (a = 0; a < z; a++) /* what the groups left: the last z % 4 vectors, and the last k % 4 factors */
-        for (t = a < z4 ? k4 : 0; t < k; t += t + 4 <= k ? 4 : 1) {
-            const float *w = weight + a * z;
-            float *ga = gv + (uint64_t)a * k + t;
-            if (t + 4 <= k) {
-                mfm__f4 sum = mfm__f4_set1(0.0f);
-                for (b = 0; b < z; b++)
-                    if (b != a) sum = mfm__f4_add(sum, mfm__f4_mul(mfm__f4_set1(w[b]), mfm__f4_load(v[b] + t)));
-                mfm__f4_store(ga, sum);
-            } else {
-                float sum = 0;
-                for (b = 0; b < z; b++)
-                    if (b != a) sum += w[b] * v[b][t];
-                *ga = sum;
-            }
-        }
-}
-
 /* FwFM's pairs of a row that is a batch of its own. r(fa, fb) is read by its pair alone and
-   receives coef <v_a, v_b> (coef = g x_a x_b); v_a receives coef r(fa, fb) v_b from every
-   partner b, summed over b in order in registers (the batched path's order). Both are
-   collected, then stepped. */
+   receives coef <v_a, v_b> (coef = g x_a x_b); v_a receives the sum of mfm__fwfm_vector_gradients.
+   Both are collected, then stepped. */
 #if defined(__GNUC__) || defined(__clang__)
 __attribute__((always_inline)) inline
 #endif
@@ -3845,18 +3868,18 @@ static void mfm__fwfm_row_update(const mfm__trainer *tr, mfm__worker *wk, uint32
     mfm_model *m = tr->m;
     const float l1v = (float)m->params.l1_factors, l2v = (float)m->params.l2_factors;
     const uint32_t z = row->z;
-    float *const gv = wk->row_g, *const weight = wk->pair_weight; /* weight[a * z + b]: coef r(fa, fb) */
     const float **const v = wk->row_v;
     uint32_t a, b, n_r = 0;
-    for (a = 0; a < z; a++) v[a] = mfm__block(m, MFM_TENSOR_V, c, row->feat[a]);
+    for (a = 0; a < z; a++) {
+        v[a] = mfm__block(m, MFM_TENSOR_V, c, row->feat[a]);
+        wk->owned[a] = a;
+    }
     for (a = 0; a < z; a++) {
         float *const coef = wk->one_g + n_r - (a + 1); /* coef[b]: the pair (a, b)'s, where its r gradient goes */
         for (b = a + 1; b < z; b++) {
             const uint32_t fa = row->field[a], fb = row->field[b];
-            float *rab = mfm__block(m, MFM_TENSOR_R, c, fa < fb ? (uint64_t)fa * m->n_fields + fb : (uint64_t)fb * m->n_fields + fa);
             coef[b] = g * row->x[a] * row->x[b];
-            weight[a * z + b] = weight[b * z + a] = coef[b] * *rab;
-            wk->one_blk[n_r++] = rab;
+            wk->one_blk[n_r++] = mfm__block(m, MFM_TENSOR_R, c, fa < fb ? (uint64_t)fa * m->n_fields + fb : (uint64_t)fb * m->n_fields + fa);
         }
         b = a + 1;
         if (k % 4 == 0) /* four dot products at a time, each in mfm__dot's order */
@@ -3876,10 +3899,10 @@ static void mfm__fwfm_row_update(const mfm__trainer *tr, mfm__worker *wk, uint32
             }
         for (; b < z; b++) coef[b] = 0 + coef[b] * mfm__dot(v[a], v[b], k);
     }
-    mfm__fwfm_vector_gradients(v, weight, z, k, gv);
+    mfm__fwfm_vector_gradients(m, c, row, v, g, wk->owned, z, k, wk->pair_weight, wk->row_g);
     mfm__steps(&tr->opt, wk->one_blk, wk->one_g, n_r, 1, l1v, l2v);
     for (a = 0; a < z; a++) wk->one_blk[a] = mfm__block(m, MFM_TENSOR_V, c, row->feat[a]);
-    mfm__steps(&tr->opt, wk->one_blk, gv, z, (uint32_t)k, l1v, l2v);
+    mfm__steps(&tr->opt, wk->one_blk, wk->row_g, z, (uint32_t)k, l1v, l2v);
 }
 
 static void mfm__update_row(const mfm__trainer *tr, mfm__worker *wk, uint32_t c, const mfm__row *row, float g, const float *sum) {
@@ -4199,10 +4222,10 @@ static int mfm__trainer_init(mfm__trainer *tr, mfm_model *m, const mfm_csr *d, c
         wk->prob = (double *)mfm__alloc(C, sizeof(double));
         wk->scaled = (float *)mfm__alloc(info->max_row_nnz, sizeof(float));
         wk->row_g = (float *)mfm__alloc(((uint64_t)info->max_row_nnz + 2) * m->k, sizeof(float));
-        if (p->model == MFM_MODEL_FWFM && p->batch_size == 1) {
-            const uint64_t z = info->max_row_nnz < MFM__MAX_SIMPLE_NNZ ? info->max_row_nnz : MFM__MAX_SIMPLE_NNZ;
-            wk->row_v = (const float **)mfm__alloc(z, sizeof(float *));
-            wk->pair_weight = (float *)mfm__alloc(z * z, sizeof(float));
+        if (p->model == MFM_MODEL_FWFM) {
+            if (!mfm__coords_direct(&wk->own[MFM_TENSOR_R], (uint64_t)m->n_fields * m->n_fields)) return 0;
+            wk->row_v = (const float **)mfm__alloc(info->max_row_nnz, sizeof(float *));
+            wk->pair_weight = (float *)mfm__alloc(4 * (uint64_t)info->max_row_nnz, sizeof(float));
             if (!wk->row_v || !wk->pair_weight) return 0;
         }
         wk->one_blk = (float **)mfm__alloc(MFM__MAX_SIMPLE_NNZ * MFM__MAX_SIMPLE_NNZ / 2, sizeof(float *));
