@@ -74,7 +74,7 @@ have = $(shell command -v $(1) >/dev/null 2>&1 && echo yes)
 
 CHK_C   := tests/compile/check.c
 CHK_CXX := tests/compile/check.cpp
-NATIVE  := c99 c11 no-cuda static no-threads stdio-first cxx11 cxx17 $(if $(call have,$(CLANG)),c99-clang)
+NATIVE  := c99 c11 no-cuda static no-threads no-avx stdio-first cxx11 cxx17 $(if $(call have,$(CLANG)),c99-clang)
 CROSS   := $(if $(call have,$(MINGW)),mingw mingw-mfm) $(if $(call have,$(MINGWXX)),mingw-cxx)
 MISSING := $(foreach c,$(CLANG) $(MINGW) $(MINGWXX),$(if $(call have,$(c)),,$(c)))
 
@@ -84,6 +84,7 @@ build/check-c11:         CHK = $(CC) -std=c11 $(CHK_C)
 build/check-no-cuda:     CHK = $(CC) -std=c99 -DMFM_NO_CUDA $(CHK_C)
 build/check-static:      CHK = $(CC) -std=c99 -DMFM_STATIC $(CHK_C)
 build/check-no-threads:  CHK = $(CC) -std=c99 -DMFM_NO_THREADS $(CHK_C)
+build/check-no-avx:      CHK = $(CC) -std=c99 -DMFM_NO_AVX $(CHK_C)
 build/check-stdio-first: CHK = $(CC) -std=c99 -Werror=implicit-function-declaration tests/compile/stdio_first.c
 build/check-cxx11:       CHK = $(CXX) -std=c++11 $(CHK_CXX)
 build/check-cxx17:       CHK = $(CXX) -std=c++17 $(CHK_CXX)

@@ -26,6 +26,9 @@
        MFM_NO_THREADS       build without threads: n_threads above 1 still gives the same
                             numbers (chunks are accumulated one after the other)
        MFM_NO_CUDA          compile the GPU part out
+       MFM_NO_AVX           no eight-lane AdaGrad steps (by default they run where the CPU has
+                            AVX, checked at run time; the bits are those of the SSE2 code,
+                            and MFM_SIMD=sse2 in the environment turns them off at run time)
 
    The GPU part needs no CUDA to build: the driver and NVRTC are loaded at run time, and the
    kernels come with modern_fm_kernels.h (keep it beside this file). Its kernel cache keys
