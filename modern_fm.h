@@ -1640,11 +1640,11 @@ MFMDEF void mfm_model_reset_state(mfm_model *m) {
 }
 
 /* A zeroed table of `floats` floats, 64-byte aligned so that a block of k = 4 (AdaGrad: 32
-   bytes) never splits lines. On Linux a large table starts on a 2 MB boundary and asks for
+   bytes) never splits lines. On Linux a table of 2 MB or more starts on a 2 MB boundary and asks for
    huge pages: training reads a few lines from each of thousands of scattered pages per row,
    and with 4 KB pages most of those reads would first miss the TLB. NULL when memory is short. */
 static float *mfm__table_alloc(uint64_t floats, void **allocation) {
-    const uint64_t huge = (uint64_t)2 << 20, align = floats >= huge ? huge : 64; /* >= 8 MB */
+    const uint64_t huge = (uint64_t)2 << 20, align = floats * sizeof(float) >= huge ? huge : 64;
     char *p;
     *allocation = floats < (UINT64_MAX - align) / sizeof(float) ? mfm__alloc(floats * sizeof(float) + align, 1) : NULL;
     if (!*allocation) return NULL;
