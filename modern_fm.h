@@ -3644,9 +3644,9 @@ static float *mfm__own(mfm__coords *o, uint64_t id, uint32_t stamp, uint64_t wid
 #define MFM__PREFETCH(p) ((void)(p))
 #endif
 
-/* Asks the memory system for the next row's parameters while this row trains: with millions of
-   features most of them are far away, and a row waits on dozens of them. FFM fetches the span
-   of each feature's vectors that the row's fields cover, line by line. */
+/* Asks the memory system for the next row's parameters while this row trains or is predicted:
+   with millions of features most of them are far away, and a row waits on dozens of them. FFM
+   fetches the span of each feature's vectors that the row's fields cover, line by line. */
 static void mfm__prefetch_row(const mfm_model *m, const mfm_csr *d, uint64_t r) {
     const uint64_t lo = d->row_offsets[r], hi = d->row_offsets[r + 1];
     uint64_t j, span = 0, first = 0;
@@ -3708,10 +3708,8 @@ static void mfm__axpy(float *y, float c, const float *x, int k) {
     for (; t < k; t++) y[t] += c * x[t];
 }
 
-/* FwFM within one row: the gradient of each listed vector v_a (a = list[i], into gv[i * k ...])
-   is the sum over its partners b != a, in order, of coef r(fa, fb) v_b, coef = g x_lo x_hi (lo,
-   hi: a and b in row order). Four vectors' sums go side by side, four independent chains of
-   additions where one would wait on each addition; w holds their weights (4 x z). */
+/* FwFM within one row: the weights w[j][b] = coef r(fa, fb) with which v_b reaches v_a, for
+   the group of vectors a = a[0..group), coef = g x_lo x_hi (lo, hi: a and b in row order). */
 #if defined(__GNUC__) || defined(__clang__)
 __attribute__((always_inline)) inline
 #endif
@@ -3724,6 +3722,9 @@ static void mfm__fwfm_weights(const mfm_model *m, uint32_t c, const mfm__row *ro
         }
 }
 
+/* ... and the gradient of each listed vector v_a (a = list[i], into gv[i * k ...]): the sum
+   over its partners b != a, in order, of w[a][b] v_b. Four vectors' sums go side by side, four
+   independent chains of additions where one would wait on each addition; w: room for 4 x z. */
 static void mfm__fwfm_vector_gradients_narrow(const mfm_model *m, uint32_t c, const mfm__row *row, const float *const *v, float g, const uint32_t *list,
                                               uint32_t n, int k, float *w, float *gv) {
     const uint32_t z = row->z;
@@ -4317,7 +4318,7 @@ static mfm_status mfm__pass(mfm__trainer *tr, mfm__pool *pool, const uint64_t *r
             int w, t;
             for (w = 0; w < tr->n_workers; w++)
                 for (t = 0; t < MFM_TENSOR_COUNT; t++)
-                    if (tr->workers[w].own[t].mask) memset(tr->workers[w].own[t].stamp, 0, (tr->workers[w].own[t].mask + 1) * sizeof(uint32_t));
+                    if (tr->workers[w].own[t].stamp) memset(tr->workers[w].own[t].stamp, 0, (tr->workers[w].own[t].mask + 1) * sizeof(uint32_t));
             tr->stamp_batch = 1;
         }
         if (tr->n_workers > 1) { /* where each row's owners go */
