@@ -3532,6 +3532,7 @@ typedef struct mfm__worker {
     float *row_g;  /* batch 1: z x k gradients of a row's vectors (FM, FwFM), or one pair's (FFM) */
     const float **row_v; /* FwFM: the row's vectors, and the pair weights of four of them (4 x z) */
     float *pair_weight;
+    float *row_weight; /* batch 1, FwFM: every pair weight of the row (z x z) */
     float **one_blk; /* batch 1: the blocks (w, FwFM's r, V) stepped together, and their gradients */
     float *one_g;
     float *score; /* C */
@@ -3726,14 +3727,15 @@ static void mfm__fwfm_weights(const mfm_model *m, uint32_t c, const mfm__row *ro
    over its partners b != a, in order, of w[a][b] v_b. Four vectors' sums go side by side, four
    independent chains of additions where one would wait on each addition; w: room for 4 x z. */
 static void mfm__fwfm_vector_gradients_narrow(const mfm_model *m, uint32_t c, const mfm__row *row, const float *const *v, float g, const uint32_t *list,
-                                              uint32_t n, int k, float *w, float *gv) {
+                                              uint32_t n, int k, const float *all, float *room, float *gv) {
     const uint32_t z = row->z;
     const int k4 = k - k % 4;
     uint32_t i, j, b;
     int t;
     for (i = 0; i < n; i += 4) {
         const uint32_t group = n - i < 4 ? n - i : 4, *a = list + i;
-        mfm__fwfm_weights(m, c, row, g, a, group, w);
+        const float *w = all ? all + (uint64_t)a[0] * z : room;
+        if (!all) mfm__fwfm_weights(m, c, row, g, a, group, room);
         for (t = 0; group == 4 && t < k4; t += 4) {
             mfm__f4 s0 = mfm__f4_set1(0.0f), s1 = s0, s2 = s0, s3 = s0;
             for (b = 0; b < z; b++) {
@@ -3769,13 +3771,14 @@ static void mfm__fwfm_vector_gradients_narrow(const mfm_model *m, uint32_t c, co
 #if defined(MFM__AVX)
 /* The same sums eight factors at a time (k a multiple of 8): lane by lane the same additions. */
 MFM__AVX_FN static void mfm__fwfm_vector_gradients_wide(const mfm_model *m, uint32_t c, const mfm__row *row, const float *const *v, float g,
-                                                        const uint32_t *list, uint32_t n, int k, float *w, float *gv) {
+                                                        const uint32_t *list, uint32_t n, int k, const float *all, float *room, float *gv) {
     const uint32_t z = row->z;
     uint32_t i, j, b;
     int t;
     for (i = 0; i < n; i += 4) {
         const uint32_t group = n - i < 4 ? n - i : 4, *a = list + i;
-        mfm__fwfm_weights(m, c, row, g, a, group, w);
+        const float *w = all ? all + (uint64_t)a[0] * z : room;
+        if (!all) mfm__fwfm_weights(m, c, row, g, a, group, room);
         for (t = 0; group == 4 && t < k; t += 8) {
             __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
             for (b = 0; b < z; b++) {
@@ -3801,16 +3804,18 @@ MFM__AVX_FN static void mfm__fwfm_vector_gradients_wide(const mfm_model *m, uint
 }
 #endif
 
+/* all: NULL, or every weight of the row already in place (z x z; then list is 0, 1, ..., n - 1);
+   room: 4 x z floats for the weights of four vectors otherwise. */
 static void mfm__fwfm_vector_gradients(const mfm__optim *o, const mfm_model *m, uint32_t c, const mfm__row *row, const float *const *v, float g,
-                                       const uint32_t *list, uint32_t n, int k, float *w, float *gv) {
+                                       const uint32_t *list, uint32_t n, int k, const float *all, float *room, float *gv) {
 #if defined(MFM__AVX)
     if (o->wide && k % 8 == 0) {
-        mfm__fwfm_vector_gradients_wide(m, c, row, v, g, list, n, k, w, gv);
+        mfm__fwfm_vector_gradients_wide(m, c, row, v, g, list, n, k, all, room, gv);
         return;
     }
 #endif
     (void)o;
-    mfm__fwfm_vector_gradients_narrow(m, c, row, v, g, list, n, k, w, gv);
+    mfm__fwfm_vector_gradients_narrow(m, c, row, v, g, list, n, k, all, room, gv);
 }
 
 /* Adds g * ds/dtheta of class c's score on one row (g = weight * dL/ds) to the coordinates
@@ -3876,7 +3881,7 @@ static int mfm__gradient_row(const mfm__trainer *tr, mfm__worker *wk, int me, ui
     }
     if (m->params.model == MFM_MODEL_FWFM) { /* v_a receives the row's sum of g x_a x_b r(fa, fb) v_b over its partners b */
         for (a = 0; a < row->z; a++) wk->row_v[a] = mfm__block(m, MFM_TENSOR_V, c, row->feat[a]);
-        mfm__fwfm_vector_gradients(&tr->opt, m, c, row, wk->row_v, g, owned, n_owned, k, wk->pair_weight, wk->row_g);
+        mfm__fwfm_vector_gradients(&tr->opt, m, c, row, wk->row_v, g, owned, n_owned, k, NULL, wk->pair_weight, wk->row_g);
         for (i = 0; i < n_owned; i++) {
             if (!(gc = mfm__own(&wk->own[MFM_TENSOR_V], row->feat[owned[i]], stamp, (uint64_t)C * k))) return 0;
             mfm__axpy(gc + (uint64_t)c * k, 1.0f, wk->row_g + (uint64_t)i * k, k);
@@ -3925,6 +3930,7 @@ static void mfm__fwfm_row_update(const mfm__trainer *tr, mfm__worker *wk, uint32
     const float l1v = (float)m->params.l1_factors, l2v = (float)m->params.l2_factors;
     const uint32_t z = row->z;
     const float **const v = wk->row_v;
+    float *const weight = wk->row_weight; /* [a * z + b]: with which v_b reaches v_a */
     uint32_t a, b, n_r = 0;
     for (a = 0; a < z; a++) {
         v[a] = mfm__block(m, MFM_TENSOR_V, c, row->feat[a]);
@@ -3932,10 +3938,13 @@ static void mfm__fwfm_row_update(const mfm__trainer *tr, mfm__worker *wk, uint32
     }
     for (a = 0; a < z; a++) {
         float *const coef = wk->one_g + n_r - (a + 1); /* coef[b]: the pair (a, b)'s, where its r gradient goes */
+        weight[a * z + a] = 0;
         for (b = a + 1; b < z; b++) {
             const uint32_t fa = row->field[a], fb = row->field[b];
+            float *rab = mfm__block(m, MFM_TENSOR_R, c, fa < fb ? (uint64_t)fa * m->n_fields + fb : (uint64_t)fb * m->n_fields + fa);
             coef[b] = g * row->x[a] * row->x[b];
-            wk->one_blk[n_r++] = mfm__block(m, MFM_TENSOR_R, c, fa < fb ? (uint64_t)fa * m->n_fields + fb : (uint64_t)fb * m->n_fields + fa);
+            weight[a * z + b] = weight[b * z + a] = coef[b] * *rab; /* mfm__fwfm_weights's value, once per pair */
+            wk->one_blk[n_r++] = rab;
         }
         b = a + 1;
         if (k % 4 == 0) /* four dot products at a time, each in mfm__dot's order */
@@ -3955,7 +3964,7 @@ static void mfm__fwfm_row_update(const mfm__trainer *tr, mfm__worker *wk, uint32
             }
         for (; b < z; b++) coef[b] = 0 + coef[b] * mfm__dot(v[a], v[b], k);
     }
-    mfm__fwfm_vector_gradients(&tr->opt, m, c, row, v, g, wk->owned, z, k, wk->pair_weight, wk->row_g);
+    mfm__fwfm_vector_gradients(&tr->opt, m, c, row, v, g, wk->owned, z, k, weight, NULL, wk->row_g);
     mfm__steps(&tr->opt, wk->one_blk, wk->one_g, n_r, 1, l1v, l2v);
     for (a = 0; a < z; a++) wk->one_blk[a] = mfm__block(m, MFM_TENSOR_V, c, row->feat[a]);
     mfm__steps(&tr->opt, wk->one_blk, wk->row_g, z, (uint32_t)k, l1v, l2v);
@@ -4201,6 +4210,7 @@ static void mfm__trainer_free(mfm__trainer *tr) {
         MFM_FREE(wk->row_v);
         MFM_FREE(wk->owned);
         MFM_FREE(wk->pair_weight);
+        MFM_FREE(wk->row_weight);
         MFM_FREE(wk->one_blk);
         MFM_FREE(wk->one_g);
     }
@@ -4283,6 +4293,10 @@ static int mfm__trainer_init(mfm__trainer *tr, mfm_model *m, const mfm_csr *d, c
             wk->row_v = (const float **)mfm__alloc(info->max_row_nnz, sizeof(float *));
             wk->pair_weight = (float *)mfm__alloc(4 * (uint64_t)info->max_row_nnz, sizeof(float));
             if (!wk->row_v || !wk->pair_weight) return 0;
+            if (p->batch_size == 1) { /* rows that update in place have at most MFM__MAX_SIMPLE_NNZ non-zeros */
+                const uint64_t z = info->max_row_nnz < MFM__MAX_SIMPLE_NNZ ? info->max_row_nnz : MFM__MAX_SIMPLE_NNZ;
+                if (!(wk->row_weight = (float *)mfm__alloc(z * z, sizeof(float)))) return 0;
+            }
         }
         wk->one_blk = (float **)mfm__alloc(MFM__MAX_SIMPLE_NNZ * MFM__MAX_SIMPLE_NNZ / 2, sizeof(float *));
         wk->one_g = (float *)mfm__alloc(MFM__MAX_SIMPLE_NNZ * MFM__MAX_SIMPLE_NNZ / 2, sizeof(float));
