@@ -3157,11 +3157,54 @@ static float mfm__fwfm_pairs(const mfm_model *m, uint32_t c, const mfm__row *row
     return mfm__f4_sum(acc4) + rest;
 }
 
+/* FM's pair term: sum_{a<b} <v_a, v_b> x_a x_b = 1/2 sum_t [(sum_a v_at x_a)^2 - sum_a (v_at x_a)^2];
+   sum[t] = sum_a v_at x_a stays for the gradient. The squares add up in four lanes, then the
+   rest. Up to 16 factors the sums stay in registers, not in `sum` (which the compiler must
+   otherwise store and load again for every non-zero, as it might alias v). */
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((always_inline)) inline
+#endif
+static float mfm__fm_pairs(const mfm_model *m, uint32_t c, const mfm__row *row, float *sum, int k) {
+    mfm__f4 sq4 = mfm__f4_set1(0.0f), acc[4];
+    float sq = 0;
+    uint32_t a;
+    int t;
+    if (k % 4 == 0 && k <= 16) {
+        for (t = 0; t < k / 4; t++) acc[t] = mfm__f4_set1(0.0f);
+        for (a = 0; a < row->z; a++) {
+            const float *v = mfm__block(m, MFM_TENSOR_V, c, row->feat[a]);
+            const mfm__f4 x4 = mfm__f4_set1(row->x[a]);
+            for (t = 0; t < k / 4; t++) {
+                const mfm__f4 vx = mfm__f4_mul(mfm__f4_load(v + 4 * t), x4);
+                acc[t] = mfm__f4_add(acc[t], vx);
+                sq4 = mfm__f4_add(sq4, mfm__f4_mul(vx, vx));
+            }
+        }
+        for (t = 0; t < k / 4; t++) mfm__f4_store(sum + 4 * t, acc[t]);
+        return 0.5f * (mfm__dot(sum, sum, k) - (mfm__f4_sum(sq4) + sq));
+    }
+    memset(sum, 0, (size_t)k * sizeof *sum);
+    for (a = 0; a < row->z; a++) {
+        const float *v = mfm__block(m, MFM_TENSOR_V, c, row->feat[a]);
+        const mfm__f4 x4 = mfm__f4_set1(row->x[a]);
+        for (t = 0; t + 4 <= k; t += 4) {
+            mfm__f4 vx = mfm__f4_mul(mfm__f4_load(v + t), x4);
+            mfm__f4_store(sum + t, mfm__f4_add(mfm__f4_load(sum + t), vx));
+            sq4 = mfm__f4_add(sq4, mfm__f4_mul(vx, vx));
+        }
+        for (; t < k; t++) {
+            float vx = v[t] * row->x[a];
+            sum[t] += vx;
+            sq += vx * vx;
+        }
+    }
+    return 0.5f * (mfm__dot(sum, sum, k) - (mfm__f4_sum(sq4) + sq));
+}
+
 static float mfm__score(const mfm_model *m, uint32_t c, const mfm__row *row, float *sum) {
     const int k = m->k;
     float s = 0;
     uint32_t a;
-    int t;
     if (!m->params.pairs_only) {
         s = *mfm__block(m, MFM_TENSOR_W0, c, 0);
         for (a = 0; a < row->z; a++) s += *mfm__block(m, MFM_TENSOR_W, c, row->feat[a]) * row->x[a];
@@ -3172,28 +3215,8 @@ static float mfm__score(const mfm_model *m, uint32_t c, const mfm__row *row, flo
         return s + (k == 4 ? mfm__ffm_pairs(m, c, row, 4) : mfm__ffm_pairs(m, c, row, k));
     case MFM_MODEL_FWFM:
         return s + (k == 4 ? mfm__fwfm_pairs(m, c, row, 4) : k == 8 ? mfm__fwfm_pairs(m, c, row, 8) : mfm__fwfm_pairs(m, c, row, k));
-    default: {
-        /* sum_{a<b} <v_a, v_b> x_a x_b = 1/2 sum_t [(sum_a v_at x_a)^2 - sum_a (v_at x_a)^2];
-           the squares add up in four lanes, then the rest */
-        mfm__f4 sq4 = mfm__f4_set1(0.0f);
-        float sq = 0;
-        memset(sum, 0, (size_t)k * sizeof *sum);
-        for (a = 0; a < row->z; a++) {
-            const float *v = mfm__block(m, MFM_TENSOR_V, c, row->feat[a]);
-            const mfm__f4 x4 = mfm__f4_set1(row->x[a]);
-            for (t = 0; t + 4 <= k; t += 4) {
-                mfm__f4 vx = mfm__f4_mul(mfm__f4_load(v + t), x4);
-                mfm__f4_store(sum + t, mfm__f4_add(mfm__f4_load(sum + t), vx));
-                sq4 = mfm__f4_add(sq4, mfm__f4_mul(vx, vx));
-            }
-            for (; t < k; t++) {
-                float vx = v[t] * row->x[a];
-                sum[t] += vx;
-                sq += vx * vx;
-            }
-        }
-        return s + 0.5f * (mfm__dot(sum, sum, k) - (mfm__f4_sum(sq4) + sq));
-    }
+    default: /* k = 4, 8 and 16 get their own copies, with the sums in registers */
+        return s + (k == 4 ? mfm__fm_pairs(m, c, row, sum, 4) : k == 8 ? mfm__fm_pairs(m, c, row, sum, 8) : k == 16 ? mfm__fm_pairs(m, c, row, sum, 16) : mfm__fm_pairs(m, c, row, sum, k));
     }
 }
 
