@@ -3792,17 +3792,18 @@ static void mfm__fwfm_vector_gradients_narrow(const mfm_model *m, uint32_t c, co
 }
 
 #if defined(MFM__AVX)
-/* The same sums eight factors at a time (k a multiple of 8): lane by lane the same additions. */
+/* The same sums eight factors at a time (k a multiple of 8) for whole groups of four: lane by
+   lane the same additions. */
 MFM__AVX_FN static void mfm__fwfm_vector_gradients_wide(const mfm_model *m, uint32_t c, const mfm__row *row, const float *const *v, float g,
                                                         const uint32_t *list, uint32_t n, int k, const float *all, float *room, float *gv) {
     const uint32_t z = row->z;
-    uint32_t i, j, b;
+    uint32_t i, b;
     int t;
-    for (i = 0; i < n; i += 4) {
-        const uint32_t group = n - i < 4 ? n - i : 4, *a = list + i;
+    for (i = 0; i + 4 <= n; i += 4) {
+        const uint32_t *a = list + i;
         const float *w = all ? all + (uint64_t)a[0] * z : room;
-        if (!all) mfm__fwfm_weights(m, c, row, g, a, group, room);
-        for (t = 0; group == 4 && t < k; t += 8) {
+        if (!all) mfm__fwfm_weights(m, c, row, g, a, 4, room);
+        for (t = 0; t < k; t += 8) {
             __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
             for (b = 0; b < z; b++) {
                 const __m256 vb = _mm256_loadu_ps(v[b] + t);
@@ -3816,14 +3817,9 @@ MFM__AVX_FN static void mfm__fwfm_vector_gradients_wide(const mfm_model *m, uint
             _mm256_storeu_ps(gv + (uint64_t)(i + 2) * k + t, s2);
             _mm256_storeu_ps(gv + (uint64_t)(i + 3) * k + t, s3);
         }
-        for (j = 0; group < 4 && j < group; j++)
-            for (t = 0; t < k; t += 8) {
-                __m256 sum = _mm256_setzero_ps();
-                for (b = 0; b < z; b++)
-                    if (b != a[j]) sum = _mm256_add_ps(sum, _mm256_mul_ps(_mm256_set1_ps(w[j * z + b]), _mm256_loadu_ps(v[b] + t)));
-                _mm256_storeu_ps(gv + (uint64_t)(i + j) * k + t, sum);
-            }
     }
+    if (i < n) /* the last group of fewer than four: one chain each, as the four-lane code takes it */
+        mfm__fwfm_vector_gradients_narrow(m, c, row, v, g, list + i, n - i, k, all, room, gv + (uint64_t)i * k);
 }
 #endif
 
