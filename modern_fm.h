@@ -228,9 +228,15 @@ typedef struct mfm_params {
     int n_epochs;               /* 10 */
     int batch_size;             /* 1: per-row updates */
     int n_threads;              /* 1. The bits of a result depend neither on it nor on the machine */
-    mfm_backend backend;        /* CPU: where mfm_predict and mfm_evaluate run (training runs on
-                                   the CPU; CUDA training is refused rather than moved) */
+    mfm_backend backend;        /* CPU: where mfm_fit, mfm_predict and mfm_evaluate run */
     int device;                 /* 0: the CUDA device (ordinal) for backend CUDA or AUTO */
+    int deterministic;          /* 0: CUDA training takes its fastest path, whose last bits vary
+                                   from run to run (float atomics); 1: bit-identical runs on the
+                                   same GPU (gradients summed exactly, in fixed point). The CPU is
+                                   deterministic either way */
+    uint64_t gpu_memory_limit;  /* 0: the bytes CUDA training may take on the device (0: what is
+                                   free); rows that do not fit next to the model stream from
+                                   host memory, chunk by chunk */
     double learning_rate;       /* 0.05 (FTRL's alpha) */
     double l2_linear;           /* 0: L2 on w */
     double l2_factors;          /* 0: L2 on V (and R of FwFM) */
@@ -1460,6 +1466,8 @@ static mfm_status mfm__validate_params(const mfm_params *p, uint32_t n_classes, 
     if ((unsigned)p->backend >= MFM_BACKEND_COUNT)
         return mfm__fail(err, MFM_ERR_INVALID_PARAM, "params.backend = %d is not a known backend (CPU, CUDA or AUTO)", (int)p->backend);
     if (p->device < 0) return mfm__fail(err, MFM_ERR_INVALID_PARAM, "params.device = %d must not be negative", p->device);
+    if (p->deterministic != 0 && p->deterministic != 1)
+        return mfm__fail(err, MFM_ERR_INVALID_PARAM, "params.deterministic = %d must be 0 (fastest) or 1 (bit-identical GPU runs)", p->deterministic);
     if (p->k < 1 || p->k > 4096)
         return mfm__fail(err, MFM_ERR_INVALID_PARAM, "params.k = %d is out of range: it must be between 1 and 4096 (0 means 8)", p->k);
     if (p->n_epochs < 1)
@@ -4244,12 +4252,32 @@ static void mfm__trainer_free(mfm__trainer *tr) {
     MFM_FREE((void *)tr->ones);
 }
 
+/* The weight of each class (binary: of labels 0 and 1) in *out, NULL when every class weighs 1.
+   0 when memory is short. */
+static int mfm__class_weights_of(const mfm_model *m, const mfm_csr *d, const uint64_t *rows, uint64_t n_rows, float **out) {
+    const mfm_params *p = &m->params;
+    const uint32_t n_weights = p->task == MFM_TASK_BINARY ? 2 : m->n_classes;
+    uint64_t r, *count;
+    uint32_t c;
+    *out = NULL;
+    if (p->class_weight == MFM_CLASS_WEIGHT_NONE) return 1;
+    if (!(*out = (float *)mfm__calloc(n_weights, sizeof(float)))) return 0;
+    if (p->class_weight == MFM_CLASS_WEIGHT_EXPLICIT) {
+        memcpy(*out, p->class_weights, n_weights * sizeof(float));
+        return 1;
+    }
+    if (!(count = (uint64_t *)mfm__calloc(n_weights, sizeof(uint64_t)))) return 0; /* *out is freed with its owner */
+    for (r = 0; r < n_rows; r++) count[(uint32_t)d->labels[rows[r]]]++; /* balanced: n_rows / (C * max(count_c, 1)) */
+    for (c = 0; c < n_weights; c++) (*out)[c] = (float)((double)n_rows / ((double)n_weights * (double)(count[c] > 1 ? count[c] : 1)));
+    MFM_FREE(count);
+    return 1;
+}
+
 /* Everything a fit needs besides the model: maps, workers, class weights. 0 when memory is short. */
 static int mfm__trainer_init(mfm__trainer *tr, mfm_model *m, const mfm_csr *d, const uint64_t *rows, uint64_t n_rows, const mfm__data_info *info) {
     const mfm_params *p = &m->params;
-    const uint32_t C = m->n_classes, n_weights = p->task == MFM_TASK_BINARY ? 2 : C;
+    const uint32_t C = m->n_classes;
     float *ones;
-    uint32_t c;
     uint64_t r;
     int w;
     memset(tr, 0, sizeof *tr);
@@ -4264,22 +4292,8 @@ static int mfm__trainer_init(mfm__trainer *tr, mfm_model *m, const mfm_csr *d, c
     tr->opt.beta2 = p->adam_beta2;
     tr->opt.eps = p->adam_epsilon;
     tr->ones = ones = (float *)mfm__alloc(info->max_row_nnz, sizeof(float));
-    if (!ones) return 0;
+    if (!ones || !mfm__class_weights_of(m, d, rows, n_rows, &tr->class_weights)) return 0;
     for (r = 0; r < info->max_row_nnz; r++) ones[r] = 1.0f;
-    if (p->class_weight != MFM_CLASS_WEIGHT_NONE) {
-        tr->class_weights = (float *)mfm__calloc(n_weights, sizeof(float));
-        if (!tr->class_weights) return 0;
-        if (p->class_weight == MFM_CLASS_WEIGHT_EXPLICIT) {
-            memcpy(tr->class_weights, p->class_weights, n_weights * sizeof(float));
-        } else { /* balanced: n_rows / (C * max(count_c, 1)), counted on the training rows */
-            uint64_t *count = (uint64_t *)mfm__calloc(n_weights, sizeof(uint64_t));
-            if (!count) return 0;
-            for (r = 0; r < n_rows; r++) count[(uint32_t)d->labels[rows[r]]]++;
-            for (c = 0; c < n_weights; c++)
-                tr->class_weights[c] = (float)((double)n_rows / ((double)n_weights * (double)(count[c] > 1 ? count[c] : 1)));
-            MFM_FREE(count);
-        }
-    }
     { /* per-row results of a batch; a pass never has more rows than the data */
         const uint64_t rows = n_rows < (uint64_t)p->batch_size ? n_rows : (uint64_t)p->batch_size;
         tr->dlds = (float *)mfm__alloc(rows * C, sizeof(float));
@@ -4423,16 +4437,21 @@ static int mfm__subset_make(mfm__subset *s, const mfm_csr *d, const uint64_t *ro
    smoothing); *higher_better says which way improves. */
 static mfm_status mfm__evaluate(const mfm_model *m, const mfm_csr *d, mfm_metrics *out, int allow_gpu, mfm_error *err);
 
+/* The early-stopping metric among the metrics; *higher_better says which way improves. */
+static double mfm__metric_of(const mfm_model *m, const mfm_metrics *met, int *higher_better) {
+    *higher_better = m->params.metric == MFM_METRIC_AUC;
+    switch (m->params.metric) {
+    case MFM_METRIC_AUC: return met->auc;
+    case MFM_METRIC_RMSE: return met->rmse;
+    case MFM_METRIC_HALF_MSE: return 0.5 * met->rmse * met->rmse;
+    default: return met->logloss; /* logloss, cross-entropy */
+    }
+}
+
 static mfm_status mfm__validation_metric(const mfm_model *m, const mfm_csr *v, double *out, int *higher_better, mfm_error *err) {
     mfm_metrics met;
     mfm_status st = mfm__evaluate(m, v, &met, 0, err);
-    *higher_better = m->params.metric == MFM_METRIC_AUC;
-    switch (m->params.metric) {
-    case MFM_METRIC_AUC: *out = met.auc; break;
-    case MFM_METRIC_RMSE: *out = met.rmse; break;
-    case MFM_METRIC_HALF_MSE: *out = 0.5 * met.rmse * met.rmse; break;
-    default: *out = met.logloss; break; /* logloss, cross-entropy */
-    }
+    *out = mfm__metric_of(m, &met, higher_better);
     return st;
 }
 
@@ -4489,30 +4508,39 @@ static mfm_status mfm__check_fit_data(const mfm_model *m, const mfm_csr *d, int 
     return mfm__check_targets(m->params.task, d, &n_classes, check_weights, err);
 }
 
+/* Training on a GPU (>>gpu-train): the passes, the validation scores and the early-stopping copy
+   of the tables on the device; the host model gets the tables back at the end. */
+typedef struct mfm__gpu_trainer mfm__gpu_trainer;
+static mfm_status mfm__gpu_fit_start(mfm__gpu_trainer **out, mfm_model *m, const mfm_csr *d, uint64_t n_train, const mfm_csr *valid,
+                                     const float *class_weights, const mfm__data_info *info, mfm_error *err);
+static mfm_status mfm__gpu_fit_pass(mfm__gpu_trainer *g, const mfm_csr *d, const uint64_t *order, uint64_t n, double *loss, double *weight, mfm_error *err);
+static mfm_status mfm__gpu_fit_metric(mfm__gpu_trainer *g, const mfm_csr *valid, double *metric, int *higher_better, mfm_error *err);
+static mfm_status mfm__gpu_fit_snapshot(mfm__gpu_trainer *g, mfm_error *err);
+static mfm_status mfm__gpu_fit_finish(mfm__gpu_trainer *g, int best, mfm_error *err);
+static void mfm__gpu_fit_free(mfm__gpu_trainer *g);
+static int mfm__on_gpu(const mfm_params *p);
+
 /* mfm_fit, mfm_fit_validated and mfm_partial_fit: epochs of seeded permutations with early
-   stopping, or (partial) one pass in row order. */
+   stopping, or (partial) one pass in row order; on the CPU or on a GPU. */
 static mfm_status mfm__fit(mfm_model *m, const mfm_csr *d, const mfm_csr *validation, int partial, mfm_error *err) {
     const char *fn = partial ? "mfm_partial_fit" : validation ? "mfm_fit_validated" : "mfm_fit";
     mfm__data_info info, vinfo;
     mfm__subset split;
     mfm__snapshot best;
     mfm__trainer tr;
+    mfm__gpu_trainer *gpu = NULL;
     mfm__pool pool;
     mfm_status st;
     const mfm_csr *valid = validation;
-    uint64_t *rows = NULL, *order = NULL, n = 0, r;
+    uint64_t *rows = NULL, *order = NULL, n = 0, r, epochs_before;
     double best_metric = 0;
-    int e, w, higher_better = 0, best_epoch = 0, stale = 0, n_epochs = partial ? 1 : m ? m->params.n_epochs : 0;
+    float *class_weights = NULL;
+    int e, w, higher_better = 0, best_epoch = 0, stale = 0, on_gpu, pool_on = 0, n_epochs = partial ? 1 : m ? m->params.n_epochs : 0;
     if (!m) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "%s: the model is NULL", fn);
     if (!m->has_state)
         return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT,
                          "%s: the model was loaded from a file saved without its optimizer state, so training could not continue where it "
                          "stopped; call mfm_model_reset_state to start the optimizer afresh",
-                         fn);
-    if (m->params.backend == MFM_BACKEND_CUDA)
-        return mfm__fail(err, MFM_ERR_INVALID_PARAM,
-                         "%s: params.backend is CUDA, but this version trains on the CPU only; train with backend CPU or AUTO, then predict "
-                         "with CUDA (mfm_model_set_params or mfm_gpu_model_upload)",
                          fn);
     if ((st = mfm__check_fit_data(m, d, 1, &info, err)) != MFM_OK) return st;
     if (d->n_rows == 0) return mfm__fail(err, MFM_ERR_INVALID_DATA, "the training data has no rows");
@@ -4520,27 +4548,30 @@ static mfm_status mfm__fit(mfm_model *m, const mfm_csr *d, const mfm_csr *valida
         return mfm__fail(err, MFM_ERR_INVALID_PARAM, "mfm_partial_fit: balanced class weights would depend on each chunk; give explicit weights");
     if (validation && (st = mfm__check_fit_data(m, validation, 0, &vinfo, err)) != MFM_OK) return mfm__name_error(err, st, "the validation data");
     if (validation && validation->n_rows == 0) return mfm__fail(err, MFM_ERR_INVALID_DATA, "the validation data has no rows");
+    on_gpu = mfm__on_gpu(&m->params);
+    epochs_before = m->epochs_trained;
     memset(&split, 0, sizeof split);
     memset(&best, 0, sizeof best);
     memset(&tr, 0, sizeof tr);
+    memset(&pool, 0, sizeof pool);
     st = mfm__split(m, d, partial || validation ? 0.0 : m->params.validation_fraction, &rows, &n, &split, err);
     if (split.offsets) valid = &split.csr;
     if (st == MFM_OK) {
         order = (uint64_t *)mfm__alloc(n, sizeof(uint64_t));
-        for (e = 0; valid && e < MFM_TENSOR_COUNT; e++) best.t[e] = (float *)mfm__alloc(mfm__table_bytes(m, e) / sizeof(float), sizeof(float));
-        if (!order || (valid && (!best.t[0] || !best.t[1] || !best.t[2] || !best.t[3])) || !mfm__trainer_init(&tr, m, d, rows, n, &info))
+        for (e = 0; valid && !on_gpu && e < MFM_TENSOR_COUNT; e++) best.t[e] = (float *)mfm__alloc(mfm__table_bytes(m, e) / sizeof(float), sizeof(float));
+        if (!order || (valid && !on_gpu && (!best.t[0] || !best.t[1] || !best.t[2] || !best.t[3])) ||
+            (on_gpu ? !mfm__class_weights_of(m, d, rows, n, &class_weights) : !mfm__trainer_init(&tr, m, d, rows, n, &info)))
             st = mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for the training buffers (%" PRIu64 " rows)", n);
     }
-    if (st == MFM_OK) st = mfm__pool_start(&pool, tr.n_workers, err);
-    if (st != MFM_OK) {
-        if (tr.m) mfm__trainer_free(&tr);
-        goto done;
-    }
+    if (st == MFM_OK) st = on_gpu ? mfm__gpu_fit_start(&gpu, m, d, n, valid, class_weights, &info, err) : mfm__pool_start(&pool, tr.n_workers, err);
+    if (st != MFM_OK) goto done;
+    pool_on = !on_gpu;
     if (!partial)
         mfm__log(&m->params, MFM_LOG_INFO,
-                 "training %s %s on %" PRIu64 " rows (%" PRIu64 " non-zeros), %u features, %u fields, k=%d, %s, batch %d, %d thread(s), %d epoch(s)%s",
+                 "training %s %s on %" PRIu64 " rows (%" PRIu64 " non-zeros), %u features, %u fields, k=%d, %s, batch %d, %d thread(s)%s, %d epoch(s)%s",
                  mfm__model_names[m->params.model], mfm__task_names[m->params.task], n, info.nnz, (unsigned)m->n_features, (unsigned)m->n_fields, m->k,
-                 mfm__optimizer_names[m->params.optimizer], m->params.batch_size, tr.n_workers, n_epochs, valid ? ", early stopping" : "");
+                 mfm__optimizer_names[m->params.optimizer], m->params.batch_size, on_gpu ? 0 : tr.n_workers,
+                 on_gpu ? (m->params.deterministic ? " on the GPU (deterministic)" : " on the GPU") : "", n_epochs, valid ? ", early stopping" : "");
     for (e = 0; e < n_epochs && st == MFM_OK; e++) {
         double t0 = mfm__seconds(), loss = 0, weight = 0, metric = NAN;
         mfm_epoch_report rep;
@@ -4553,24 +4584,34 @@ static mfm_status mfm__fit(mfm_model *m, const mfm_csr *d, const mfm_csr *valida
                 order[j] = tmp;
             }
         }
-        for (w = 0; w < tr.n_workers; w++) tr.workers[w].loss = tr.workers[w].weight = 0;
-        if ((st = mfm__pass(&tr, &pool, order, n, err)) != MFM_OK) break;
-        m->has_state = 1;
+        if (on_gpu) {
+            if ((st = mfm__gpu_fit_pass(gpu, d, order, n, &loss, &weight, err)) != MFM_OK) break;
+        } else {
+            for (w = 0; w < tr.n_workers; w++) tr.workers[w].loss = tr.workers[w].weight = 0;
+            if ((st = mfm__pass(&tr, &pool, order, n, err)) != MFM_OK) break;
+            m->has_state = 1;
+            for (w = 0; w < tr.n_workers; w++) { /* in worker order: the same bits every run */
+                loss += tr.workers[w].loss;
+                weight += tr.workers[w].weight;
+            }
+        }
         if (partial) break;
         m->epochs_trained++;
-        for (w = 0; w < tr.n_workers; w++) { /* in worker order: the same bits every run */
-            loss += tr.workers[w].loss;
-            weight += tr.workers[w].weight;
-        }
         rep.seconds = mfm__seconds() - t0;
         if (valid) {
-            if ((st = mfm__validation_metric(m, valid, &metric, &higher_better, err)) != MFM_OK) break;
+            st = on_gpu ? mfm__gpu_fit_metric(gpu, valid, &metric, &higher_better, err) : mfm__validation_metric(m, valid, &metric, &higher_better, err);
+            if (st != MFM_OK) break;
             if (!best.taken || (higher_better ? metric > best_metric + m->params.min_delta : metric < best_metric - m->params.min_delta)) {
                 if (metric == metric) { /* NaN (AUC without both classes) never improves */
                     best_metric = metric;
                     best_epoch = e + 1;
                     stale = 0;
-                    mfm__snapshot_copy(m, &best, 0);
+                    if (on_gpu) {
+                        if ((st = mfm__gpu_fit_snapshot(gpu, err)) != MFM_OK) break;
+                        best.epochs_trained = m->epochs_trained, best.taken = 1;
+                    } else {
+                        mfm__snapshot_copy(m, &best, 0);
+                    }
                 } else {
                     stale++;
                 }
@@ -4591,12 +4632,24 @@ static mfm_status mfm__fit(mfm_model *m, const mfm_csr *d, const mfm_csr *valida
     }
     if (st == MFM_OK && best.taken && !m->params.keep_last && m->epochs_trained != best.epochs_trained) {
         mfm__log(&m->params, MFM_LOG_INFO, "early stopping: restoring the parameters of epoch %d", best_epoch);
-        mfm__snapshot_copy(m, &best, 1);
+        if (!on_gpu) mfm__snapshot_copy(m, &best, 1);
+        else m->epochs_trained = best.epochs_trained, best.taken = 2; /* 2: the device's copy comes back */
     }
-    mfm__pool_stop(&pool);
-    mfm__trainer_free(&tr);
+    if (on_gpu) { /* the host model changes only when the whole fit worked (or was cancelled between epochs) */
+        mfm_status got = st == MFM_OK || st == MFM_ERR_CANCELLED ? mfm__gpu_fit_finish(gpu, best.taken == 2, err) : st;
+        if (got != MFM_OK) {
+            m->epochs_trained = epochs_before;
+            st = got;
+        } else {
+            m->has_state = 1;
+        }
+    }
 done:
+    if (pool_on) mfm__pool_stop(&pool);
+    if (tr.m) mfm__trainer_free(&tr);
+    mfm__gpu_fit_free(gpu);
     for (e = 0; e < MFM_TENSOR_COUNT; e++) MFM_FREE(best.t[e]);
+    MFM_FREE(class_weights);
     mfm__subset_free(&split);
     MFM_FREE(rows);
     MFM_FREE(order);
@@ -4835,15 +4888,14 @@ MFMDEF double mfm_auc(const float *labels, const float *scores, size_t n) {
     return (rank_sum - positives * (positives + 1) / 2) / (positives * negatives);
 }
 
+static mfm_status mfm__score_metrics(const mfm_model *m, const mfm_csr *d, const float *scores, mfm_metrics *out, mfm_error *err);
+
 static mfm_status mfm__evaluate(const mfm_model *m, const mfm_csr *d, mfm_metrics *out, int allow_gpu, mfm_error *err) {
-    const int multiclass = m && m->params.task == MFM_TASK_MULTICLASS;
     uint32_t n_classes, C;
     mfm__data_info info;
     mfm_status st;
     float *scores;
-    double *prob;
-    uint64_t r, n;
-    double loss = 0, hits = 0;
+    uint64_t n;
     if (!m || !out) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_evaluate: the model or the output is NULL");
     out->n_rows = 0;
     out->logloss = out->auc = out->accuracy = out->rmse = NAN;
@@ -4854,14 +4906,22 @@ static mfm_status mfm__evaluate(const mfm_model *m, const mfm_csr *d, mfm_metric
     n = out->n_rows = d->n_rows;
     if (n == 0) return mfm__ok(err);
     scores = (float *)mfm__alloc(n * C, sizeof(float));
-    prob = (double *)mfm__alloc(C, sizeof(double));
-    st = scores && prob ? mfm__predict(m, d, MFM_OUTPUT_SCORE, scores, (size_t)(n * C), allow_gpu, err)
-                        : mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for %" PRIu64 " scores", n * C);
-    if (st != MFM_OK) {
-        MFM_FREE(scores);
-        MFM_FREE(prob);
-        return st;
-    }
+    st = scores ? mfm__predict(m, d, MFM_OUTPUT_SCORE, scores, (size_t)(n * C), allow_gpu, err)
+                : mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for %" PRIu64 " scores", n * C);
+    if (st == MFM_OK) st = mfm__score_metrics(m, d, scores, out, err);
+    MFM_FREE(scores);
+    return st == MFM_OK ? mfm__ok(err) : st;
+}
+
+/* The metrics of rows whose labels are in d, from their scores (n_rows x C). */
+static mfm_status mfm__score_metrics(const mfm_model *m, const mfm_csr *d, const float *scores, mfm_metrics *out, mfm_error *err) {
+    const int multiclass = m->params.task == MFM_TASK_MULTICLASS;
+    const uint32_t C = m->n_classes;
+    const uint64_t n = d->n_rows;
+    double *prob = (double *)mfm__alloc(C, sizeof(double)), loss = 0, hits = 0;
+    uint64_t r;
+    if (!prob) return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for the metrics");
+    out->n_rows = n;
     if (m->params.task == MFM_TASK_REGRESSION) {
         out->rmse = mfm_rmse(d->labels, scores, (size_t)n);
     } else {
@@ -4884,9 +4944,8 @@ static mfm_status mfm__evaluate(const mfm_model *m, const mfm_csr *d, mfm_metric
         out->accuracy = hits / (double)n;
         if (!multiclass) out->auc = mfm_auc(d->labels, scores, (size_t)n);
     }
-    MFM_FREE(scores);
     MFM_FREE(prob);
-    return mfm__ok(err);
+    return MFM_OK;
 }
 
 MFMDEF mfm_status mfm_evaluate(const mfm_model *m, const mfm_csr *d, mfm_metrics *out, mfm_error *err) { return mfm__evaluate(m, d, out, 1, err); }
@@ -5398,11 +5457,14 @@ enum { /* the driver's numbers for what gets its own sentence */
     X(cuMemGetInfo, "cuMemGetInfo_v2", (size_t * free_bytes, size_t * total_bytes))                                 \
     X(cuMemcpyHtoD, "cuMemcpyHtoD_v2", (mfm__cu_ptr dst, const void *src, size_t bytes))                           \
     X(cuMemcpyDtoH, "cuMemcpyDtoH_v2", (void *dst, mfm__cu_ptr src, size_t bytes))                                 \
+    X(cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2", (mfm__cu_ptr dst, mfm__cu_ptr src, size_t bytes, mfm__cu_stream s)) \
+    X(cuMemsetD8Async, "cuMemsetD8Async", (mfm__cu_ptr dst, unsigned char value, size_t n, mfm__cu_stream s))      \
     X(cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2", (mfm__cu_ptr dst, const void *src, size_t bytes, mfm__cu_stream s)) \
     X(cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2", (void *dst, mfm__cu_ptr src, size_t bytes, mfm__cu_stream s))     \
     X(cuStreamCreate, "cuStreamCreate", (mfm__cu_stream * stream, unsigned flags))                                  \
     X(cuStreamDestroy, "cuStreamDestroy_v2", (mfm__cu_stream stream))                                               \
     X(cuStreamSynchronize, "cuStreamSynchronize", (mfm__cu_stream stream))                                          \
+    X(cuStreamWaitEvent, "cuStreamWaitEvent", (mfm__cu_stream stream, mfm__cu_event event, unsigned flags))         \
     X(cuEventCreate, "cuEventCreate", (mfm__cu_event * event, unsigned flags))                                      \
     X(cuEventRecord, "cuEventRecord", (mfm__cu_event event, mfm__cu_stream stream))                                 \
     X(cuEventSynchronize, "cuEventSynchronize", (mfm__cu_event event))                                              \
@@ -5444,6 +5506,7 @@ typedef struct mfm__gpu_device {
     mfm__cu_module module;
     mfm__cu_function fm, finish;
     mfm__cu_function pairs[2][4]; /* [FFM, FwFM][any k, k = 4, 8, 16] */
+    mfm__cu_function train_rows[2], train_apply[2]; /* [fast, exact] (kernels/train.cu) */
     int cc, sm_count;
     double context_seconds; /* cuDevicePrimaryCtxRetain: the first use of the GPU */
     mfm_kernel_build build; /* how the module's image was had */
@@ -6230,6 +6293,10 @@ static mfm_status mfm__gpu_device_ready_locked(int d, mfm_error *err) {
                 snprintf(name, sizeof name, "%s", i == 8 ? "mfm_predict_fm" : "mfm_finish");
             if ((r = cu->cuModuleGetFunction(f, dev->module, name)) != 0) st = mfm__cu_fail(err, r, name);
         }
+        for (i = 0; i < 4 && st == MFM_OK; i++) {
+            snprintf(name, sizeof name, "mfm_train_%s_%s", i < 2 ? "rows" : "apply", i & 1 ? "exact" : "fast");
+            if ((r = cu->cuModuleGetFunction(i < 2 ? &dev->train_rows[i & 1] : &dev->train_apply[i & 1], dev->module, name)) != 0) st = mfm__cu_fail(err, r, name);
+        }
         dev->ready = st == MFM_OK;
     }
     cu->cuCtxSetCurrent(saved);
@@ -6463,12 +6530,13 @@ static mfm_status mfm__gpu_launch(mfm_gpu_model *gm, mfm__gpu_args *args, mfm__c
     return MFM_OK;
 }
 
-/* Chunk layout inside one staging set: offsets, features, fields, values, scores, out. */
+/* Chunk layout inside one staging set: offsets, features, fields, values, then two arrays of
+   `width` floats per row (prediction: scores and outputs; training: labels and weights). */
 typedef struct mfm__chunk_layout {
-    size_t offsets, features, fields, values, scores, out, total;
+    size_t offsets, features, fields, values, per_row[2], total;
 } mfm__chunk_layout;
 
-static mfm__chunk_layout mfm__chunk_layout_of(uint64_t rows, uint64_t nnz, uint32_t n_classes) {
+static mfm__chunk_layout mfm__chunk_layout_of(uint64_t rows, uint64_t nnz, uint32_t width) {
     mfm__chunk_layout l;
     size_t at = 0;
 #define MFM__PLACE(field, bytes) (l.field = at, at += ((size_t)(bytes) + 255) & ~(size_t)255)
@@ -6476,8 +6544,8 @@ static mfm__chunk_layout mfm__chunk_layout_of(uint64_t rows, uint64_t nnz, uint3
     MFM__PLACE(features, nnz * 4);
     MFM__PLACE(fields, nnz * 4);
     MFM__PLACE(values, nnz * 4);
-    MFM__PLACE(scores, rows * n_classes * 4);
-    MFM__PLACE(out, rows * n_classes * 4);
+    MFM__PLACE(per_row[0], rows * width * 4);
+    MFM__PLACE(per_row[1], rows * width * 4);
 #undef MFM__PLACE
     l.total = at;
     return l;
@@ -6583,7 +6651,7 @@ MFMDEF mfm_status mfm_gpu_predict(mfm_gpu_model *gm, const mfm_csr *d, mfm_outpu
                 st = mfm__cu_fail(err, r, "cuEventSynchronize (prediction)");
                 break;
             }
-            memcpy(out + chunk_first[b] * width, h + lay.out, (size_t)(chunk_rows[b] * width * sizeof(float)));
+            memcpy(out + chunk_first[b] * width, h + lay.per_row[1], (size_t)(chunk_rows[b] * width * sizeof(float)));
         }
         lo = d->row_offsets[r0];
         nnz = d->row_offsets[r1] - lo;
@@ -6599,7 +6667,7 @@ MFMDEF mfm_status mfm_gpu_predict(mfm_gpu_model *gm, const mfm_csr *d, mfm_outpu
         args.features = dv + lay.features;
         args.fields = gm->shape.params.model != MFM_MODEL_FM ? dv + lay.fields : 0;
         args.values = d->values ? dv + lay.values : 0;
-        args.scores = dv + lay.scores;
+        args.scores = dv + lay.per_row[0];
         args.n_rows = rows;
         args.offset_base = lo;
         if ((r = mfm__cuda.cu.cuMemcpyHtoDAsync(dv + lay.offsets, h + lay.offsets, (size_t)(rows + 1) * 8, g->stream[b])) != 0 ||
@@ -6609,8 +6677,8 @@ MFMDEF mfm_status mfm_gpu_predict(mfm_gpu_model *gm, const mfm_csr *d, mfm_outpu
             st = mfm__cu_fail(err, r, "cuMemcpyHtoDAsync (rows to the GPU)");
             break;
         }
-        if ((st = mfm__gpu_launch(gm, &args, dv + lay.out, kind, g->stream[b], err)) != MFM_OK) break;
-        if ((r = mfm__cuda.cu.cuMemcpyDtoHAsync(h + lay.out, dv + lay.out, (size_t)(rows * width * sizeof(float)), g->stream[b])) != 0 ||
+        if ((st = mfm__gpu_launch(gm, &args, dv + lay.per_row[1], kind, g->stream[b], err)) != MFM_OK) break;
+        if ((r = mfm__cuda.cu.cuMemcpyDtoHAsync(h + lay.per_row[1], dv + lay.per_row[1], (size_t)(rows * width * sizeof(float)), g->stream[b])) != 0 ||
             (r = mfm__cuda.cu.cuEventRecord(g->done[b], g->stream[b])) != 0) {
             st = mfm__cu_fail(err, r, "cuMemcpyDtoHAsync (outputs to the host)");
             break;
@@ -6623,7 +6691,7 @@ MFMDEF mfm_status mfm_gpu_predict(mfm_gpu_model *gm, const mfm_csr *d, mfm_outpu
     for (b = 0; b < 2; b++) { /* the last two chunks (on failure: wait, hand nothing over) */
         if (!chunk_rows[b]) continue;
         if ((r = mfm__cuda.cu.cuEventSynchronize(g->done[b])) != 0 && st == MFM_OK) st = mfm__cu_fail(err, r, "cuEventSynchronize (prediction)");
-        if (st == MFM_OK) memcpy(out + chunk_first[b] * width, g->host[b] + lay.out, (size_t)(chunk_rows[b] * width * sizeof(float)));
+        if (st == MFM_OK) memcpy(out + chunk_first[b] * width, g->host[b] + lay.per_row[1], (size_t)(chunk_rows[b] * width * sizeof(float)));
     }
     mfm__gpu_leave(saved);
     return st == MFM_OK ? mfm__ok(err) : st;
@@ -6758,6 +6826,414 @@ MFMDEF mfm_status mfm_cuda_get_info(int device, mfm_cuda_info *out, mfm_error *e
 #endif /* !MFM_NO_CUDA */
 
 /* ============================================================================================
+   >>gpu-train  Training on the device: parameters, optimizer state and rows stay there
+   ============================================================================================
+
+   mfm_fit on backend CUDA (or AUTO where a GPU is) runs the CPU's epoch loop, early stopping
+   and callbacks, but each pass is kernels on the device (kernels/train.cu): per batch one
+   launch scores the rows and adds their gradients, one steps every touched coordinate. The
+   model's tables go up once per fit in the CPU's own layout and come back at its end (the best
+   epoch's, with early stopping); a fit that fails on the device leaves the host model as it
+   was. The epochs visit the CPU's seeded permutations, so both see the same batches. The rows
+   go up once, or, when they would not fit next to the model (params.gpu_memory_limit, else
+   the device's free memory), in chunks of whole batches gathered into two pinned buffers: a
+   chunk's copy runs on its own stream while the kernels of the one before it run. */
+
+#if !defined(MFM_NO_CUDA)
+
+/* Mirrors struct mfm_train_args of kernels/train.cu, field for field. */
+typedef struct mfm__train_args {
+    mfm__cu_ptr offsets, features, fields, values, labels, weights, rows;
+    mfm__cu_ptr table[4], grad[4], mark[4], list[4];
+    mfm__cu_ptr count, dlds, scores, sums, row_loss, totals, class_weights;
+    uint64_t first, n_batch, offset_base;
+    uint64_t n_blocks[4];
+    double beta1, beta2, eps;
+    uint32_t stride[4], len[4];
+    float l1[4], l2[4];
+    float lr, ftrl_beta, smoothing;
+    uint32_t n_fields, n_classes, k, group, stamp, parity, r_shared;
+    int32_t model, task, optimizer, linear_only, pairs_only, normalize, score_only;
+} mfm__train_args;
+
+struct mfm__gpu_trainer {
+    mfm_model *m;
+    mfm__gpu_device *dev;
+    mfm__train_args a;            /* the launches' record; per batch only its rows change */
+    mfm__cu_ptr owned[40];        /* every device allocation, freed together */
+    int n_owned, streaming;
+    uint64_t free_bytes;          /* what the fit may still take on the device */
+    mfm__cu_ptr best[4];          /* early stopping: the best epoch's tables */
+    mfm__cu_ptr order;            /* resident rows: the epoch's order */
+    mfm__cu_ptr valid_offsets, valid_features, valid_fields, valid_values;
+    uint64_t n_valid, batch_rows, batches; /* batches launched: the parity of the next */
+    uint32_t stamp;
+    unsigned rows_per_block, max_blocks, r_shared;
+    mfm__cu_stream stream, copy;
+    /* streamed rows: two sets of chunk buffers, pinned on the host and on the device */
+    uint64_t chunk_rows, chunk_nnz;
+    mfm__chunk_layout lay;
+    unsigned char *host[2];
+    mfm__cu_ptr chunk[2];
+    mfm__cu_event copied[2], consumed[2];
+    float *valid_scores;
+};
+
+/* Device memory that the trainer owns, counted against what the fit may take. */
+static mfm_status mfm__gpu_take(mfm__gpu_trainer *g, mfm__cu_ptr *p, uint64_t bytes, const char *what, mfm_error *err) {
+    mfm_status st;
+    if (bytes > g->free_bytes) {
+        *p = 0;
+        return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "GPU out of memory: %s needs %.1f MB, and training may take %.1f MB more of the device (params.gpu_memory_limit or what is free)",
+                         what, (double)bytes / 1e6, (double)g->free_bytes / 1e6);
+    }
+    if ((st = mfm__gpu_alloc(p, bytes, what, err)) != MFM_OK) return st;
+    g->owned[g->n_owned++] = *p;
+    g->free_bytes -= bytes;
+    return MFM_OK;
+}
+
+/* Device memory set to zero, or to a copy of `bytes` bytes at host. */
+static mfm_status mfm__gpu_put(mfm__gpu_trainer *g, mfm__cu_ptr *p, const void *host, uint64_t bytes, const char *what, mfm_error *err) {
+    mfm__cu_result r;
+    mfm_status st = mfm__gpu_take(g, p, bytes, what, err);
+    if (st != MFM_OK || !bytes) return st;
+    r = host ? mfm__cuda.cu.cuMemcpyHtoD(*p, host, (size_t)bytes) : mfm__cuda.cu.cuMemsetD8Async(*p, 0, (size_t)bytes, g->stream);
+    return r ? mfm__cu_fail(err, r, host ? "cuMemcpyHtoD (uploading training data)" : "cuMemsetD8Async") : MFM_OK;
+}
+
+static void mfm__gpu_fit_free(mfm__gpu_trainer *g) {
+    mfm__cu_context saved;
+    int i;
+    if (!g) return;
+    if (g->dev) {
+        mfm__cuda.cu.cuCtxGetCurrent(&saved);
+        mfm__cuda.cu.cuCtxSetCurrent(g->dev->context);
+        if (g->stream) mfm__cuda.cu.cuStreamSynchronize(g->stream);
+        if (g->copy) mfm__cuda.cu.cuStreamSynchronize(g->copy);
+        for (i = 0; i < g->n_owned; i++) mfm__cuda.cu.cuMemFree(g->owned[i]);
+        for (i = 0; i < 2; i++) {
+            if (g->host[i]) mfm__cuda.cu.cuMemFreeHost(g->host[i]);
+            if (g->copied[i]) mfm__cuda.cu.cuEventDestroy(g->copied[i]);
+            if (g->consumed[i]) mfm__cuda.cu.cuEventDestroy(g->consumed[i]);
+        }
+        if (g->stream) mfm__cuda.cu.cuStreamDestroy(g->stream);
+        if (g->copy) mfm__cuda.cu.cuStreamDestroy(g->copy);
+        mfm__cuda.cu.cuCtxSetCurrent(saved);
+    }
+    MFM_FREE(g->valid_scores);
+    MFM_FREE(g);
+}
+
+/* The most blocks one tensor's batch can touch: every row touches at most `per_row`. */
+static uint64_t mfm__touch_bound(uint64_t n_blocks, uint64_t rows, uint64_t per_row) {
+    return per_row && rows > n_blocks / per_row ? n_blocks : rows * per_row;
+}
+
+/* Uploads the model, the rows (or makes the chunk buffers) and the validation rows; allocates
+   the gradient sums, touched lists and per-batch buffers. */
+static mfm_status mfm__gpu_fit_start(mfm__gpu_trainer **out, mfm_model *m, const mfm_csr *d, uint64_t n_train, const mfm_csr *valid,
+                                     const float *class_weights, const mfm__data_info *info, mfm_error *err) {
+    const mfm_params *p = &m->params;
+    const uint32_t C = m->n_classes, z = (uint32_t)(info->max_row_nnz ? info->max_row_nnz : 1);
+    const uint64_t nnz = d->row_offsets[d->n_rows], gsize = p->deterministic ? 16 : 4;
+    const int fields = p->model != MFM_MODEL_FM;
+    mfm__gpu_trainer *g;
+    mfm__train_args *a;
+    mfm__cu_context saved;
+    mfm__cu_result r;
+    mfm_status st;
+    size_t free_now = 0, total = 0;
+    uint64_t per_row[4], resident_bytes;
+    int t;
+    *out = NULL;
+    if (!(g = (mfm__gpu_trainer *)mfm__calloc(1, sizeof *g))) return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for a GPU trainer");
+    g->m = m;
+    a = &g->a;
+    if ((st = mfm__gpu_enter(p->device, &g->dev, &saved, err)) != MFM_OK) {
+        MFM_FREE(g);
+        return st;
+    }
+    *out = g;
+    mfm__cuda.cu.cuMemGetInfo(&free_now, &total);
+    g->free_bytes = p->gpu_memory_limit && p->gpu_memory_limit < free_now ? p->gpu_memory_limit : free_now;
+    if ((r = mfm__cuda.cu.cuStreamCreate(&g->stream, 1)) != 0 || (r = mfm__cuda.cu.cuStreamCreate(&g->copy, 1)) != 0) {
+        mfm__gpu_leave(saved);
+        return mfm__cu_fail(err, r, "cuStreamCreate");
+    }
+    g->batch_rows = n_train < (uint64_t)p->batch_size ? n_train : (uint64_t)p->batch_size;
+    g->n_valid = valid ? valid->n_rows : 0;
+    per_row[MFM_TENSOR_W0] = 0;
+    per_row[MFM_TENSOR_W] = z;
+    per_row[MFM_TENSOR_V] = p->linear_only ? 0 : p->model == MFM_MODEL_FFM ? (uint64_t)z * (z - 1) : z;
+    per_row[MFM_TENSOR_R] = p->linear_only ? 0 : (uint64_t)z * (z - 1) / 2;
+    for (t = 0; t < MFM_TENSOR_COUNT && st == MFM_OK; t++) { /* the tables, then what the batches need of each */
+        const mfm__table *tab = &m->t[t];
+        a->n_blocks[t] = tab->n_blocks;
+        a->stride[t] = tab->stride;
+        a->len[t] = tab->len;
+        if (!tab->n_blocks) continue;
+        st = mfm__gpu_put(g, &a->table[t], tab->data, mfm__table_bytes(m, t), "the model's parameters and optimizer state", err);
+        if (st != MFM_OK || t == MFM_TENSOR_W0 || !per_row[t]) continue;
+        st = mfm__gpu_put(g, &a->grad[t], NULL, tab->n_blocks * C * tab->len * gsize, "the gradient sums", err);
+        if (st == MFM_OK) st = mfm__gpu_put(g, &a->mark[t], NULL, tab->n_blocks * 4, "the touched marks", err);
+        if (st == MFM_OK) st = mfm__gpu_take(g, &a->list[t], mfm__touch_bound(tab->n_blocks, g->batch_rows, per_row[t]) * 8, "the touched lists", err);
+    }
+    if (st == MFM_OK) st = mfm__gpu_put(g, &a->count, NULL, 8 * sizeof(uint64_t), "the touched counts", err);
+    if (st == MFM_OK) st = mfm__gpu_take(g, &a->totals, 2 * sizeof(double), "the epoch's loss", err);
+    if (st == MFM_OK) st = mfm__gpu_take(g, &a->dlds, g->batch_rows * C * 4, "a batch's loss derivatives", err);
+    if (st == MFM_OK) st = mfm__gpu_take(g, &a->scores, (g->batch_rows > g->n_valid ? g->batch_rows : g->n_valid) * C * 4, "the scores", err);
+    if (st == MFM_OK) st = mfm__gpu_take(g, &a->row_loss, g->batch_rows * 2 * sizeof(double), "a batch's losses", err);
+    if (st == MFM_OK && p->model == MFM_MODEL_FM && !p->linear_only) st = mfm__gpu_take(g, &a->sums, g->batch_rows * C * (uint64_t)m->k * 4, "a batch's FM sums", err);
+    if (st == MFM_OK && class_weights)
+        st = mfm__gpu_put(g, &a->class_weights, class_weights, (p->task == MFM_TASK_BINARY ? 2 : C) * sizeof(float), "the class weights", err);
+    if (st == MFM_OK && valid) { /* validation rows stay on the device */
+        const uint64_t vnnz = valid->row_offsets[valid->n_rows];
+        st = mfm__gpu_put(g, &g->valid_offsets, valid->row_offsets, (valid->n_rows + 1) * 8, "the validation rows", err);
+        if (st == MFM_OK) st = mfm__gpu_put(g, &g->valid_features, valid->features, vnnz * 4, "the validation rows", err);
+        if (st == MFM_OK && fields) st = mfm__gpu_put(g, &g->valid_fields, valid->fields, vnnz * 4, "the validation rows", err);
+        if (st == MFM_OK && valid->values) st = mfm__gpu_put(g, &g->valid_values, valid->values, vnnz * 4, "the validation rows", err);
+        if (st == MFM_OK && !(g->valid_scores = (float *)mfm__alloc(valid->n_rows * C, sizeof(float))))
+            st = mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for the validation scores");
+    }
+    /* the rows: resident when they fit (keeping 1/16 for the early-stopping copy and slack) */
+    resident_bytes = (d->n_rows + 1) * 8 + nnz * 4 * (1 + (uint64_t)fields + (d->values != NULL)) + d->n_rows * 4 * (1 + (uint64_t)(d->weights != NULL)) + n_train * 8;
+    if (st == MFM_OK && resident_bytes <= g->free_bytes - g->free_bytes / 16) {
+        st = mfm__gpu_put(g, &a->offsets, d->row_offsets, (d->n_rows + 1) * 8, "the training rows", err);
+        if (st == MFM_OK) st = mfm__gpu_put(g, &a->features, d->features, nnz * 4, "the training rows", err);
+        if (st == MFM_OK && fields) st = mfm__gpu_put(g, &a->fields, d->fields, nnz * 4, "the training rows", err);
+        if (st == MFM_OK && d->values) st = mfm__gpu_put(g, &a->values, d->values, nnz * 4, "the training rows", err);
+        if (st == MFM_OK) st = mfm__gpu_put(g, &a->labels, d->labels, d->n_rows * 4, "the training rows", err);
+        if (st == MFM_OK && d->weights) st = mfm__gpu_put(g, &a->weights, d->weights, d->n_rows * 4, "the training rows", err);
+        if (st == MFM_OK) st = mfm__gpu_take(g, &g->order, n_train * 8, "the row order", err);
+    } else if (st == MFM_OK) { /* streamed: chunks of whole batches, at least one batch of the longest rows */
+        int b;
+        const uint64_t rows_wanted = n_train / 4 < ((uint64_t)1 << 16) ? n_train / 4 : ((uint64_t)1 << 16); /* at least four chunks */
+        const uint64_t nnz_wanted = nnz / 4 < ((uint64_t)1 << 22) ? nnz / 4 : ((uint64_t)1 << 22);
+        g->streaming = 1;
+        g->chunk_rows = g->batch_rows > rows_wanted ? g->batch_rows : rows_wanted;
+        g->chunk_nnz = g->batch_rows * z > nnz_wanted + z ? g->batch_rows * z : nnz_wanted + z;
+        g->lay = mfm__chunk_layout_of(g->chunk_rows, g->chunk_nnz, 1);
+        mfm__log(p, MFM_LOG_INFO, "the rows (%.1f MB) do not fit next to the model on the GPU: they stream from host memory in chunks of up to %" PRIu64 " rows",
+                 (double)resident_bytes / 1e6, g->chunk_rows);
+        for (b = 0; b < 2 && st == MFM_OK; b++) {
+            void *host = NULL;
+            if ((r = mfm__cuda.cu.cuMemAllocHost(&host, g->lay.total)) != 0) {
+                st = mfm__cu_fail(err, r, "cuMemAllocHost (pinned buffers for streaming the rows)");
+                break;
+            }
+            g->host[b] = (unsigned char *)host;
+            st = mfm__gpu_take(g, &g->chunk[b], g->lay.total, "the buffers that stream the rows", err);
+            if (st == MFM_OK && ((r = mfm__cuda.cu.cuEventCreate(&g->copied[b], 2)) != 0 || (r = mfm__cuda.cu.cuEventCreate(&g->consumed[b], 2)) != 0))
+                st = mfm__cu_fail(err, r, "cuEventCreate");
+        }
+    }
+    a->model = (int32_t)p->model, a->task = (int32_t)p->task, a->optimizer = (int32_t)p->optimizer;
+    a->linear_only = p->linear_only, a->pairs_only = p->pairs_only, a->normalize = p->normalize_rows;
+    a->lr = (float)p->learning_rate, a->ftrl_beta = (float)p->ftrl_beta, a->smoothing = (float)p->label_smoothing;
+    a->beta1 = p->adam_beta1, a->beta2 = p->adam_beta2, a->eps = p->adam_epsilon;
+    a->l1[MFM_TENSOR_W] = (float)p->l1_linear, a->l2[MFM_TENSOR_W] = (float)p->l2_linear;
+    a->l1[MFM_TENSOR_V] = a->l1[MFM_TENSOR_R] = (float)p->l1_factors;
+    a->l2[MFM_TENSOR_V] = a->l2[MFM_TENSOR_R] = (float)p->l2_factors;
+    a->n_fields = m->n_fields, a->n_classes = C, a->k = (uint32_t)m->k;
+    a->group = 32;
+    if (p->model == MFM_MODEL_FM)
+        for (a->group = 1; a->group < 32 && a->group < (uint32_t)m->k;) a->group *= 2;
+    g->rows_per_block = 256 / a->group;
+    g->max_blocks = (unsigned)g->dev->sm_count * 8;
+    if (p->model == MFM_MODEL_FWFM && !p->linear_only) { /* R's sums through shared memory when they fit the 48 KB any launch may ask */
+        const uint64_t FF = (uint64_t)m->n_fields * m->n_fields, bytes = (C * FF * gsize + 4 * FF + 7) & ~(uint64_t)7;
+        if (bytes <= 48 * 1024) g->r_shared = (unsigned)bytes;
+    }
+    mfm__gpu_leave(saved);
+    return st;
+}
+
+/* Launches the batch of a->n_batch rows described by g->a: the rows, then the steps. */
+static mfm_status mfm__gpu_batch(mfm__gpu_trainer *g, mfm_error *err) {
+    mfm__train_args *a = &g->a;
+    void *params[1];
+    mfm__cu_result r;
+    const uint64_t need = (a->n_batch + g->rows_per_block - 1) / g->rows_per_block;
+    const unsigned blocks = need < g->max_blocks ? (unsigned)need : g->max_blocks;
+    if (++g->stamp == 0) { /* wrapped: every mark must read as stale again */
+        int t;
+        for (t = 1; t < MFM_TENSOR_COUNT; t++)
+            if (a->mark[t] && (r = mfm__cuda.cu.cuMemsetD8Async(a->mark[t], 0, (size_t)(a->n_blocks[t] * 4), g->stream)) != 0) return mfm__cu_fail(err, r, "cuMemsetD8Async");
+        g->stamp = 1;
+    }
+    a->stamp = g->stamp;
+    a->parity = (uint32_t)(g->batches++ & 1);
+    a->score_only = 0;
+    a->r_shared = g->r_shared;
+    params[0] = a;
+    if ((r = mfm__cuda.cu.cuLaunchKernel(g->dev->train_rows[g->m->params.deterministic], blocks, 1, 1, 256, 1, 1, g->r_shared, g->stream, params, NULL)) != 0)
+        return mfm__cu_fail(err, r, "cuLaunchKernel (training rows)");
+    if ((r = mfm__cuda.cu.cuLaunchKernel(g->dev->train_apply[g->m->params.deterministic], a->n_classes + 1 + (unsigned)g->dev->sm_count * 4, 1, 1, 256, 1, 1, 0,
+                                         g->stream, params, NULL)) != 0)
+        return mfm__cu_fail(err, r, "cuLaunchKernel (optimizer steps)");
+    return MFM_OK;
+}
+
+/* Gathers the rows order[0 .. n) into set b's pinned buffer, offsets counted from 0. */
+static void mfm__gpu_gather(mfm__gpu_trainer *g, const mfm_csr *d, const uint64_t *order, uint64_t n, int b) {
+    unsigned char *h = g->host[b];
+    uint64_t *offsets = (uint64_t *)(h + g->lay.offsets), i, at = 0;
+    float *labels = (float *)(h + g->lay.per_row[0]), *weights = (float *)(h + g->lay.per_row[1]);
+    for (i = 0; i < n; i++) {
+        const uint64_t lo = d->row_offsets[order[i]], z = d->row_offsets[order[i] + 1] - lo;
+        offsets[i] = at;
+        memcpy(h + g->lay.features + at * 4, d->features + lo, (size_t)z * 4);
+        if (g->m->params.model != MFM_MODEL_FM) memcpy(h + g->lay.fields + at * 4, d->fields + lo, (size_t)z * 4);
+        if (d->values) memcpy(h + g->lay.values + at * 4, d->values + lo, (size_t)z * 4);
+        labels[i] = d->labels[order[i]];
+        weights[i] = d->weights ? d->weights[order[i]] : 1.0f;
+        at += z;
+    }
+    offsets[n] = at;
+}
+
+/* One pass over the rows order[0 .. n) (the CPU's batches); *loss and *weight get the sums of
+   weight * loss and of weight over its rows. */
+static mfm_status mfm__gpu_fit_pass(mfm__gpu_trainer *g, const mfm_csr *d, const uint64_t *order, uint64_t n, double *loss, double *weight, mfm_error *err) {
+    mfm__train_args *a = &g->a;
+    const uint64_t batch = (uint64_t)g->m->params.batch_size;
+    mfm__cu_context saved;
+    mfm__cu_result r = 0;
+    mfm__gpu_device *dev;
+    mfm_status st;
+    double totals[2] = {0, 0};
+    uint64_t start;
+    if ((st = mfm__gpu_enter(g->m->params.device, &dev, &saved, err)) != MFM_OK) return st;
+    if ((r = mfm__cuda.cu.cuMemsetD8Async(a->totals, 0, 2 * sizeof(double), g->stream)) != 0) st = mfm__cu_fail(err, r, "cuMemsetD8Async");
+    if (st == MFM_OK && !g->streaming) {
+        if ((r = mfm__cuda.cu.cuMemcpyHtoDAsync(g->order, order, (size_t)(n * 8), g->stream)) != 0) st = mfm__cu_fail(err, r, "cuMemcpyHtoDAsync (the row order)");
+        a->offset_base = a->first = 0;
+        for (start = 0; start < n && st == MFM_OK; start += batch) {
+            a->rows = g->order + start * 8;
+            a->n_batch = n - start < batch ? n - start : batch;
+            st = mfm__gpu_batch(g, err);
+        }
+    }
+    if (st == MFM_OK && g->streaming) { /* chunk i in set i & 1: gather, copy (stream `copy`), batches (stream `stream`) */
+        uint64_t next = 0;
+        int i, used[2] = {0, 0};
+        for (i = 0; next < n && st == MFM_OK; i++) {
+            const int b = i & 1;
+            uint64_t end = next, nnz = 0, q;
+            while (end < n) { /* whole batches while they fit */
+                const uint64_t stop = end + batch < n ? end + batch : n;
+                uint64_t add = 0;
+                for (q = end; q < stop; q++) add += d->row_offsets[order[q] + 1] - d->row_offsets[order[q]];
+                if (end > next && (stop - next > g->chunk_rows || nnz + add > g->chunk_nnz)) break;
+                nnz += add;
+                end = stop;
+            }
+            if (used[b] && (r = mfm__cuda.cu.cuEventSynchronize(g->copied[b])) != 0) { /* its pinned buffer is free again */
+                st = mfm__cu_fail(err, r, "cuEventSynchronize (streaming the rows)");
+                break;
+            }
+            mfm__gpu_gather(g, d, order + next, end - next, b);
+            { /* the arrays' filled parts: offsets, features, fields, values, labels, weights */
+                const size_t at[6] = {g->lay.offsets, g->lay.features, g->lay.fields, g->lay.values, g->lay.per_row[0], g->lay.per_row[1]};
+                const size_t bytes[6] = {(size_t)(end - next + 1) * 8, (size_t)nnz * 4, g->m->params.model != MFM_MODEL_FM ? (size_t)nnz * 4 : 0,
+                                         d->values ? (size_t)nnz * 4 : 0, (size_t)(end - next) * 4, d->weights ? (size_t)(end - next) * 4 : 0};
+                int k;
+                if (used[b]) r = mfm__cuda.cu.cuStreamWaitEvent(g->copy, g->consumed[b], 0); /* its device buffer is free again */
+                for (k = 0; k < 6 && r == 0; k++)
+                    if (bytes[k]) r = mfm__cuda.cu.cuMemcpyHtoDAsync(g->chunk[b] + at[k], g->host[b] + at[k], bytes[k], g->copy);
+                if (r == 0 && (r = mfm__cuda.cu.cuEventRecord(g->copied[b], g->copy)) == 0) r = mfm__cuda.cu.cuStreamWaitEvent(g->stream, g->copied[b], 0);
+                if (r != 0) {
+                    st = mfm__cu_fail(err, r, "streaming the rows to the GPU");
+                    break;
+                }
+            }
+            used[b] = 1;
+            a->rows = 0;
+            a->offset_base = 0;
+            a->offsets = g->chunk[b] + g->lay.offsets;
+            a->features = g->chunk[b] + g->lay.features;
+            a->fields = g->m->params.model != MFM_MODEL_FM ? g->chunk[b] + g->lay.fields : 0;
+            a->values = d->values ? g->chunk[b] + g->lay.values : 0;
+            a->labels = g->chunk[b] + g->lay.per_row[0];
+            a->weights = d->weights ? g->chunk[b] + g->lay.per_row[1] : 0;
+            for (start = next; start < end && st == MFM_OK; start += batch) {
+                a->first = start - next;
+                a->n_batch = end - start < batch ? end - start : batch;
+                st = mfm__gpu_batch(g, err);
+            }
+            if (st == MFM_OK && (r = mfm__cuda.cu.cuEventRecord(g->consumed[b], g->stream)) != 0) st = mfm__cu_fail(err, r, "cuEventRecord");
+            next = end;
+        }
+    }
+    if (st == MFM_OK && ((r = mfm__cuda.cu.cuMemcpyDtoHAsync(totals, a->totals, sizeof totals, g->stream)) != 0 || (r = mfm__cuda.cu.cuStreamSynchronize(g->stream)) != 0))
+        st = mfm__cu_fail(err, r, "training on the GPU");
+    mfm__gpu_leave(saved);
+    *loss = totals[0];
+    *weight = totals[1];
+    return st;
+}
+
+/* The early-stopping metric on the validation rows, scored on the device. */
+static mfm_status mfm__gpu_fit_metric(mfm__gpu_trainer *g, const mfm_csr *valid, double *metric, int *higher_better, mfm_error *err) {
+    mfm__train_args a = g->a;
+    mfm__cu_context saved;
+    mfm__gpu_device *dev;
+    mfm__cu_result r;
+    mfm_metrics met;
+    mfm_status st;
+    void *params[1];
+    const uint64_t need = (valid->n_rows + g->rows_per_block - 1) / g->rows_per_block;
+    if ((st = mfm__gpu_enter(g->m->params.device, &dev, &saved, err)) != MFM_OK) return st;
+    a.offsets = g->valid_offsets, a.features = g->valid_features, a.fields = g->valid_fields, a.values = g->valid_values;
+    a.rows = 0, a.first = 0, a.offset_base = 0, a.n_batch = valid->n_rows, a.score_only = 1, a.r_shared = 0;
+    params[0] = &a;
+    if ((r = mfm__cuda.cu.cuLaunchKernel(dev->train_rows[0], need < g->max_blocks ? (unsigned)need : g->max_blocks, 1, 1, 256, 1, 1, 0, g->stream, params, NULL)) != 0 ||
+        (r = mfm__cuda.cu.cuMemcpyDtoHAsync(g->valid_scores, a.scores, (size_t)(valid->n_rows * a.n_classes * 4), g->stream)) != 0 ||
+        (r = mfm__cuda.cu.cuStreamSynchronize(g->stream)) != 0)
+        st = mfm__cu_fail(err, r, "scoring the validation rows on the GPU");
+    mfm__gpu_leave(saved);
+    if (st == MFM_OK && (st = mfm__score_metrics(g->m, valid, g->valid_scores, &met, err)) == MFM_OK) *metric = mfm__metric_of(g->m, &met, higher_better);
+    return st;
+}
+
+/* Copies the tables as they are now to the best epoch's (allocated on first use). */
+static mfm_status mfm__gpu_fit_snapshot(mfm__gpu_trainer *g, mfm_error *err) {
+    mfm__cu_context saved;
+    mfm__gpu_device *dev;
+    mfm__cu_result r = 0;
+    mfm_status st;
+    int t;
+    if ((st = mfm__gpu_enter(g->m->params.device, &dev, &saved, err)) != MFM_OK) return st;
+    for (t = 0; t < MFM_TENSOR_COUNT && st == MFM_OK; t++) {
+        if (!g->a.table[t]) continue;
+        if (!g->best[t]) st = mfm__gpu_take(g, &g->best[t], mfm__table_bytes(g->m, t), "the best epoch's parameters (early stopping)", err);
+        if (st == MFM_OK && (r = mfm__cuda.cu.cuMemcpyDtoDAsync(g->best[t], g->a.table[t], mfm__table_bytes(g->m, t), g->stream)) != 0)
+            st = mfm__cu_fail(err, r, "cuMemcpyDtoDAsync (keeping the best epoch)");
+    }
+    mfm__gpu_leave(saved);
+    return st;
+}
+
+/* The tables (the best epoch's with `best`) back into the host model. */
+static mfm_status mfm__gpu_fit_finish(mfm__gpu_trainer *g, int best, mfm_error *err) {
+    mfm__cu_context saved;
+    mfm__gpu_device *dev;
+    mfm__cu_result r = 0;
+    mfm_status st;
+    int t;
+    if ((st = mfm__gpu_enter(g->m->params.device, &dev, &saved, err)) != MFM_OK) return st;
+    for (t = 0; t < MFM_TENSOR_COUNT && r == 0; t++)
+        if (g->a.table[t]) r = mfm__cuda.cu.cuMemcpyDtoHAsync(g->m->t[t].data, best ? g->best[t] : g->a.table[t], mfm__table_bytes(g->m, t), g->stream);
+    if (r == 0) r = mfm__cuda.cu.cuStreamSynchronize(g->stream);
+    if (r != 0) st = mfm__cu_fail(err, r, "copying the trained model back from the GPU (the model's tables may be partly overwritten)");
+    mfm__gpu_leave(saved);
+    return st;
+}
+
+#endif /* !MFM_NO_CUDA */
+
+/* ============================================================================================
    >>cache-files  Listing and clearing the kernel cache (the `mfm cache` command)
    ============================================================================================ */
 
@@ -6827,6 +7303,29 @@ MFMDEF mfm_status mfm_cache_clear(size_t *n_removed, mfm_error *err) {
 #else /* MFM_NO_CUDA: the same functions, each saying that this build has no GPU support */
 
 #define MFM__NO_CUDA_SENTENCE "this build has no GPU support: it was compiled with MFM_NO_CUDA"
+static mfm_status mfm__gpu_fit_start(mfm__gpu_trainer **out, mfm_model *m, const mfm_csr *d, uint64_t n_train, const mfm_csr *valid,
+                                     const float *class_weights, const mfm__data_info *info, mfm_error *err) {
+    (void)m, (void)d, (void)n_train, (void)valid, (void)class_weights, (void)info;
+    *out = NULL;
+    return mfm__fail(err, MFM_ERR_CUDA_UNAVAILABLE, MFM__NO_CUDA_SENTENCE);
+}
+static mfm_status mfm__gpu_fit_pass(mfm__gpu_trainer *g, const mfm_csr *d, const uint64_t *order, uint64_t n, double *loss, double *weight, mfm_error *err) {
+    (void)g, (void)d, (void)order, (void)n, (void)loss, (void)weight;
+    return mfm__fail(err, MFM_ERR_CUDA_UNAVAILABLE, MFM__NO_CUDA_SENTENCE);
+}
+static mfm_status mfm__gpu_fit_metric(mfm__gpu_trainer *g, const mfm_csr *valid, double *metric, int *higher_better, mfm_error *err) {
+    (void)g, (void)valid, (void)metric, (void)higher_better;
+    return mfm__fail(err, MFM_ERR_CUDA_UNAVAILABLE, MFM__NO_CUDA_SENTENCE);
+}
+static mfm_status mfm__gpu_fit_snapshot(mfm__gpu_trainer *g, mfm_error *err) {
+    (void)g;
+    return mfm__fail(err, MFM_ERR_CUDA_UNAVAILABLE, MFM__NO_CUDA_SENTENCE);
+}
+static mfm_status mfm__gpu_fit_finish(mfm__gpu_trainer *g, int best, mfm_error *err) {
+    (void)g, (void)best;
+    return mfm__fail(err, MFM_ERR_CUDA_UNAVAILABLE, MFM__NO_CUDA_SENTENCE);
+}
+static void mfm__gpu_fit_free(mfm__gpu_trainer *g) { (void)g; }
 MFMDEF int mfm_cuda_available(void) { return 0; }
 MFMDEF mfm_status mfm_cuda_get_info(int device, mfm_cuda_info *out, mfm_error *err) {
     (void)device;

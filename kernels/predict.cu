@@ -1,6 +1,6 @@
 /* kernels/predict.cu - the score of every row under FM, FFM and FwFM, then the output the
    caller asked for. NVRTC compiles this file at run time (modern_fm_kernels.h carries it as
-   text); it includes no header, so it builds with nothing but NVRTC.
+   text) after kernels/common.cu, whose helpers it uses.
 
    A row is worked on by a group of `group` lanes of one warp (a power of two, at most 32):
      FM          each lane owns factors t = lane, lane + group, ...; the row's non-zeros are
@@ -14,11 +14,6 @@
    The linear term and the row norm are shared out by non-zeros. Partial sums meet through
    shuffles inside the group; lane 0 writes the row's score of each class. */
 
-typedef unsigned long long mfm_u64;
-typedef unsigned int mfm_u32;
-
-/* What every prediction launch is given. modern_fm.h has the same struct (mfm__gpu_args) with
-   the pointers spelled as 64-bit device addresses. */
 struct mfm_args {
     const mfm_u64 *offsets;      /* n_rows + 1; row r holds offsets[r] - offset_base ..  */
     const mfm_u32 *features;
@@ -36,52 +31,6 @@ struct mfm_args {
     int linear_only, pairs_only, normalize;
 };
 
-struct mfm_row {
-    mfm_u64 lo; /* first non-zero */
-    mfm_u32 z;  /* non-zeros */
-    float scale;
-};
-
-/* Lanes of the calling lane's group, as a shuffle mask. */
-__device__ __forceinline__ unsigned mfm_group_mask(mfm_u32 group) {
-    return group == 32 ? 0xffffffffu : ((1u << group) - 1u) << ((threadIdx.x & 31u) & ~(group - 1u));
-}
-
-__device__ __forceinline__ float mfm_group_sum(float v, unsigned mask, mfm_u32 group) {
-    for (mfm_u32 o = group >> 1; o > 0; o >>= 1) v += __shfl_xor_sync(mask, v, o, group);
-    return v;
-}
-
-__device__ __forceinline__ double mfm_group_sum(double v, unsigned mask, mfm_u32 group) {
-    for (mfm_u32 o = group >> 1; o > 0; o >>= 1) v += __shfl_xor_sync(mask, v, o, group);
-    return v;
-}
-
-__device__ __forceinline__ float mfm_x(const mfm_args &a, mfm_u64 i, float scale) {
-    return (a.values ? a.values[i] : 1.0f) * scale;
-}
-
-/* Where the row lies, and with normalize its scale 1/sqrt(sum x^2) (the CPU's rounding:
-   the squares add up in double, the scale is a float). */
-__device__ mfm_row mfm_row_at(const mfm_args &a, mfm_u64 r, mfm_u32 lane, unsigned mask) {
-    mfm_row row;
-    row.lo = a.offsets[r] - a.offset_base;
-    row.z = (mfm_u32)(a.offsets[r + 1] - a.offsets[r]);
-    row.scale = 1.0f;
-    if (a.normalize && a.values) {
-        double squares = 0;
-        for (mfm_u32 i = lane; i < row.z; i += a.group) {
-            double x = a.values[row.lo + i];
-            squares += x * x;
-        }
-        squares = mfm_group_sum(squares, mask, a.group);
-        if (squares > 0) row.scale = (float)(1.0 / sqrt(squares));
-    } else if (a.normalize && row.z > 0) {
-        row.scale = (float)(1.0 / sqrt((double)row.z));
-    }
-    return row;
-}
-
 /* w0 + sum_i w_i x_i of one class (0 when the model keeps only pairs). */
 __device__ float mfm_linear(const mfm_args &a, const float *table, mfm_u32 c, const mfm_row &row, mfm_u32 lane, unsigned mask) {
     if (a.pairs_only) return 0.0f;
@@ -93,16 +42,9 @@ __device__ float mfm_linear(const mfm_args &a, const float *table, mfm_u32 c, co
     return a.w0[c] + mfm_group_sum(s, mask, a.group);
 }
 
-/* Visits the rows of this group, grid-stride; every lane of a group sees the same rows. */
-#define MFM_FOR_EACH_ROW(a, r, lane, mask)                                                  \
-    const mfm_u32 lane = threadIdx.x & (a.group - 1u);                                      \
-    const unsigned mask = mfm_group_mask(a.group);                                          \
-    const mfm_u64 n_groups = (mfm_u64)gridDim.x * blockDim.x / a.group;                     \
-    for (mfm_u64 r = ((mfm_u64)blockIdx.x * blockDim.x + threadIdx.x) / a.group; r < a.n_rows; r += n_groups)
-
 /* FM: sum_{a<b} <v_a, v_b> x_a x_b = 1/2 sum_t [(sum_a v_at x_a)^2 - sum_a (v_at x_a)^2]. */
 extern "C" __global__ void mfm_predict_fm(const mfm_args a) {
-    MFM_FOR_EACH_ROW(a, r, lane, mask) {
+    MFM_FOR_EACH_ROW(a, a.n_rows, r, lane, mask) {
         const mfm_row row = mfm_row_at(a, r, lane, mask);
         for (mfm_u32 c = 0; c < a.n_classes; c++) {
             const float *table = a.table + c * a.class_stride;
@@ -123,22 +65,6 @@ extern "C" __global__ void mfm_predict_fm(const mfm_args a) {
             if (lane == 0) a.scores[r * a.n_classes + c] = s;
         }
     }
-}
-
-/* <p, q> over k floats; K > 0 is k known at compile time (a multiple of 4: float4 loads). */
-template <int K>
-__device__ __forceinline__ float mfm_dot(const float *p, const float *q, mfm_u32 k) {
-    float s = 0;
-    if (K > 0) {
-#pragma unroll
-        for (int t = 0; t < K; t += 4) {
-            const float4 x = *reinterpret_cast<const float4 *>(p + t), y = *reinterpret_cast<const float4 *>(q + t);
-            s += x.x * y.x + x.y * y.y + x.z * y.z + x.w * y.w;
-        }
-    } else {
-        for (mfm_u32 t = 0; t < k; t++) s += p[t] * q[t];
-    }
-    return s;
 }
 
 /* FwFM's shared memory (when args.stage_nnz > 0): every class's pair weights, rows padded to
@@ -234,9 +160,8 @@ __device__ void mfm_stage_weights(const mfm_args &a) {
 template <int K, bool FWFM>
 __device__ void mfm_pairs(const mfm_args &a) {
     if (FWFM && K > 0 && a.stage_nnz) mfm_stage_weights(a);
-    MFM_FOR_EACH_ROW(a, r, lane, mask) {
+    MFM_FOR_EACH_ROW(a, a.n_rows, r, lane, mask) {
         const mfm_row row = mfm_row_at(a, r, lane, mask);
-        const mfm_u64 n_pairs = (mfm_u64)row.z * (row.z - (row.z > 0)) / 2;
         for (mfm_u32 c = 0; c < a.n_classes; c++) {
             const float *table = a.table + c * a.class_stride;
             const float *weights = FWFM ? a.pair_weights + (mfm_u64)c * a.n_fields * a.n_fields : 0;
@@ -244,23 +169,13 @@ __device__ void mfm_pairs(const mfm_args &a) {
             if (FWFM && K > 0 && a.stage_nnz && !a.linear_only && row.z <= a.stage_nnz) {
                 part = mfm_fwfm_staged<K>(a, table, c, row, lane);
             } else if (!a.linear_only) {
-                mfm_u32 i = 0, j = 1 + lane; /* pair `lane`, found by the same walk as every step */
-                while (j >= row.z && i + 1 < row.z) {
-                    i++;
-                    j = j - row.z + i + 1;
-                }
-                for (mfm_u64 p = lane; p < n_pairs; p += a.group) {
-                    const mfm_u64 at = row.lo + i, bt = row.lo + j;
+                for (mfm_pair_walk w(lane, row.z); w.i + 1 < row.z; w.next(a.group, row.z)) {
+                    const mfm_u64 at = row.lo + w.i, bt = row.lo + w.j;
                     const mfm_u32 fa = a.fields[at], fb = a.fields[bt];
                     const float *va = table + (mfm_u64)a.features[at] * a.stride + (FWFM ? 0 : (mfm_u64)fb * a.k);
                     const float *vb = table + (mfm_u64)a.features[bt] * a.stride + (FWFM ? 0 : (mfm_u64)fa * a.k);
                     const float xx = mfm_x(a, at, row.scale) * mfm_x(a, bt, row.scale);
                     part += mfm_dot<K>(va, vb, a.k) * (FWFM ? weights[(mfm_u64)fa * a.n_fields + fb] * xx : xx);
-                    j += a.group;
-                    while (j >= row.z && i + 1 < row.z) {
-                        i++;
-                        j = j - row.z + i + 1;
-                    }
                 }
             }
             if (!a.linear_only) s += mfm_group_sum(part, mask, a.group);

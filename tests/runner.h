@@ -118,13 +118,20 @@
     X(test_cuda_cache_unwritable) \
     X(test_cuda_no_driver) \
     X(test_cuda_nvrtc_path_missing) \
-    X(test_cuda_training_refuses_cuda) \
+    X(test_cuda_training_params) \
     X(test_gpu_predict_parity) \
     X(test_gpu_predict_variants) \
     X(test_gpu_resident_repeated) \
     X(test_gpu_cold_then_warm_start) \
     X(test_gpu_errors) \
-    X(test_gpu_out_of_memory)
+    X(test_gpu_out_of_memory)               \
+    X(test_gpu_train_parity)                \
+    X(test_gpu_train_variants)              \
+    X(test_gpu_train_ftrl_zeros)            \
+    X(test_gpu_train_deterministic)         \
+    X(test_gpu_train_early_stopping)        \
+    X(test_gpu_train_resume_and_partial)    \
+    X(test_gpu_train_streaming)
 
 #define TEST_DECLARE(name) void name(void);
 TEST_LIST(TEST_DECLARE)

@@ -169,15 +169,17 @@ void test_cuda_cache_unwritable(void) {
     CHECK(b.from_cache == 0 && b.stored == 0, "nothing stored (stored %d)", b.stored);
 }
 
-/* Without libcuda: CUDA says "no driver", AUTO predicts on the CPU exactly like CPU. */
+/* Without libcuda: CUDA says "no driver" (and a CUDA fit leaves the model as it was), AUTO
+   predicts and trains on the CPU exactly like CPU. */
 static int no_driver_child(void) {
     static const uint64_t off[] = {0, 2, 3};
     static const uint32_t feat[] = {0, 1, 2}, fld[] = {0, 1, 0};
+    static const float y[] = {1, 0};
     mfm_params p;
     mfm_csr d;
-    mfm_model *m = NULL;
+    mfm_model *m = NULL, *c = NULL;
     mfm_error e;
-    float cpu[2], other[2];
+    float cpu[2], other[2], v_before[24], v_cpu[24], v_auto[24];
     int bad = 0;
     mfm_cuda_info info;
     memset(&p, 0, sizeof p);
@@ -201,6 +203,21 @@ static int no_driver_child(void) {
     p.backend = MFM_BACKEND_AUTO;
     if (mfm_model_set_params(m, &p, &e) != MFM_OK) bad |= 8;
     if (mfm_predict(m, &d, MFM_OUTPUT_SCORE, other, 2, &e) != MFM_OK || memcmp(cpu, other, sizeof cpu) != 0) bad |= 32;
+    d.labels = y;
+    p.backend = MFM_BACKEND_CUDA;
+    if (mfm_model_set_params(m, &p, &e) != MFM_OK || mfm_model_clone(m, &c, &e) != MFM_OK) bad |= 8;
+    mfm_model_read(m, MFM_TENSOR_V, 0, 0, v_before, 24, NULL);
+    if (mfm_fit(m, &d, &e) != MFM_ERR_CUDA_UNAVAILABLE || !strstr(e.message, "no CUDA driver")) bad |= 64;
+    mfm_model_read(m, MFM_TENSOR_V, 0, 0, v_auto, 24, NULL);
+    if (memcmp(v_before, v_auto, sizeof v_auto) != 0) bad |= 128;
+    p.backend = MFM_BACKEND_AUTO;
+    if (mfm_model_set_params(m, &p, &e) != MFM_OK || mfm_fit(m, &d, &e) != MFM_OK) bad |= 256;
+    p.backend = MFM_BACKEND_CPU;
+    if (mfm_model_set_params(c, &p, &e) != MFM_OK || mfm_fit(c, &d, &e) != MFM_OK) bad |= 256;
+    mfm_model_read(m, MFM_TENSOR_V, 0, 0, v_auto, 24, NULL);
+    mfm_model_read(c, MFM_TENSOR_V, 0, 0, v_cpu, 24, NULL);
+    if (memcmp(v_cpu, v_auto, sizeof v_auto) != 0 || memcmp(v_cpu, v_before, sizeof v_cpu) == 0) bad |= 512;
+    mfm_model_free(c);
     mfm_model_free(m);
     if (bad) printf("  no-driver child: failed checks %#x (%s)\n", bad, e.message);
     return bad;
@@ -228,7 +245,8 @@ void test_cuda_nvrtc_path_missing(void) {
     CHECK(code == 0, "the child's checks: exit %d", code);
 }
 
-void test_cuda_training_refuses_cuda(void) {
+/* The GPU's training switches are checked like every other parameter. */
+void test_cuda_training_params(void) {
     static const uint64_t off[] = {0, 1};
     static const uint32_t feat[] = {0};
     static const float y[] = {1};
@@ -238,12 +256,14 @@ void test_cuda_training_refuses_cuda(void) {
     mfm_error e;
     memset(&p, 0, sizeof p);
     memset(&d, 0, sizeof d);
-    p.backend = MFM_BACKEND_CUDA;
     d.n_rows = 1;
     d.row_offsets = off;
     d.features = feat;
     d.labels = y;
-    CHECK(mfm_train(&p, &d, &m, &e) == MFM_ERR_INVALID_PARAM && strstr(e.message, "CUDA") && m == NULL, "train on CUDA: %s", e.message);
+    p.backend = MFM_BACKEND_CUDA;
+    p.deterministic = 2;
+    CHECK(mfm_train(&p, &d, &m, &e) == MFM_ERR_INVALID_PARAM && strstr(e.message, "deterministic = 2") && m == NULL, "deterministic 2: %s", e.message);
+    p.deterministic = 1;
     p.backend = (mfm_backend)7;
     CHECK(mfm_train(&p, &d, &m, &e) == MFM_ERR_INVALID_PARAM && strstr(e.message, "backend"), "backend 7: %s", e.message);
     mfm_model_free(m);

@@ -400,3 +400,347 @@ void test_gpu_errors(void) {
     mfm_gpu_model_free(gm);
     mfm_model_free(m);
 }
+
+/* ---- training on the GPU ----------------------------------------------------------------
+
+   The CPU trainer is the reference (test_batch.c and test_optim.c check it against naive steps).
+   A GPU fit sees the same batches and takes the same steps; its gradient sums add the same
+   terms in another order (fast mode) or exactly (deterministic mode), so its parameters drift
+   from the CPU's by rounding only. Final scores must agree to TRAIN_RTOL relative to 1 + |s|:
+   with the short runs below the rounding differences stay near 1e-6. */
+
+#define TRAIN_RTOL 1e-4
+
+/* gpu_data with labels for the task (multiclass: 3 classes) and row weights in [0.5, 2). */
+typedef struct train_data {
+    gpu_data g;
+    float *labels, *weights;
+} train_data;
+
+static void make_train_data(train_data *t, uint64_t seed, uint64_t n_rows, uint32_t n_features, uint32_t n_fields, mfm_task task) {
+    uint64_t r, state = seed * 7919 + 1;
+    make_data(&t->g, seed, n_rows, n_features, n_fields, 40, 1);
+    t->labels = (float *)malloc(n_rows * sizeof *t->labels);
+    t->weights = (float *)malloc(n_rows * sizeof *t->weights);
+    for (r = 0; r < n_rows; r++) {
+        t->labels[r] = task == MFM_TASK_REGRESSION ? (float)rng_uniform(&state, -2, 2) : (float)rng_below(&state, task == MFM_TASK_MULTICLASS ? 3 : 2);
+        t->weights[r] = (float)rng_uniform(&state, 0.5, 2.0);
+    }
+    t->g.d.labels = t->labels;
+    t->g.d.weights = t->weights;
+}
+
+static void free_train_data(train_data *t) {
+    free_data(&t->g);
+    free(t->labels);
+    free(t->weights);
+}
+
+/* Trains a copy of `p` on d with `backend`; NULL (and a failed check) when it fails. */
+static mfm_model *train_on(mfm_params p, mfm_backend backend, const mfm_csr *d) {
+    mfm_model *m = NULL;
+    mfm_error e;
+    p.backend = backend;
+    if (!CHECK(mfm_train(&p, d, &m, &e) == MFM_OK, "train on %s: %s", backend == MFM_BACKEND_CUDA ? "CUDA" : "CPU", e.message)) return NULL;
+    return m;
+}
+
+/* Every tensor and state slot of two models, bit for bit. */
+static int same_bits(const mfm_model *a, const mfm_model *b) {
+    mfm_model_info info;
+    uint32_t c;
+    int t, slot, same = 1;
+    mfm_model_get_info(a, &info);
+    for (c = 0; c < info.n_classes; c++)
+        for (t = 0; t < MFM_TENSOR_COUNT; t++)
+            for (slot = 0; slot <= info.n_state_slots; slot++) {
+                const size_t n = mfm_tensor_size(a, (mfm_tensor)t);
+                float *x = (float *)malloc((n + 1) * sizeof *x), *y = (float *)malloc((n + 1) * sizeof *y);
+                if (n && (mfm_model_read(a, (mfm_tensor)t, slot, c, x, n, NULL) != MFM_OK || mfm_model_read(b, (mfm_tensor)t, slot, c, y, n, NULL) != MFM_OK ||
+                          memcmp(x, y, n * sizeof *x) != 0))
+                    same = 0;
+                free(x);
+                free(y);
+            }
+    return same;
+}
+
+/* The largest |gpu - cpu| / (1 + |cpu|) over the scores of d. */
+static double score_gap(const mfm_model *cpu, const mfm_model *gpu, const mfm_csr *d) {
+    const size_t n = d->n_rows * mfm_output_width(cpu, MFM_OUTPUT_SCORE);
+    float *a = (float *)malloc(n * sizeof *a), *b = (float *)malloc(n * sizeof *b);
+    double worst = 0;
+    size_t i;
+    if (mfm_predict(cpu, d, MFM_OUTPUT_SCORE, a, n, NULL) != MFM_OK || mfm_predict(gpu, d, MFM_OUTPUT_SCORE, b, n, NULL) != MFM_OK) worst = HUGE_VAL;
+    for (i = 0; i < n && worst < HUGE_VAL; i++) {
+        const double gap = fabs((double)a[i] - b[i]) / (1 + fabs((double)a[i]));
+        if (!(gap <= worst)) worst = gap; /* NaN counts as the worst */
+    }
+    free(a);
+    free(b);
+    return worst;
+}
+
+/* Every model x task x optimizer at batch 1, 7 and the whole data, with row weights, label
+   smoothing and L2 (FTRL: L1 too): the GPU's final scores match the CPU's. */
+void test_gpu_train_parity(void) {
+    static const mfm_model_type models[] = {MFM_MODEL_FM, MFM_MODEL_FFM, MFM_MODEL_FWFM};
+    static const mfm_task tasks[] = {MFM_TASK_BINARY, MFM_TASK_REGRESSION, MFM_TASK_MULTICLASS};
+    static const mfm_optimizer optimizers[] = {MFM_OPTIMIZER_SGD, MFM_OPTIMIZER_ADAGRAD, MFM_OPTIMIZER_ADAM, MFM_OPTIMIZER_FTRL};
+    static const int batches[] = {1, 7, 1000};
+    size_t im, it, io, ib;
+    int cells = 0;
+    if (!gpu_ready()) return;
+    for (im = 0; im < 3; im++)
+        for (it = 0; it < 3; it++) {
+            train_data t;
+            make_train_data(&t, 11 + im * 3 + it, 60, 50, 5, tasks[it]);
+            for (io = 0; io < 4; io++)
+                for (ib = 0; ib < 3; ib++) {
+                    mfm_params p;
+                    mfm_model *cpu, *gpu;
+                    double gap;
+                    memset(&p, 0, sizeof p);
+                    p.model = models[im], p.task = tasks[it], p.optimizer = optimizers[io];
+                    p.k = 4 + (int)ib; /* 4, 5, 6: the float4 and the odd paths */
+                    p.batch_size = batches[ib], p.n_epochs = 2, p.seed = 5;
+                    p.learning_rate = optimizers[io] == MFM_OPTIMIZER_SGD ? 0.01 : 0.1; /* SGD at 0.05 diverges on the 40-long row */
+                    p.l2_linear = 1e-3, p.l2_factors = 2e-3;
+                    if (optimizers[io] == MFM_OPTIMIZER_FTRL) p.l1_linear = 1e-3, p.l1_factors = 1e-3;
+                    if (tasks[it] != MFM_TASK_REGRESSION) p.label_smoothing = 0.1;
+                    p.init_scale = 0.1;
+                    p.deterministic = (int)(ib & 1);
+                    cpu = train_on(p, MFM_BACKEND_CPU, &t.g.d);
+                    gpu = train_on(p, MFM_BACKEND_CUDA, &t.g.d);
+                    if (cpu && gpu) {
+                        gap = score_gap(cpu, gpu, &t.g.d);
+                        CHECK(gap <= TRAIN_RTOL, "model %d task %d optimizer %d batch %d: scores differ by %.3g (relative)", (int)p.model, (int)p.task, (int)p.optimizer,
+                              p.batch_size, gap);
+                        cells++;
+                    }
+                    mfm_model_free(cpu);
+                    mfm_model_free(gpu);
+                }
+            free_train_data(&t);
+        }
+    CHECK(cells == 108, "%d of 108 cells trained on both", cells);
+}
+
+/* The switches that change what is trained: LIBFFM's (normalized rows, no linear term),
+   a linear model, balanced class weights. */
+void test_gpu_train_variants(void) {
+    train_data t;
+    int v;
+    if (!gpu_ready()) return;
+    make_train_data(&t, 3, 200, 80, 6, MFM_TASK_BINARY);
+    for (v = 0; v < 4; v++) {
+        mfm_params p;
+        mfm_model *cpu, *gpu;
+        memset(&p, 0, sizeof p);
+        p.model = v == 1 ? MFM_MODEL_FM : v == 3 ? MFM_MODEL_FWFM : MFM_MODEL_FFM;
+        p.k = 4, p.batch_size = 16, p.n_epochs = 3, p.learning_rate = 0.1;
+        if (v == 0) p.normalize_rows = 1, p.pairs_only = 1, p.adagrad_init = 1, p.init_scale = 1;
+        if (v == 1) p.linear_only = 1;
+        if (v == 2) p.class_weight = MFM_CLASS_WEIGHT_BALANCED;
+        if (v == 3) p.normalize_rows = 1, p.optimizer = MFM_OPTIMIZER_ADAM;
+        cpu = train_on(p, MFM_BACKEND_CPU, &t.g.d);
+        gpu = train_on(p, MFM_BACKEND_CUDA, &t.g.d);
+        if (cpu && gpu) CHECK(score_gap(cpu, gpu, &t.g.d) <= TRAIN_RTOL, "variant %d: scores differ by %.3g", v, score_gap(cpu, gpu, &t.g.d));
+        mfm_model_free(cpu);
+        mfm_model_free(gpu);
+    }
+    free_train_data(&t);
+}
+
+/* FTRL with a strong L1 leaves exact zeros on the GPU, as many as on the CPU. */
+void test_gpu_train_ftrl_zeros(void) {
+    train_data t;
+    mfm_params p;
+    mfm_model *cpu, *gpu;
+    if (!gpu_ready()) return;
+    make_train_data(&t, 8, 300, 100, 5, MFM_TASK_BINARY);
+    memset(&p, 0, sizeof p);
+    p.model = MFM_MODEL_FFM, p.optimizer = MFM_OPTIMIZER_FTRL, p.k = 4, p.batch_size = 8, p.n_epochs = 3;
+    p.learning_rate = 0.1, p.l1_linear = 0.5, p.l1_factors = 0.02, p.init_scale = 0.1;
+    cpu = train_on(p, MFM_BACKEND_CPU, &t.g.d);
+    gpu = train_on(p, MFM_BACKEND_CUDA, &t.g.d);
+    if (cpu && gpu) {
+        int tensor;
+        for (tensor = MFM_TENSOR_W; tensor <= MFM_TENSOR_V; tensor++) {
+            const size_t n = mfm_tensor_size(cpu, (mfm_tensor)tensor);
+            float *a = (float *)malloc(n * sizeof *a), *b = (float *)malloc(n * sizeof *b);
+            size_t i, zeros_cpu = 0, zeros_gpu = 0, touched_zero = 0;
+            mfm_model_read(cpu, (mfm_tensor)tensor, 0, 0, a, n, NULL);
+            mfm_model_read(gpu, (mfm_tensor)tensor, 0, 0, b, n, NULL);
+            for (i = 0; i < n; i++) zeros_cpu += a[i] == 0.0f, zeros_gpu += b[i] == 0.0f, touched_zero += a[i] == 0.0f && b[i] == 0.0f;
+            CHECK(zeros_gpu > n / 4 && zeros_gpu + n / 100 >= zeros_cpu && zeros_cpu + n / 100 >= zeros_gpu && touched_zero + n / 100 >= zeros_cpu,
+                  "tensor %d: %zu zeros on the GPU, %zu on the CPU, %zu on both, of %zu", tensor, zeros_gpu, zeros_cpu, touched_zero, n);
+            free(a);
+            free(b);
+        }
+        CHECK(score_gap(cpu, gpu, &t.g.d) <= TRAIN_RTOL, "scores differ by %.3g", score_gap(cpu, gpu, &t.g.d));
+    }
+    mfm_model_free(cpu);
+    mfm_model_free(gpu);
+    free_train_data(&t);
+}
+
+/* Deterministic mode: two runs give the same bits, parameters and optimizer state, for every
+   model at a small and a large batch; the fast mode stays within tolerance of them. */
+void test_gpu_train_deterministic(void) {
+    train_data t;
+    int im, big;
+    if (!gpu_ready()) return;
+    make_train_data(&t, 21, 3000, 400, 8, MFM_TASK_BINARY);
+    for (im = MFM_MODEL_FM; im <= MFM_MODEL_FWFM; im++)
+        for (big = 0; big < 2; big++) {
+            mfm_params p;
+            mfm_model *a, *b, *fast;
+            memset(&p, 0, sizeof p);
+            p.model = (mfm_model_type)im, p.k = 8, p.batch_size = big ? 1024 : 32, p.n_epochs = 3, p.learning_rate = 0.1, p.deterministic = 1;
+            a = train_on(p, MFM_BACKEND_CUDA, &t.g.d);
+            b = train_on(p, MFM_BACKEND_CUDA, &t.g.d);
+            p.deterministic = 0;
+            fast = train_on(p, MFM_BACKEND_CUDA, &t.g.d);
+            if (a && b) CHECK(same_bits(a, b), "model %d batch %d: two deterministic runs differ", im, p.batch_size);
+            if (a && fast) CHECK(score_gap(a, fast, &t.g.d) <= TRAIN_RTOL, "model %d batch %d: fast and deterministic differ by %.3g", im, p.batch_size, score_gap(a, fast, &t.g.d));
+            mfm_model_free(a);
+            mfm_model_free(b);
+            mfm_model_free(fast);
+        }
+    free_train_data(&t);
+}
+
+typedef struct stop_log {
+    int epochs, best;
+} stop_log;
+
+static int note_epoch(void *user, const mfm_epoch_report *r) {
+    stop_log *s = (stop_log *)user;
+    s->epochs = r->epoch;
+    s->best = r->best_epoch;
+    return 0;
+}
+
+/* A clear-cut early stop: the validation rows have the training labels flipped, so every epoch
+   makes them worse; both backends stop after epoch 1 + patience and restore epoch 1. */
+void test_gpu_train_early_stopping(void) {
+    train_data t;
+    float *flipped;
+    mfm_csr valid;
+    uint64_t r;
+    int backend;
+    stop_log seen[2];
+    if (!gpu_ready()) return;
+    make_train_data(&t, 4, 400, 30, 4, MFM_TASK_BINARY);
+    flipped = (float *)malloc(t.g.d.n_rows * sizeof *flipped);
+    for (r = 0; r < t.g.d.n_rows; r++) flipped[r] = 1.0f - t.labels[r];
+    valid = t.g.d;
+    valid.labels = flipped;
+    valid.weights = NULL;
+    for (backend = 0; backend < 2; backend++) {
+        mfm_params p;
+        mfm_model *m = NULL;
+        mfm_model_info info;
+        mfm_error e;
+        memset(&p, 0, sizeof p);
+        memset(&seen[backend], 0, sizeof seen[backend]);
+        p.model = MFM_MODEL_FWFM, p.k = 4, p.batch_size = 8, p.n_epochs = 30, p.patience = 3, p.learning_rate = 0.2;
+        p.backend = backend ? MFM_BACKEND_CUDA : MFM_BACKEND_CPU;
+        p.on_epoch = note_epoch, p.user = &seen[backend];
+        if (!CHECK(mfm_model_create(&p, 30, 4, 1, &m, &e) == MFM_OK, "create: %s", e.message)) continue;
+        CHECK(mfm_fit_validated(m, &t.g.d, &valid, &e) == MFM_OK, "fit: %s", e.message);
+        mfm_model_get_info(m, &info);
+        CHECK(seen[backend].epochs == 4 && seen[backend].best == 1 && info.epochs_trained == 1, "backend %d: stopped after epoch %d, best %d, kept %d epochs",
+              backend, seen[backend].epochs, seen[backend].best, (int)info.epochs_trained);
+        mfm_model_free(m);
+    }
+    free(flipped);
+    free_train_data(&t);
+}
+
+/* Resuming on the GPU: 2 epochs and then 1 more equal 3 in one call, and partial fits over
+   three chunks equal one over their concatenation (deterministic mode: bit for bit). */
+void test_gpu_train_resume_and_partial(void) {
+    train_data t;
+    mfm_params p;
+    mfm_model *once = NULL, *twice = NULL, *whole = NULL, *chunks = NULL;
+    mfm_error e;
+    mfm_csr part;
+    uint64_t r0;
+    if (!gpu_ready()) return;
+    make_train_data(&t, 9, 210, 60, 5, MFM_TASK_BINARY);
+    memset(&p, 0, sizeof p);
+    p.model = MFM_MODEL_FFM, p.k = 4, p.batch_size = 7, p.n_epochs = 3, p.learning_rate = 0.1, p.deterministic = 1, p.optimizer = MFM_OPTIMIZER_ADAM;
+    p.backend = MFM_BACKEND_CUDA;
+    CHECK(mfm_model_create(&p, 60, 5, 1, &once, &e) == MFM_OK && mfm_fit(once, &t.g.d, &e) == MFM_OK, "3 epochs: %s", e.message);
+    p.n_epochs = 2;
+    CHECK(mfm_model_create(&p, 60, 5, 1, &twice, &e) == MFM_OK && mfm_fit(twice, &t.g.d, &e) == MFM_OK, "2 epochs: %s", e.message);
+    p.n_epochs = 1;
+    CHECK(mfm_model_set_params(twice, &p, &e) == MFM_OK && mfm_fit(twice, &t.g.d, &e) == MFM_OK, "1 more: %s", e.message);
+    CHECK(once && twice && same_bits(once, twice), "2 + 1 epochs differ from 3");
+    CHECK(mfm_model_create(&p, 60, 5, 1, &whole, &e) == MFM_OK && mfm_partial_fit(whole, &t.g.d, &e) == MFM_OK, "partial fit: %s", e.message);
+    CHECK(mfm_model_create(&p, 60, 5, 1, &chunks, &e) == MFM_OK, "create: %s", e.message);
+    for (r0 = 0; chunks && r0 < 210; r0 += 70) {
+        uint64_t offsets[71], r;
+        for (r = 0; r <= 70; r++) offsets[r] = t.g.off[r0 + r] - t.g.off[r0];
+        part = t.g.d;
+        part.n_rows = 70;
+        part.row_offsets = offsets;
+        part.features = t.g.feat + t.g.off[r0];
+        part.fields = t.g.fld + t.g.off[r0];
+        part.values = t.g.val + t.g.off[r0];
+        part.labels = t.labels + r0;
+        part.weights = t.weights + r0;
+        CHECK(mfm_partial_fit(chunks, &part, &e) == MFM_OK, "chunk at %d: %s", (int)r0, e.message);
+    }
+    CHECK(whole && chunks && same_bits(whole, chunks), "three partial fits differ from one");
+    mfm_model_free(once);
+    mfm_model_free(twice);
+    mfm_model_free(whole);
+    mfm_model_free(chunks);
+    free_train_data(&t);
+}
+
+static void keep_log(void *user, mfm_log_level level, const char *message) {
+    (void)level;
+    if (strstr(message, "stream")) *(int *)user = 1;
+}
+
+/* Rows that do not fit under params.gpu_memory_limit stream from host memory, with the same
+   bits as resident rows (deterministic mode); a limit below the model is a clear error that
+   leaves the model as it was. */
+void test_gpu_train_streaming(void) {
+    train_data t;
+    mfm_params p;
+    mfm_model *resident = NULL, *streamed = NULL;
+    mfm_error e;
+    uint64_t limit;
+    int streams = 0;
+    if (!gpu_ready()) return;
+    make_train_data(&t, 13, 20000, 500, 6, MFM_TASK_BINARY);
+    memset(&p, 0, sizeof p);
+    p.model = MFM_MODEL_FWFM, p.k = 4, p.batch_size = 100, p.n_epochs = 2, p.learning_rate = 0.1, p.deterministic = 1, p.backend = MFM_BACKEND_CUDA;
+    CHECK(mfm_train(&p, &t.g.d, &resident, &e) == MFM_OK, "resident: %s", e.message);
+    p.on_log = keep_log, p.user = &streams;
+    for (limit = 100000; limit < ((uint64_t)1 << 32) && !streamed; limit += limit / 8) { /* the smallest limit that trains */
+        p.gpu_memory_limit = limit;
+        if (mfm_train(&p, &t.g.d, &streamed, &e) != MFM_OK)
+            CHECK(e.status == MFM_ERR_OUT_OF_MEMORY && strstr(e.message, "MB"), "limit %.0f: %s", (double)limit, e.message);
+    }
+    CHECK(streamed && streams, "the smallest limit that trains (%.0f bytes) streamed the rows: %d", (double)limit, streams);
+    CHECK(resident && streamed && same_bits(resident, streamed), "streamed rows train other bits than resident ones");
+    if (resident) { /* too small for the model itself: nothing changes */
+        mfm_model *copy = NULL;
+        p.gpu_memory_limit = 1000;
+        p.on_log = NULL;
+        mfm_model_clone(resident, &copy, NULL);
+        CHECK(mfm_model_set_params(resident, &p, &e) == MFM_OK && mfm_fit(resident, &t.g.d, &e) == MFM_ERR_OUT_OF_MEMORY && strstr(e.message, "needs"),
+              "limit 1000: %s", e.message);
+        CHECK(copy && same_bits(resident, copy), "a failed fit changed the model");
+        mfm_model_free(copy);
+    }
+    mfm_model_free(resident);
+    mfm_model_free(streamed);
+    free_train_data(&t);
+}

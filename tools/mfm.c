@@ -267,8 +267,10 @@ static const option options[] = {
     OPTION_FLAG(CMD_TRAIN, NULL, "--no-state", no_state, "save without the optimizer state"),
     OPTION_FLAG(CMD_TRAIN, NULL, "--quiet", quiet, "no per-epoch lines"),
     OPTION_NAME(CMD_PREDICT, "--output", output, output_set, "(default: probabilities, regression: values)"),
-    OPTION_NAME(CMD_PREDICT | CMD_EVAL, "--backend", backend, backend_set, "where prediction runs; cuda never falls back (cpu)"),
-    OPTION_NUMBER(CMD_PREDICT | CMD_EVAL | CMD_GPU, NULL, "--device", OPT_INT, p.device, 0, 1024, 0, "N", "the CUDA device (0)"),
+    OPTION_NAME(CMD_TRAIN | CMD_PREDICT | CMD_EVAL, "--backend", backend, backend_set, "where training or prediction runs; cuda never falls back (cpu)"),
+    OPTION_NUMBER(CMD_TRAIN | CMD_PREDICT | CMD_EVAL | CMD_GPU, NULL, "--device", OPT_INT, p.device, 0, 1024, 0, "N", "the CUDA device (0)"),
+    OPTION_FLAG(CMD_TRAIN, NULL, "--deterministic", p.deterministic, "CUDA training gives the same bits every run (a little slower)"),
+    OPTION_NUMBER(CMD_TRAIN, NULL, "--gpu-memory", OPT_U64, p.gpu_memory_limit, 0, 0, 0, "BYTES", "most device memory CUDA training takes; rows beyond it stream (all free)"),
     OPTION_FLAG(CMD_CACHE, NULL, "--clear", clear, "remove every entry of the kernel cache"),
     OPTION_TEXT(CMD_CACHE, NULL, "--build", build, "ARCH", "compile the kernels for ARCH (sm_90, compute_90) into the cache; no GPU needed"),
     OPTION_NAME(CMD_CONVERT, "--to", to, format_set, "OUT's format (auto: by extension, else binary)"),
@@ -591,7 +593,7 @@ static void resume_params(const settings *s, const mfm_model *model, mfm_params 
     if (c->field) p->field = c->field;
     TAKE(k) TAKE(n_epochs) TAKE(batch_size) TAKE(n_threads) TAKE(learning_rate) TAKE(l2_linear) TAKE(l2_factors) TAKE(l1_linear) TAKE(l1_factors)
     TAKE(adam_beta1) TAKE(adam_beta2) TAKE(adam_epsilon) TAKE(ftrl_beta) TAKE(label_smoothing) TAKE(patience) TAKE(min_delta)
-    TAKE(validation_fraction) TAKE(keep_last)
+    TAKE(validation_fraction) TAKE(keep_last) TAKE(device) TAKE(deterministic) TAKE(gpu_memory_limit)
 #undef TAKE
     if (s->metric) p->metric = (mfm_metric)s->metric;
 }
@@ -614,6 +616,7 @@ static int make_model(const settings *s, job *j, trainer *t, mfm_params *p) {
         p->metric = (mfm_metric)s->metric;
         if (s->libffm) apply_libffm(p);
     }
+    if (s->backend) p->backend = (mfm_backend)s->backend;
     p->on_epoch = on_epoch;
     p->user = t;
     n_classes = t->task != MFM_TASK_MULTICLASS ? 2 : s->resume ? mfm_model_params(j->model)->n_classes ? (uint32_t)mfm_model_params(j->model)->n_classes : count_classes(&csr)

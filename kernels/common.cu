@@ -1,0 +1,98 @@
+/* kernels/common.cu - what the prediction and the training kernels share. NVRTC compiles the
+   files of kernels/ as one program, in name order, so this one comes first. No file includes a
+   header: the program builds with nothing but NVRTC.
+
+   A row is worked on by a group of `group` lanes of one warp (a power of two, at most 32); the
+   argument records of both kernels name these fields alike, so the helpers take either. */
+
+typedef unsigned long long mfm_u64;
+typedef unsigned int mfm_u32;
+
+struct mfm_row {
+    mfm_u64 lo; /* first non-zero */
+    mfm_u32 z;  /* non-zeros */
+    float scale;
+};
+
+/* Lanes of the calling lane's group, as a shuffle mask. */
+__device__ __forceinline__ unsigned mfm_group_mask(mfm_u32 group) {
+    return group == 32 ? 0xffffffffu : ((1u << group) - 1u) << ((threadIdx.x & 31u) & ~(group - 1u));
+}
+
+__device__ __forceinline__ float mfm_group_sum(float v, unsigned mask, mfm_u32 group) {
+    for (mfm_u32 o = group >> 1; o > 0; o >>= 1) v += __shfl_xor_sync(mask, v, o, group);
+    return v;
+}
+
+__device__ __forceinline__ double mfm_group_sum(double v, unsigned mask, mfm_u32 group) {
+    for (mfm_u32 o = group >> 1; o > 0; o >>= 1) v += __shfl_xor_sync(mask, v, o, group);
+    return v;
+}
+
+template <class A>
+__device__ __forceinline__ float mfm_x(const A &a, mfm_u64 i, float scale) {
+    return (a.values ? a.values[i] : 1.0f) * scale;
+}
+
+/* Where row r lies, and with normalize its scale 1/sqrt(sum x^2) (the CPU's rounding: the
+   squares add up in double, the scale is a float). */
+template <class A>
+__device__ mfm_row mfm_row_at(const A &a, mfm_u64 r, mfm_u32 lane, unsigned mask) {
+    mfm_row row;
+    row.lo = a.offsets[r] - a.offset_base;
+    row.z = (mfm_u32)(a.offsets[r + 1] - a.offsets[r]);
+    row.scale = 1.0f;
+    if (a.normalize && a.values) {
+        double squares = 0;
+        for (mfm_u32 i = lane; i < row.z; i += a.group) {
+            double x = a.values[row.lo + i];
+            squares += x * x;
+        }
+        squares = mfm_group_sum(squares, mask, a.group);
+        if (squares > 0) row.scale = (float)(1.0 / sqrt(squares));
+    } else if (a.normalize && row.z > 0) {
+        row.scale = (float)(1.0 / sqrt((double)row.z));
+    }
+    return row;
+}
+
+/* Visits the `count` rows of this group, grid-stride; every lane of a group sees the same rows. */
+#define MFM_FOR_EACH_ROW(a, count, r, lane, mask)                                           \
+    const mfm_u32 lane = threadIdx.x & (a.group - 1u);                                      \
+    const unsigned mask = mfm_group_mask(a.group);                                          \
+    const mfm_u64 n_groups = (mfm_u64)gridDim.x * blockDim.x / a.group;                     \
+    for (mfm_u64 r = ((mfm_u64)blockIdx.x * blockDim.x + threadIdx.x) / a.group; r < (count); r += n_groups)
+
+/* <p, q> over k floats; K > 0 is k known at compile time (a multiple of 4: float4 loads). */
+template <int K>
+__device__ __forceinline__ float mfm_dot(const float *p, const float *q, mfm_u32 k) {
+    float s = 0;
+    if (K > 0) {
+#pragma unroll
+        for (int t = 0; t < K; t += 4) {
+            const float4 x = *reinterpret_cast<const float4 *>(p + t), y = *reinterpret_cast<const float4 *>(q + t);
+            s += x.x * y.x + x.y * y.y + x.z * y.z + x.w * y.w;
+        }
+    } else {
+        for (mfm_u32 t = 0; t < k; t++) s += p[t] * q[t];
+    }
+    return s;
+}
+
+/* The pairs (i, j), i < j, of a row of z non-zeros in the order (0,1) (0,2) .. (0,z-1) (1,2) ..,
+   shared out among a group: a lane starts at pair `lane` and steps `group` pairs. Use:
+       for (mfm_pair_walk w(lane, z); w.i + 1 < z; w.next(group, z)) ... w.i, w.j ... */
+struct mfm_pair_walk {
+    mfm_u32 i, j;
+    __device__ mfm_pair_walk(mfm_u32 lane, mfm_u32 z) : i(0), j(1 + lane) { settle(z); }
+    __device__ void next(mfm_u32 step, mfm_u32 z) {
+        j += step;
+        settle(z);
+    }
+    __device__ void settle(mfm_u32 z) { /* past the row's end: on to the next first index */
+        while (j >= z && i + 1 < z) {
+            i++;
+            j = j - z + i + 1;
+        }
+    }
+};

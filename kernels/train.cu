@@ -1,0 +1,420 @@
+/* kernels/train.cu - one training batch on the GPU in two launches (SPEC 5):
+     mfm_train_rows_*    every row of the batch on a group of lanes (as in predict.cu): its score
+                         against the parameters as the batch found them, its loss and
+                         weight * dL/ds, then its data gradients added into dense gradient
+                         tables. Each coordinate block it touches is marked with the batch's
+                         stamp and listed once.
+     mfm_train_apply_*   one optimizer step per listed coordinate with g = sum / B, the sum set
+                         back to zero. Blocks 0 .. C-1 step w0 of each class from the rows'
+                         dL/ds, added in a fixed order; block C adds the rows' losses to the
+                         epoch's.
+   The tables keep the CPU's layout (modern_fm.h, >>model): a block is `len` parameters, then
+   their optimizer state slot by slot, and class c's blocks follow class c-1's. Gradient sums
+   come in two kinds, the _fast and the _exact kernels:
+     fast    float atomicAdd: the order of the additions, so the last bits, vary from run to run
+     exact   every contribution becomes a 128-bit fixed-point number in units of 2^-64 and is
+             added with integer atomics. Integer sums do not depend on their order, so the sum
+             is exact and the same every run; it is rounded once, when the step reads it.
+   With score_only the rows kernel writes the scores and nothing else (validation rows). */
+
+enum { MFM_W0 = 0, MFM_W = 1, MFM_V = 2, MFM_R = 3 };     /* mfm_tensor */
+enum { MFM_FM = 1, MFM_FFM = 2, MFM_FWFM = 3 };           /* mfm_model_type */
+enum { MFM_REGRESSION = 2, MFM_MULTICLASS = 3 };          /* mfm_task */
+enum { MFM_SGD = 1, MFM_ADAGRAD = 2, MFM_ADAM = 3 };      /* mfm_optimizer; 4 is FTRL */
+
+/* What both launches are given. modern_fm.h has the same struct (mfm__train_args) with the
+   pointers spelled as 64-bit device addresses: 8-byte fields first, then 4-byte ones. */
+struct mfm_train_args {
+    const mfm_u64 *offsets;      /* the rows: row r holds offsets[r] - offset_base .. */
+    const mfm_u32 *features;
+    const mfm_u32 *fields;       /* FFM and FwFM */
+    const float *values;         /* 0: every value is 1 */
+    const float *labels;
+    const float *weights;        /* 0: every row weighs 1 */
+    const mfm_u64 *rows;         /* batch row q is rows[q]; 0: row first + q (a streamed chunk) */
+    float *table[4];             /* W0, W, V, R (0 where the model has none) */
+    void *grad[4];               /* gradient sums [class][block][len]: float, or mfm_exact */
+    mfm_u32 *mark[4];            /* per block: the stamp of the last batch that touched it */
+    mfm_u64 *list[4];            /* the blocks this batch touched, in no particular order */
+    mfm_u64 *count;              /* [2][4]: how many are listed, for even and odd batches */
+    float *dlds;                 /* n_batch x C: weight * dL/ds */
+    float *scores;               /* n_batch x C */
+    float *sums;                 /* FM: n_batch x C x k, sum_i v_it x_i */
+    double *row_loss;            /* n_batch x 2: weight * loss, weight */
+    double *totals;              /* the epoch's weighted loss and weight so far */
+    const float *class_weights;  /* one per class, or 0 */
+    mfm_u64 first, n_batch, offset_base;
+    mfm_u64 n_blocks[4];         /* per class */
+    double beta1, beta2, eps;    /* Adam */
+    mfm_u32 stride[4], len[4];   /* floats per block, parameters per block */
+    float l1[4], l2[4];          /* per tensor; w0's are 0 */
+    float lr, ftrl_beta, smoothing;
+    mfm_u32 n_fields, n_classes, k, group, stamp, parity;
+    mfm_u32 r_shared;            /* FwFM: R's sums of a block go through shared memory first */
+    int model, task, optimizer, linear_only, pairs_only, normalize, score_only;
+};
+
+/* ---- the two kinds of gradient sums ---- */
+
+struct mfm_exact {
+    mfm_u64 lo, hi; /* two's complement, units of 2^-64 */
+};
+
+/* s += (hi, lo): the carry out of the low word goes into the high one. */
+__device__ __forceinline__ void mfm_exact_add_parts(mfm_exact *s, mfm_u64 lo, mfm_u64 hi) {
+    if (lo) {
+        const mfm_u64 old = atomicAdd(&s->lo, lo);
+        hi += old + lo < old;
+    }
+    if (hi) atomicAdd(&s->hi, hi);
+}
+
+/* v in units of 2^-64, its magnitude cut below 2^-64 (the same cut in every run). */
+__device__ __forceinline__ void mfm_exact_add(mfm_exact *s, float v) {
+    const double m = fabs((double)v), whole = floor(m);
+    mfm_u64 lo = (mfm_u64)((m - whole) * 18446744073709551616.0), hi = (mfm_u64)whole;
+    if (v < 0) { /* negate the 128-bit number */
+        hi = ~hi + (lo == 0);
+        lo = ~lo + 1;
+    }
+    mfm_exact_add_parts(s, lo, hi);
+}
+
+__device__ __forceinline__ double mfm_exact_value(const mfm_exact &s) {
+    return (double)(long long)s.hi + (double)s.lo * 5.421010862427522170e-20; /* 2^-64 */
+}
+
+template <bool EXACT>
+__device__ __forceinline__ void mfm_add(void *grad, mfm_u64 i, float v) {
+    if (EXACT)
+        mfm_exact_add(static_cast<mfm_exact *>(grad) + i, v);
+    else
+        atomicAdd(static_cast<float *>(grad) + i, v);
+}
+
+/* A sum, which goes back to zero for the next batch. */
+template <bool EXACT>
+__device__ __forceinline__ float mfm_take(void *grad, mfm_u64 i) {
+    if (EXACT) {
+        mfm_exact *s = static_cast<mfm_exact *>(grad) + i;
+        const float v = (float)mfm_exact_value(*s);
+        s->lo = s->hi = 0;
+        return v;
+    }
+    float *g = static_cast<float *>(grad) + i;
+    const float v = *g;
+    *g = 0;
+    return v;
+}
+
+/* ---- the parameters ---- */
+
+__device__ __forceinline__ float *mfm_block(const mfm_train_args &a, int t, mfm_u32 c, mfm_u64 b) {
+    return a.table[t] + (c * a.n_blocks[t] + b) * a.stride[t];
+}
+
+/* Where coordinate j of block b of class c keeps its gradient sum. */
+__device__ __forceinline__ mfm_u64 mfm_grad_at(const mfm_train_args &a, int t, mfm_u32 c, mfm_u64 b, mfm_u32 j) {
+    return (c * a.n_blocks[t] + b) * a.len[t] + j;
+}
+
+/* Lists block b of tensor t on its first touch in this batch. */
+__device__ __forceinline__ void mfm_touch(const mfm_train_args &a, int t, mfm_u64 b) {
+    mfm_u32 *m = a.mark[t] + b;
+    if (*m != a.stamp && atomicExch(m, a.stamp) != a.stamp) a.list[t][atomicAdd(a.count + 4 * a.parity + t, 1ull)] = b;
+}
+
+/* FwFM's r(f, g) reads the upper triangle. */
+__device__ __forceinline__ float mfm_pair_weight(const mfm_train_args &a, mfm_u32 c, mfm_u32 f, mfm_u32 g) {
+    return *mfm_block(a, MFM_R, c, f < g ? (mfm_u64)f * a.n_fields + g : (mfm_u64)g * a.n_fields + f);
+}
+
+/* ---- the rows: score, loss, gradients ---- */
+
+/* The score of class c; FM leaves sum_i v_it x_i of the lane's factors in a.sums. */
+__device__ float mfm_train_score(const mfm_train_args &a, mfm_u32 c, const mfm_row &row, mfm_u64 q, mfm_u32 lane, unsigned mask) {
+    float s = 0, part = 0;
+    if (!a.pairs_only) {
+        for (mfm_u32 i = lane; i < row.z; i += a.group) s += *mfm_block(a, MFM_W, c, a.features[row.lo + i]) * mfm_x(a, row.lo + i, row.scale);
+        s = *mfm_block(a, MFM_W0, c, 0) + mfm_group_sum(s, mask, a.group);
+    }
+    if (a.linear_only) return s;
+    if (a.model == MFM_FM) {
+        for (mfm_u32 t = lane; t < a.k; t += a.group) {
+            float sum = 0, squares = 0;
+            for (mfm_u32 i = 0; i < row.z; i++) {
+                const float vx = mfm_block(a, MFM_V, c, a.features[row.lo + i])[t] * mfm_x(a, row.lo + i, row.scale);
+                sum += vx;
+                squares += vx * vx;
+            }
+            if (!a.score_only) a.sums[(q * a.n_classes + c) * a.k + t] = sum;
+            part += sum * sum - squares;
+        }
+        return s + 0.5f * mfm_group_sum(part, mask, a.group);
+    }
+    for (mfm_pair_walk w(lane, row.z); w.i + 1 < row.z; w.next(a.group, row.z)) {
+        const mfm_u64 at = row.lo + w.i, bt = row.lo + w.j;
+        const mfm_u32 fa = a.fields[at], fb = a.fields[bt];
+        const float xx = mfm_x(a, at, row.scale) * mfm_x(a, bt, row.scale);
+        if (a.model == MFM_FFM)
+            part += mfm_dot<0>(mfm_block(a, MFM_V, c, (mfm_u64)a.features[at] * a.n_fields + fb), mfm_block(a, MFM_V, c, (mfm_u64)a.features[bt] * a.n_fields + fa), a.k) * xx;
+        else
+            part += mfm_dot<0>(mfm_block(a, MFM_V, c, a.features[at]), mfm_block(a, MFM_V, c, a.features[bt]), a.k) * (mfm_pair_weight(a, c, fa, fb) * xx);
+    }
+    return s + mfm_group_sum(part, mask, a.group);
+}
+
+/* The row's weighted loss and weight * dL/ds of every class, from its scores (one lane; the
+   CPU's arithmetic, modern_fm.h mfm__row_loss). */
+__device__ void mfm_train_loss(const mfm_train_args &a, mfm_u64 q, mfm_u64 r) {
+    const mfm_u32 C = a.n_classes;
+    const float y = a.labels[r], eps = a.smoothing;
+    const float *s = a.scores + q * C;
+    float weight = a.weights ? a.weights[r] : 1.0f;
+    double loss;
+    if (a.class_weights) weight *= a.class_weights[(mfm_u32)y];
+    if (a.task == MFM_MULTICLASS) {
+        double top = -1e308, total = 0, lse;
+        for (mfm_u32 c = 0; c < C; c++) top = s[c] > top ? s[c] : top;
+        for (mfm_u32 c = 0; c < C; c++) total += exp((double)s[c] - top);
+        lse = top + log(total);
+        loss = 0;
+        for (mfm_u32 c = 0; c < C; c++) {
+            const double target = c == (mfm_u32)y ? 1.0 - eps : eps / (C - 1);
+            loss -= target * (s[c] - lse);
+            a.dlds[q * C + c] = weight * (float)(exp((double)s[c] - top) / total - target);
+        }
+    } else {
+        const double x = s[0];
+        double g;
+        if (a.task == MFM_REGRESSION) {
+            g = x - y;
+            loss = 0.5 * g * g;
+        } else {
+            const double target = y * (1.0 - eps) + 0.5 * eps;
+            g = (x >= 0 ? 1.0 / (1.0 + exp(-x)) : exp(x) / (1.0 + exp(x))) - target;
+            loss = (x > 0 ? x : 0) - x * target + log1p(exp(-fabs(x)));
+        }
+        a.dlds[q] = weight * (float)g;
+    }
+    a.row_loss[2 * q] = weight * loss;
+    a.row_loss[2 * q + 1] = weight;
+}
+
+/* FwFM's R sums of a block in shared memory (r_shared bytes): per class n_fields^2 sums, then
+   a touched flag per field pair. */
+extern __shared__ mfm_u64 mfm_r_stage[];
+
+template <bool EXACT>
+__device__ __forceinline__ mfm_u32 *mfm_r_touched(const mfm_train_args &a) {
+    return reinterpret_cast<mfm_u32 *>(reinterpret_cast<char *>(mfm_r_stage) + (mfm_u64)a.n_classes * a.n_fields * a.n_fields * (EXACT ? 16 : 4));
+}
+
+/* R's entry e of class c receives v: into the block's shared sums when they are there. */
+template <bool EXACT>
+__device__ __forceinline__ void mfm_add_r(const mfm_train_args &a, mfm_u32 c, mfm_u64 e, float v, bool first_class) {
+    const mfm_u64 FF = (mfm_u64)a.n_fields * a.n_fields;
+    if (!a.r_shared) {
+        mfm_add<EXACT>(a.grad[MFM_R], mfm_grad_at(a, MFM_R, c, e, 0), v);
+        if (first_class) mfm_touch(a, MFM_R, e);
+        return;
+    }
+    mfm_add<EXACT>(mfm_r_stage, c * FF + e, v);
+    if (first_class) mfm_r_touched<EXACT>(a)[e] = 1;
+}
+
+/* The data gradients of class c of one row whose weight * dL/ds is g. */
+template <bool EXACT>
+__device__ void mfm_train_gradients(const mfm_train_args &a, mfm_u32 c, const mfm_row &row, mfm_u64 q, float g, mfm_u32 lane) {
+    const bool first_class = c == 0;
+    for (mfm_u32 i = lane; i < row.z; i += a.group) { /* pairs_only: w is touched, its gradient is 0 */
+        const mfm_u32 f = a.features[row.lo + i];
+        mfm_add<EXACT>(a.grad[MFM_W], mfm_grad_at(a, MFM_W, c, f, 0), a.pairs_only ? 0.0f : g * mfm_x(a, row.lo + i, row.scale));
+        if (first_class) mfm_touch(a, MFM_W, f);
+    }
+    if (a.linear_only) return;
+    if (a.model == MFM_FM) { /* ds/dv_it = x_i (sum_t - v_it x_i) */
+        const float *sum = a.sums + (q * a.n_classes + c) * a.k;
+        for (mfm_u32 i = 0; i < row.z; i++) {
+            const mfm_u32 f = a.features[row.lo + i];
+            const float x = mfm_x(a, row.lo + i, row.scale), gx = g * x, *v = mfm_block(a, MFM_V, c, f);
+            for (mfm_u32 t = lane; t < a.k; t += a.group) mfm_add<EXACT>(a.grad[MFM_V], mfm_grad_at(a, MFM_V, c, f, t), gx * (sum[t] - v[t] * x));
+            if (first_class && lane == 0) mfm_touch(a, MFM_V, f);
+        }
+        return;
+    }
+    if (a.model == MFM_FWFM) /* v_i receives g x_i sum_{j != i} r(f_i, f_j) x_j v_j, eight factors at a time */
+        for (mfm_u32 i = lane; i < row.z; i += a.group) {
+            const mfm_u32 f = a.features[row.lo + i], fi = a.fields[row.lo + i];
+            const float gx = g * mfm_x(a, row.lo + i, row.scale);
+            for (mfm_u32 t0 = 0; t0 < a.k; t0 += 8) {
+                float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+                const mfm_u32 n = a.k - t0 < 8 ? a.k - t0 : 8;
+                for (mfm_u32 j = 0; j < row.z; j++) {
+                    if (j == i) continue;
+                    const float coef = mfm_pair_weight(a, c, fi, a.fields[row.lo + j]) * mfm_x(a, row.lo + j, row.scale);
+                    const float *v = mfm_block(a, MFM_V, c, a.features[row.lo + j]) + t0;
+#pragma unroll
+                    for (mfm_u32 u = 0; u < 8; u++)
+                        if (u < n) acc[u] += coef * v[u];
+                }
+#pragma unroll
+                for (mfm_u32 u = 0; u < 8; u++)
+                    if (u < n) mfm_add<EXACT>(a.grad[MFM_V], mfm_grad_at(a, MFM_V, c, f, t0 + u), gx * acc[u]);
+            }
+            if (first_class) mfm_touch(a, MFM_V, f);
+        }
+    for (mfm_pair_walk w(lane, row.z); w.i + 1 < row.z; w.next(a.group, row.z)) {
+        const mfm_u64 at = row.lo + w.i, bt = row.lo + w.j;
+        const mfm_u32 fa = a.fields[at], fb = a.fields[bt];
+        const float coef = g * mfm_x(a, at, row.scale) * mfm_x(a, bt, row.scale);
+        if (a.model == MFM_FFM) { /* slot (a, f_b) receives coef V[b, f_a] and the other way round */
+            const mfm_u64 sa = (mfm_u64)a.features[at] * a.n_fields + fb, sb = (mfm_u64)a.features[bt] * a.n_fields + fa;
+            const float *va = mfm_block(a, MFM_V, c, sa), *vb = mfm_block(a, MFM_V, c, sb);
+            for (mfm_u32 t = 0; t < a.k; t++) {
+                mfm_add<EXACT>(a.grad[MFM_V], mfm_grad_at(a, MFM_V, c, sa, t), coef * vb[t]);
+                mfm_add<EXACT>(a.grad[MFM_V], mfm_grad_at(a, MFM_V, c, sb, t), coef * va[t]);
+            }
+            if (first_class) {
+                mfm_touch(a, MFM_V, sa);
+                mfm_touch(a, MFM_V, sb);
+            }
+        } else { /* r(f_a, f_b) receives coef <v_a, v_b> */
+            const float dot = mfm_dot<0>(mfm_block(a, MFM_V, c, a.features[at]), mfm_block(a, MFM_V, c, a.features[bt]), a.k);
+            mfm_add_r<EXACT>(a, c, fa < fb ? (mfm_u64)fa * a.n_fields + fb : (mfm_u64)fb * a.n_fields + fa, coef * dot, first_class);
+        }
+    }
+}
+
+template <bool EXACT>
+__device__ void mfm_train_rows(const mfm_train_args &a) {
+    const mfm_u32 C = a.n_classes;
+    const mfm_u64 FF = (mfm_u64)a.n_fields * a.n_fields;
+    if (a.r_shared) {
+        for (mfm_u32 e = threadIdx.x; e < a.r_shared / 8; e += blockDim.x) mfm_r_stage[e] = 0;
+        __syncthreads();
+    }
+    {
+        MFM_FOR_EACH_ROW(a, a.n_batch, q, lane, mask) {
+            const mfm_u64 r = a.rows ? a.rows[q] : a.first + q;
+            const mfm_row row = mfm_row_at(a, r, lane, mask);
+            for (mfm_u32 c = 0; c < C; c++) {
+                const float s = mfm_train_score(a, c, row, q, lane, mask);
+                if (lane == 0) a.scores[q * C + c] = s;
+            }
+            if (a.score_only) continue;
+            __syncwarp(mask);
+            if (lane == 0) mfm_train_loss(a, q, r);
+            __syncwarp(mask);
+            for (mfm_u32 c = 0; c < C; c++) mfm_train_gradients<EXACT>(a, c, row, q, a.dlds[q * C + c], lane);
+        }
+    }
+    if (a.r_shared) { /* the block's R sums and touched pairs go out */
+        const mfm_u32 *touched = mfm_r_touched<EXACT>(a);
+        __syncthreads();
+        for (mfm_u64 e = threadIdx.x; e < FF; e += blockDim.x) {
+            if (!touched[e]) continue;
+            mfm_touch(a, MFM_R, e);
+            for (mfm_u32 c = 0; c < C; c++) {
+                if (EXACT) {
+                    const mfm_exact s = reinterpret_cast<const mfm_exact *>(mfm_r_stage)[c * FF + e];
+                    mfm_exact_add_parts(static_cast<mfm_exact *>(a.grad[MFM_R]) + mfm_grad_at(a, MFM_R, c, e, 0), s.lo, s.hi);
+                } else {
+                    atomicAdd(static_cast<float *>(a.grad[MFM_R]) + mfm_grad_at(a, MFM_R, c, e, 0), reinterpret_cast<const float *>(mfm_r_stage)[c * FF + e]);
+                }
+            }
+        }
+    }
+}
+
+/* ---- the step ---- */
+
+/* One optimizer step of coordinate j of a block of len, its gradient sum over `rows` rows
+   gsum: the CPU's operations (modern_fm.h, mfm__step). */
+__device__ void mfm_step(const mfm_train_args &a, int t, float *blk, mfm_u32 len, mfm_u32 j, float gsum, float rows) {
+    float *theta = blk + j, *s1 = blk + len + j, *s2 = blk + 2 * len + j, *s3 = blk + 3 * len + j;
+    const float l1 = a.l1[t], l2 = a.l2[t];
+    if (a.optimizer == MFM_SGD) {
+        *theta -= a.lr * (gsum / rows + l2 * *theta);
+    } else if (a.optimizer == MFM_ADAGRAD) {
+        const float g = gsum / rows + l2 * *theta;
+        *s1 += g * g;
+        *theta -= a.lr * g / sqrtf(*s1 + 1e-10f);
+    } else if (a.optimizer == MFM_ADAM) { /* s1 = m, s2 = v, s3 = steps taken */
+        const float g = gsum / rows + l2 * *theta, n = *s3 + 1.0f;
+        const double c1 = 1.0 - pow(a.beta1, (double)n), c2 = 1.0 - pow(a.beta2, (double)n);
+        *s3 = n;
+        *s1 = (float)(a.beta1 * *s1 + (1.0 - a.beta1) * g);
+        *s2 = (float)(a.beta2 * *s2 + (1.0 - a.beta2) * (double)g * g);
+        *theta -= (float)(a.lr * (*s1 / c1) / (sqrt(*s2 / c2) + a.eps));
+    } else { /* FTRL: s1 = z, s2 = n; L1 and L2 live in the closed form */
+        const float g = gsum / rows, n = *s2 + g * g, sigma = (sqrtf(n) - sqrtf(*s2)) / a.lr;
+        const float z = *s1 += g - sigma * *theta;
+        *s2 = n;
+        *theta = fabsf(z) <= l1 ? 0.0f : -(z - (z < 0 ? -l1 : l1)) / ((a.ftrl_beta + sqrtf(n)) / a.lr + l2);
+    }
+}
+
+/* A block's sum of n values v(i), i = 0 .. n-1, in an order fixed by n and the block size. */
+template <class T, class F>
+__device__ T mfm_block_sum(T *shared, mfm_u64 n, F v) {
+    T s = 0;
+    for (mfm_u64 i = threadIdx.x; i < n; i += blockDim.x) s += v(i);
+    shared[threadIdx.x] = s;
+    __syncthreads();
+    for (mfm_u32 half = blockDim.x / 2; half > 0; half /= 2) {
+        if (threadIdx.x < half) shared[threadIdx.x] += shared[threadIdx.x + half];
+        __syncthreads();
+    }
+    return shared[0];
+}
+
+/* Blocks of 256 threads; the first C + 1 have their own jobs (see the top of this file). */
+template <bool EXACT>
+__device__ void mfm_train_apply(const mfm_train_args &a) {
+    __shared__ double shared[256];
+    const mfm_u32 C = a.n_classes;
+    const mfm_u64 *count = a.count + 4 * a.parity;
+    const float rows = (float)a.n_batch;
+    if (blockIdx.x < C) { /* w0: pairs_only touches it with a zero gradient */
+        const mfm_u32 c = blockIdx.x;
+        const float *dlds = a.dlds;
+        const float sum = mfm_block_sum(reinterpret_cast<float *>(shared), a.n_batch, [=](mfm_u64 q) { return dlds[q * C + c]; });
+        if (threadIdx.x == 0) mfm_step(a, MFM_W0, mfm_block(a, MFM_W0, c, 0), 1, 0, a.pairs_only ? 0.0f : sum, rows);
+        return;
+    }
+    if (blockIdx.x == C) {
+        const double *row_loss = a.row_loss;
+        const double loss = mfm_block_sum(shared, a.n_batch, [=](mfm_u64 q) { return row_loss[2 * q]; });
+        __syncthreads();
+        const double weight = mfm_block_sum(shared, a.n_batch, [=](mfm_u64 q) { return row_loss[2 * q + 1]; });
+        if (threadIdx.x == 0) {
+            a.totals[0] += loss;
+            a.totals[1] += weight;
+            for (int t = 0; t < 4; t++) a.count[4 * (a.parity ^ 1) + t] = 0; /* for the next batch */
+        }
+        return;
+    }
+    const mfm_u64 n_w = count[MFM_W] * C, n_v = count[MFM_V] * C * a.len[MFM_V], n_r = count[MFM_R] * C;
+    const mfm_u64 step = (mfm_u64)(gridDim.x - C - 1) * blockDim.x;
+    for (mfm_u64 i = (mfm_u64)(blockIdx.x - C - 1) * blockDim.x + threadIdx.x; i < n_w + n_v + n_r; i += step) {
+        mfm_u64 e = i;
+        int t = MFM_W;
+        if (e >= n_w) {
+            e -= n_w;
+            t = MFM_V;
+            if (e >= n_v) {
+                e -= n_v;
+                t = MFM_R;
+            }
+        }
+        const mfm_u32 len = a.len[t], j = (mfm_u32)(e % len), c = (mfm_u32)(e / len % C);
+        const mfm_u64 b = a.list[t][e / len / C];
+        mfm_step(a, t, mfm_block(a, t, c, b), len, j, mfm_take<EXACT>(a.grad[t], mfm_grad_at(a, t, c, b, j)), rows);
+    }
+}
+
+extern "C" __global__ void mfm_train_rows_fast(const mfm_train_args a) { mfm_train_rows<false>(a); }
+extern "C" __global__ void mfm_train_rows_exact(const mfm_train_args a) { mfm_train_rows<true>(a); }
+extern "C" __global__ void __launch_bounds__(256) mfm_train_apply_fast(const mfm_train_args a) { mfm_train_apply<false>(a); }
+extern "C" __global__ void __launch_bounds__(256) mfm_train_apply_exact(const mfm_train_args a) { mfm_train_apply<true>(a); }
