@@ -4515,8 +4515,8 @@ static mfm_status mfm__gpu_fit_start(mfm__gpu_trainer **out, mfm_model *m, const
                                      const float *class_weights, const mfm__data_info *info, mfm_error *err);
 static mfm_status mfm__gpu_fit_pass(mfm__gpu_trainer *g, const mfm_csr *d, const uint64_t *order, uint64_t n, double *loss, double *weight, mfm_error *err);
 static mfm_status mfm__gpu_fit_metric(mfm__gpu_trainer *g, const mfm_csr *valid, double *metric, int *higher_better, mfm_error *err);
-static mfm_status mfm__gpu_fit_snapshot(mfm__gpu_trainer *g, mfm_error *err);
-static mfm_status mfm__gpu_fit_finish(mfm__gpu_trainer *g, int best, mfm_error *err);
+enum { MFM__KEEP_BEST, MFM__RETURN_LAST, MFM__RETURN_BEST }; /* where mfm__gpu_fit_tables copies the tables */
+static mfm_status mfm__gpu_fit_tables(mfm__gpu_trainer *g, int where, mfm_error *err);
 static void mfm__gpu_fit_free(mfm__gpu_trainer *g);
 static int mfm__on_gpu(const mfm_params *p);
 
@@ -4607,7 +4607,7 @@ static mfm_status mfm__fit(mfm_model *m, const mfm_csr *d, const mfm_csr *valida
                     best_epoch = e + 1;
                     stale = 0;
                     if (on_gpu) {
-                        if ((st = mfm__gpu_fit_snapshot(gpu, err)) != MFM_OK) break;
+                        if ((st = mfm__gpu_fit_tables(gpu, MFM__KEEP_BEST, err)) != MFM_OK) break;
                         best.epochs_trained = m->epochs_trained, best.taken = 1;
                     } else {
                         mfm__snapshot_copy(m, &best, 0);
@@ -4636,7 +4636,7 @@ static mfm_status mfm__fit(mfm_model *m, const mfm_csr *d, const mfm_csr *valida
         else m->epochs_trained = best.epochs_trained, best.taken = 2; /* 2: the device's copy comes back */
     }
     if (on_gpu) { /* the host model changes only when the whole fit worked (or was cancelled between epochs) */
-        mfm_status got = st == MFM_OK || st == MFM_ERR_CANCELLED ? mfm__gpu_fit_finish(gpu, best.taken == 2, err) : st;
+        mfm_status got = st == MFM_OK || st == MFM_ERR_CANCELLED ? mfm__gpu_fit_tables(gpu, best.taken == 2 ? MFM__RETURN_BEST : MFM__RETURN_LAST, err) : st;
         if (got != MFM_OK) {
             m->epochs_trained = epochs_before;
             st = got;
@@ -7197,36 +7197,28 @@ static mfm_status mfm__gpu_fit_metric(mfm__gpu_trainer *g, const mfm_csr *valid,
     return st;
 }
 
-/* Copies the tables as they are now to the best epoch's (allocated on first use). */
-static mfm_status mfm__gpu_fit_snapshot(mfm__gpu_trainer *g, mfm_error *err) {
+/* KEEP_BEST: the tables as they are now become the best epoch's (a device copy, allocated on
+   first use); RETURN_LAST and RETURN_BEST: the tables, or the best epoch's, back into the host
+   model. */
+static mfm_status mfm__gpu_fit_tables(mfm__gpu_trainer *g, int where, mfm_error *err) {
     mfm__cu_context saved;
     mfm__gpu_device *dev;
     mfm__cu_result r = 0;
     mfm_status st;
     int t;
     if ((st = mfm__gpu_enter(g->m->params.device, &dev, &saved, err)) != MFM_OK) return st;
-    for (t = 0; t < MFM_TENSOR_COUNT && st == MFM_OK; t++) {
+    for (t = 0; t < MFM_TENSOR_COUNT && st == MFM_OK && r == 0; t++) {
+        const size_t bytes = mfm__table_bytes(g->m, t);
         if (!g->a.table[t]) continue;
-        if (!g->best[t]) st = mfm__gpu_take(g, &g->best[t], mfm__table_bytes(g->m, t), "the best epoch's parameters (early stopping)", err);
-        if (st == MFM_OK && (r = mfm__cuda.cu.cuMemcpyDtoDAsync(g->best[t], g->a.table[t], mfm__table_bytes(g->m, t), g->stream)) != 0)
-            st = mfm__cu_fail(err, r, "cuMemcpyDtoDAsync (keeping the best epoch)");
+        if (where != MFM__KEEP_BEST)
+            r = mfm__cuda.cu.cuMemcpyDtoHAsync(g->m->t[t].data, where == MFM__RETURN_BEST ? g->best[t] : g->a.table[t], bytes, g->stream);
+        else if (g->best[t] || (st = mfm__gpu_take(g, &g->best[t], bytes, "the best epoch's parameters (early stopping)", err)) == MFM_OK)
+            r = mfm__cuda.cu.cuMemcpyDtoDAsync(g->best[t], g->a.table[t], bytes, g->stream);
     }
-    mfm__gpu_leave(saved);
-    return st;
-}
-
-/* The tables (the best epoch's with `best`) back into the host model. */
-static mfm_status mfm__gpu_fit_finish(mfm__gpu_trainer *g, int best, mfm_error *err) {
-    mfm__cu_context saved;
-    mfm__gpu_device *dev;
-    mfm__cu_result r = 0;
-    mfm_status st;
-    int t;
-    if ((st = mfm__gpu_enter(g->m->params.device, &dev, &saved, err)) != MFM_OK) return st;
-    for (t = 0; t < MFM_TENSOR_COUNT && r == 0; t++)
-        if (g->a.table[t]) r = mfm__cuda.cu.cuMemcpyDtoHAsync(g->m->t[t].data, best ? g->best[t] : g->a.table[t], mfm__table_bytes(g->m, t), g->stream);
-    if (r == 0) r = mfm__cuda.cu.cuStreamSynchronize(g->stream);
-    if (r != 0) st = mfm__cu_fail(err, r, "copying the trained model back from the GPU (the model's tables may be partly overwritten)");
+    if (st == MFM_OK && r == 0) r = mfm__cuda.cu.cuStreamSynchronize(g->stream);
+    if (st == MFM_OK && r != 0)
+        st = mfm__cu_fail(err, r, where == MFM__KEEP_BEST ? "keeping the best epoch's parameters on the GPU"
+                                                          : "copying the trained model back from the GPU (the model's tables may be partly overwritten)");
     mfm__gpu_leave(saved);
     return st;
 }
@@ -7317,12 +7309,8 @@ static mfm_status mfm__gpu_fit_metric(mfm__gpu_trainer *g, const mfm_csr *valid,
     (void)g, (void)valid, (void)metric, (void)higher_better;
     return mfm__fail(err, MFM_ERR_CUDA_UNAVAILABLE, MFM__NO_CUDA_SENTENCE);
 }
-static mfm_status mfm__gpu_fit_snapshot(mfm__gpu_trainer *g, mfm_error *err) {
-    (void)g;
-    return mfm__fail(err, MFM_ERR_CUDA_UNAVAILABLE, MFM__NO_CUDA_SENTENCE);
-}
-static mfm_status mfm__gpu_fit_finish(mfm__gpu_trainer *g, int best, mfm_error *err) {
-    (void)g, (void)best;
+static mfm_status mfm__gpu_fit_tables(mfm__gpu_trainer *g, int where, mfm_error *err) {
+    (void)g, (void)where;
     return mfm__fail(err, MFM_ERR_CUDA_UNAVAILABLE, MFM__NO_CUDA_SENTENCE);
 }
 static void mfm__gpu_fit_free(mfm__gpu_trainer *g) { (void)g; }
