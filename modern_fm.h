@@ -4535,7 +4535,7 @@ static mfm_status mfm__fit(mfm_model *m, const mfm_csr *d, const mfm_csr *valida
     uint64_t *rows = NULL, *order = NULL, n = 0, r, epochs_before;
     double best_metric = 0;
     float *class_weights = NULL;
-    int e, w, higher_better = 0, best_epoch = 0, stale = 0, on_gpu, pool_on = 0, n_epochs = partial ? 1 : m ? m->params.n_epochs : 0;
+    int e, w, higher_better = 0, best_epoch = 0, stale = 0, on_gpu, pool_on = 0, restore_best, n_epochs = partial ? 1 : m ? m->params.n_epochs : 0;
     if (!m) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "%s: the model is NULL", fn);
     if (!m->has_state)
         return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT,
@@ -4630,13 +4630,14 @@ static mfm_status mfm__fit(mfm_model *m, const mfm_csr *d, const mfm_csr *valida
         else if (valid && stale >= m->params.patience)
             break;
     }
-    if (st == MFM_OK && best.taken && !m->params.keep_last && m->epochs_trained != best.epochs_trained) {
+    restore_best = st == MFM_OK && best.taken && !m->params.keep_last && m->epochs_trained != best.epochs_trained;
+    if (restore_best) {
         mfm__log(&m->params, MFM_LOG_INFO, "early stopping: restoring the parameters of epoch %d", best_epoch);
-        if (!on_gpu) mfm__snapshot_copy(m, &best, 1);
-        else m->epochs_trained = best.epochs_trained, best.taken = 2; /* 2: the device's copy comes back */
+        if (on_gpu) m->epochs_trained = best.epochs_trained; /* the device's copy comes back below */
+        else mfm__snapshot_copy(m, &best, 1);
     }
     if (on_gpu) { /* the host model changes only when the whole fit worked (or was cancelled between epochs) */
-        mfm_status got = st == MFM_OK || st == MFM_ERR_CANCELLED ? mfm__gpu_fit_tables(gpu, best.taken == 2 ? MFM__RETURN_BEST : MFM__RETURN_LAST, err) : st;
+        mfm_status got = st == MFM_OK || st == MFM_ERR_CANCELLED ? mfm__gpu_fit_tables(gpu, restore_best ? MFM__RETURN_BEST : MFM__RETURN_LAST, err) : st;
         if (got != MFM_OK) {
             m->epochs_trained = epochs_before;
             st = got;
@@ -7087,7 +7088,7 @@ static void mfm__gpu_gather(mfm__gpu_trainer *g, const mfm_csr *d, const uint64_
         if (g->m->params.model != MFM_MODEL_FM) memcpy(h + g->lay.fields + at * 4, d->fields + lo, (size_t)z * 4);
         if (d->values) memcpy(h + g->lay.values + at * 4, d->values + lo, (size_t)z * 4);
         labels[i] = d->labels[order[i]];
-        weights[i] = d->weights ? d->weights[order[i]] : 1.0f;
+        if (d->weights) weights[i] = d->weights[order[i]];
         at += z;
     }
     offsets[n] = at;
