@@ -4508,12 +4508,37 @@ static mfm_status mfm__check_fit_data(const mfm_model *m, const mfm_csr *d, int 
     return mfm__check_targets(m->params.task, d, &n_classes, check_weights, err);
 }
 
+/* An epoch's order of the rows: a seeded Fisher-Yates shuffle that depends on (seed, epochs
+   trained) only, or (partial fit) the rows as they come. */
+typedef struct mfm__epoch_order {
+    const mfm_model *m;
+    const uint64_t *rows;
+    uint64_t n, epochs_trained;
+    int partial;
+    uint64_t *out;
+} mfm__epoch_order;
+
+static void mfm__make_order(const mfm__epoch_order *o) {
+    uint64_t r;
+    memcpy(o->out, o->rows, (size_t)o->n * sizeof(uint64_t));
+    if (!o->partial) {
+        mfm__rng rng = mfm__rng_seed(o->m->params.seed, MFM__STREAM_EPOCH, o->epochs_trained);
+        for (r = o->n - 1; r > 0; r--) {
+            uint64_t j = mfm__rng_below(&rng, r + 1), tmp = o->out[r];
+            o->out[r] = o->out[j];
+            o->out[j] = tmp;
+        }
+    }
+}
+
 /* Training on a GPU (>>gpu-train): the passes, the validation scores and the early-stopping copy
-   of the tables on the device; the host model gets the tables back at the end. */
+   of the tables on the device; the host model gets the tables back at the end. A pass makes the
+   next epoch's order (`meanwhile`, when given) while the device works through its batches. */
 typedef struct mfm__gpu_trainer mfm__gpu_trainer;
 static mfm_status mfm__gpu_fit_start(mfm__gpu_trainer **out, mfm_model *m, const mfm_csr *d, uint64_t n_train, const mfm_csr *valid,
                                      const float *class_weights, const mfm__data_info *info, mfm_error *err);
-static mfm_status mfm__gpu_fit_pass(mfm__gpu_trainer *g, const mfm_csr *d, const uint64_t *order, uint64_t n, double *loss, double *weight, mfm_error *err);
+static mfm_status mfm__gpu_fit_pass(mfm__gpu_trainer *g, const mfm_csr *d, const uint64_t *order, uint64_t n, const mfm__epoch_order *meanwhile, double *loss,
+                                    double *weight, mfm_error *err);
 static mfm_status mfm__gpu_fit_metric(mfm__gpu_trainer *g, const mfm_csr *valid, double *metric, int *higher_better, mfm_error *err);
 enum { MFM__KEEP_BEST, MFM__RETURN_LAST, MFM__RETURN_BEST }; /* where mfm__gpu_fit_tables copies the tables */
 static mfm_status mfm__gpu_fit_tables(mfm__gpu_trainer *g, int where, mfm_error *err);
@@ -4532,10 +4557,10 @@ static mfm_status mfm__fit(mfm_model *m, const mfm_csr *d, const mfm_csr *valida
     mfm__pool pool;
     mfm_status st;
     const mfm_csr *valid = validation;
-    uint64_t *rows = NULL, *order = NULL, n = 0, r, epochs_before;
+    uint64_t *rows = NULL, *order = NULL, *order_next = NULL, n = 0, epochs_before;
     double best_metric = 0;
     float *class_weights = NULL;
-    int e, w, higher_better = 0, best_epoch = 0, stale = 0, on_gpu, pool_on = 0, restore_best, n_epochs = partial ? 1 : m ? m->params.n_epochs : 0;
+    int e, w, higher_better = 0, best_epoch = 0, stale = 0, on_gpu, pool_on = 0, restore_best, ahead = 0, n_epochs = partial ? 1 : m ? m->params.n_epochs : 0;
     if (!m) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "%s: the model is NULL", fn);
     if (!m->has_state)
         return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT,
@@ -4558,8 +4583,9 @@ static mfm_status mfm__fit(mfm_model *m, const mfm_csr *d, const mfm_csr *valida
     if (split.offsets) valid = &split.csr;
     if (st == MFM_OK) {
         order = (uint64_t *)mfm__alloc(n, sizeof(uint64_t));
+        if (on_gpu && n_epochs > 1) order_next = (uint64_t *)mfm__alloc(n, sizeof(uint64_t)); /* the next epoch's order, made during this one */
         for (e = 0; valid && !on_gpu && e < MFM_TENSOR_COUNT; e++) best.t[e] = (float *)mfm__alloc(mfm__table_bytes(m, e) / sizeof(float), sizeof(float));
-        if (!order || (valid && !on_gpu && (!best.t[0] || !best.t[1] || !best.t[2] || !best.t[3])) ||
+        if (!order || (on_gpu && n_epochs > 1 && !order_next) || (valid && !on_gpu && (!best.t[0] || !best.t[1] || !best.t[2] || !best.t[3])) ||
             (on_gpu ? !mfm__class_weights_of(m, d, rows, n, &class_weights) : !mfm__trainer_init(&tr, m, d, rows, n, &info)))
             st = mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for the training buffers (%" PRIu64 " rows)", n);
     }
@@ -4575,17 +4601,12 @@ static mfm_status mfm__fit(mfm_model *m, const mfm_csr *d, const mfm_csr *valida
     for (e = 0; e < n_epochs && st == MFM_OK; e++) {
         double t0 = mfm__seconds(), loss = 0, weight = 0, metric = NAN;
         mfm_epoch_report rep;
-        memcpy(order, rows, (size_t)n * sizeof(uint64_t));
-        if (!partial) { /* Fisher-Yates: epoch e's order depends on (seed, epochs trained) only */
-            mfm__rng rng = mfm__rng_seed(m->params.seed, MFM__STREAM_EPOCH, m->epochs_trained);
-            for (r = n - 1; r > 0; r--) {
-                uint64_t j = mfm__rng_below(&rng, r + 1), tmp = order[r];
-                order[r] = order[j];
-                order[j] = tmp;
-            }
-        }
+        mfm__epoch_order now = {m, rows, n, m->epochs_trained, partial, order}, next = {m, rows, n, m->epochs_trained + 1, partial, order_next};
+        if (!ahead) mfm__make_order(&now); /* else the last pass made it */
+        ahead = order_next && e + 1 < n_epochs;
         if (on_gpu) {
-            if ((st = mfm__gpu_fit_pass(gpu, d, order, n, &loss, &weight, err)) != MFM_OK) break;
+            if ((st = mfm__gpu_fit_pass(gpu, d, order, n, ahead ? &next : NULL, &loss, &weight, err)) != MFM_OK) break;
+            if (ahead) order_next = order, order = next.out;
         } else {
             for (w = 0; w < tr.n_workers; w++) tr.workers[w].loss = tr.workers[w].weight = 0;
             if ((st = mfm__pass(&tr, &pool, order, n, err)) != MFM_OK) break;
@@ -4654,6 +4675,7 @@ done:
     mfm__subset_free(&split);
     MFM_FREE(rows);
     MFM_FREE(order);
+    MFM_FREE(order_next);
     return st == MFM_OK ? mfm__ok(err) : st;
 }
 
@@ -6845,7 +6867,7 @@ MFMDEF mfm_status mfm_cuda_get_info(int device, mfm_cuda_info *out, mfm_error *e
 /* Mirrors struct mfm_train_args of kernels/train.cu, field for field. */
 typedef struct mfm__train_args {
     mfm__cu_ptr offsets, features, fields, values, labels, weights, rows;
-    mfm__cu_ptr table[4], grad[4], mark[4], list[4];
+    mfm__cu_ptr table[4], grad[4], mark[2], list[2], field_mask;
     mfm__cu_ptr count, dlds, scores, sums, row_loss, totals, class_weights;
     uint64_t first, n_batch, offset_base;
     uint64_t n_blocks[4];
@@ -6853,7 +6875,7 @@ typedef struct mfm__train_args {
     uint32_t stride[4], len[4];
     float l1[4], l2[4];
     float lr, ftrl_beta, smoothing;
-    uint32_t n_fields, n_classes, k, group, stamp, parity, r_shared;
+    uint32_t n_fields, n_classes, k, group, stamp, parity, mask_words, r_shared;
     int32_t model, task, optimizer, linear_only, pairs_only, normalize, score_only;
 } mfm__train_args;
 
@@ -6945,7 +6967,7 @@ static mfm_status mfm__gpu_fit_start(mfm__gpu_trainer **out, mfm_model *m, const
     mfm__cu_result r;
     mfm_status st;
     size_t free_now = 0, total = 0;
-    uint64_t per_row[4], resident_bytes;
+    uint64_t resident_bytes;
     int t;
     *out = NULL;
     if (!(g = (mfm__gpu_trainer *)mfm__calloc(1, sizeof *g))) return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for a GPU trainer");
@@ -6964,23 +6986,28 @@ static mfm_status mfm__gpu_fit_start(mfm__gpu_trainer **out, mfm_model *m, const
     }
     g->batch_rows = n_train < (uint64_t)p->batch_size ? n_train : (uint64_t)p->batch_size;
     g->n_valid = valid ? valid->n_rows : 0;
-    per_row[MFM_TENSOR_W0] = 0;
-    per_row[MFM_TENSOR_W] = z;
-    per_row[MFM_TENSOR_V] = p->linear_only ? 0 : p->model == MFM_MODEL_FFM ? (uint64_t)z * (z - 1) : z;
-    per_row[MFM_TENSOR_R] = p->linear_only ? 0 : (uint64_t)z * (z - 1) / 2;
-    for (t = 0; t < MFM_TENSOR_COUNT && st == MFM_OK; t++) { /* the tables, then what the batches need of each */
+    for (t = 0; t < MFM_TENSOR_COUNT && st == MFM_OK; t++) { /* the tables and their gradient sums */
         const mfm__table *tab = &m->t[t];
         a->n_blocks[t] = tab->n_blocks;
         a->stride[t] = tab->stride;
         a->len[t] = tab->len;
         if (!tab->n_blocks) continue;
         st = mfm__gpu_put(g, &a->table[t], tab->data, mfm__table_bytes(m, t), "the model's parameters and optimizer state", err);
-        if (st != MFM_OK || t == MFM_TENSOR_W0 || !per_row[t]) continue;
-        st = mfm__gpu_put(g, &a->grad[t], NULL, tab->n_blocks * C * tab->len * gsize, "the gradient sums", err);
-        if (st == MFM_OK) st = mfm__gpu_put(g, &a->mark[t], NULL, tab->n_blocks * 4, "the touched marks", err);
-        if (st == MFM_OK) st = mfm__gpu_take(g, &a->list[t], mfm__touch_bound(tab->n_blocks, g->batch_rows, per_row[t]) * 8, "the touched lists", err);
+        if (st == MFM_OK && t != MFM_TENSOR_W0) st = mfm__gpu_put(g, &a->grad[t], NULL, tab->n_blocks * C * tab->len * gsize, "the gradient sums", err);
     }
-    if (st == MFM_OK) st = mfm__gpu_put(g, &a->count, NULL, 8 * sizeof(uint64_t), "the touched counts", err);
+    /* what a batch touched: features (with FFM their field masks) and FwFM's entries of R */
+    if (st == MFM_OK) st = mfm__gpu_put(g, &a->mark[0], NULL, (uint64_t)m->n_features * 4, "the touched marks", err);
+    if (st == MFM_OK) st = mfm__gpu_take(g, &a->list[0], mfm__touch_bound(m->n_features, g->batch_rows, z) * 8, "the touched lists", err);
+    if (st == MFM_OK && p->model == MFM_MODEL_FFM && !p->linear_only) {
+        a->mask_words = (m->n_fields + 63) / 64;
+        st = mfm__gpu_put(g, &a->field_mask, NULL, (uint64_t)m->n_features * a->mask_words * 8, "the field masks", err);
+    }
+    if (st == MFM_OK && p->model == MFM_MODEL_FWFM && !p->linear_only) {
+        const uint64_t entries = m->t[MFM_TENSOR_R].n_blocks;
+        st = mfm__gpu_put(g, &a->mark[1], NULL, entries * 4, "the touched marks", err);
+        if (st == MFM_OK) st = mfm__gpu_take(g, &a->list[1], mfm__touch_bound(entries, g->batch_rows, (uint64_t)z * (z - 1) / 2) * 8, "the touched lists", err);
+    }
+    if (st == MFM_OK) st = mfm__gpu_put(g, &a->count, NULL, 4 * sizeof(uint64_t), "the touched counts", err);
     if (st == MFM_OK) st = mfm__gpu_take(g, &a->totals, 2 * sizeof(double), "the epoch's loss", err);
     if (st == MFM_OK) st = mfm__gpu_take(g, &a->dlds, g->batch_rows * C * 4, "a batch's loss derivatives", err);
     if (st == MFM_OK) st = mfm__gpu_take(g, &a->scores, (g->batch_rows > g->n_valid ? g->batch_rows : g->n_valid) * C * 4, "the scores", err);
@@ -7058,9 +7085,10 @@ static mfm_status mfm__gpu_batch(mfm__gpu_trainer *g, mfm_error *err) {
     const uint64_t need = (a->n_batch + g->rows_per_block - 1) / g->rows_per_block;
     const unsigned blocks = need < g->max_blocks ? (unsigned)need : g->max_blocks;
     if (++g->stamp == 0) { /* wrapped: every mark must read as stale again */
-        int t;
-        for (t = 1; t < MFM_TENSOR_COUNT; t++)
-            if (a->mark[t] && (r = mfm__cuda.cu.cuMemsetD8Async(a->mark[t], 0, (size_t)(a->n_blocks[t] * 4), g->stream)) != 0) return mfm__cu_fail(err, r, "cuMemsetD8Async");
+        int i;
+        for (i = 0; i < 2; i++)
+            if (a->mark[i] && (r = mfm__cuda.cu.cuMemsetD8Async(a->mark[i], 0, (size_t)(a->n_blocks[i ? MFM_TENSOR_R : MFM_TENSOR_W] * 4), g->stream)) != 0)
+                return mfm__cu_fail(err, r, "cuMemsetD8Async");
         g->stamp = 1;
     }
     a->stamp = g->stamp;
@@ -7095,8 +7123,10 @@ static void mfm__gpu_gather(mfm__gpu_trainer *g, const mfm_csr *d, const uint64_
 }
 
 /* One pass over the rows order[0 .. n) (the CPU's batches); *loss and *weight get the sums of
-   weight * loss and of weight over its rows. */
-static mfm_status mfm__gpu_fit_pass(mfm__gpu_trainer *g, const mfm_csr *d, const uint64_t *order, uint64_t n, double *loss, double *weight, mfm_error *err) {
+   weight * loss and of weight over its rows. Once every batch is launched, and before waiting
+   for them, it makes the order `meanwhile` asks for. */
+static mfm_status mfm__gpu_fit_pass(mfm__gpu_trainer *g, const mfm_csr *d, const uint64_t *order, uint64_t n, const mfm__epoch_order *meanwhile, double *loss,
+                                    double *weight, mfm_error *err) {
     mfm__train_args *a = &g->a;
     const uint64_t batch = (uint64_t)g->m->params.batch_size;
     mfm__cu_context saved;
@@ -7167,8 +7197,9 @@ static mfm_status mfm__gpu_fit_pass(mfm__gpu_trainer *g, const mfm_csr *d, const
             next = end;
         }
     }
-    if (st == MFM_OK && ((r = mfm__cuda.cu.cuMemcpyDtoHAsync(totals, a->totals, sizeof totals, g->stream)) != 0 || (r = mfm__cuda.cu.cuStreamSynchronize(g->stream)) != 0))
-        st = mfm__cu_fail(err, r, "training on the GPU");
+    if (st == MFM_OK && (r = mfm__cuda.cu.cuMemcpyDtoHAsync(totals, a->totals, sizeof totals, g->stream)) != 0) st = mfm__cu_fail(err, r, "training on the GPU");
+    if (st == MFM_OK && meanwhile) mfm__make_order(meanwhile);
+    if (st == MFM_OK && (r = mfm__cuda.cu.cuStreamSynchronize(g->stream)) != 0) st = mfm__cu_fail(err, r, "training on the GPU");
     mfm__gpu_leave(saved);
     *loss = totals[0];
     *weight = totals[1];
@@ -7302,8 +7333,9 @@ static mfm_status mfm__gpu_fit_start(mfm__gpu_trainer **out, mfm_model *m, const
     *out = NULL;
     return mfm__fail(err, MFM_ERR_CUDA_UNAVAILABLE, MFM__NO_CUDA_SENTENCE);
 }
-static mfm_status mfm__gpu_fit_pass(mfm__gpu_trainer *g, const mfm_csr *d, const uint64_t *order, uint64_t n, double *loss, double *weight, mfm_error *err) {
-    (void)g, (void)d, (void)order, (void)n, (void)loss, (void)weight;
+static mfm_status mfm__gpu_fit_pass(mfm__gpu_trainer *g, const mfm_csr *d, const uint64_t *order, uint64_t n, const mfm__epoch_order *meanwhile, double *loss,
+                                    double *weight, mfm_error *err) {
+    (void)g, (void)d, (void)order, (void)n, (void)meanwhile, (void)loss, (void)weight;
     return mfm__fail(err, MFM_ERR_CUDA_UNAVAILABLE, MFM__NO_CUDA_SENTENCE);
 }
 static mfm_status mfm__gpu_fit_metric(mfm__gpu_trainer *g, const mfm_csr *valid, double *metric, int *higher_better, mfm_error *err) {

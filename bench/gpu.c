@@ -7,11 +7,14 @@
    probabilities. Then the time from a fresh process to its first prediction, with the kernel
    cache cold (NVRTC compiles) and warm.
 
-   Then training (reference/gpu_anchors.md 4.3's ceilings): one epoch of AdaGrad per shape x
-   model x k x batch (256, 4096, 65536) on --train-rows rows, CPU with two threads, GPU fast
-   and deterministic, with the test logloss of each GPU run.
+   Then training (reference/gpu_anchors.md 4.3's ceilings): AdaGrad per shape x
+   model x k x batch (256, 4096, 65536) on --train-rows rows, CPU with two threads (one epoch),
+   GPU fast and deterministic (two epochs, the second timed), with the test logloss of each GPU run.
 
-       gpu [--rows N] [--train-rows N] [--features N] [--shape criteo|avazu] [--predict | --train] [--quick]   */
+       gpu [--rows N] [--train-rows N] [--features N] [--shape criteo|avazu] [--predict | --train] [--quick]
+           [--model fm|ffm|fwfm] [--k N] [--batch N] [--gpu-only]
+
+   --model, --k and --batch pick training cells; --gpu-only leaves the CPU column out (profiling). */
 #define _POSIX_C_SOURCE 200809L
 #define MODERN_FM_IMPLEMENTATION
 #include "../modern_fm.h"
@@ -119,8 +122,10 @@ static int see_epoch(void *user, const mfm_epoch_report *r) {
     return 0;
 }
 
-/* One epoch of AdaGrad on a clone of `init` with backend and batch; rows/s of the pass, of the
-   whole fit call (model and rows up and back: transfer-inclusive), and the test logloss. */
+/* AdaGrad on a clone of `init` with backend and batch: one epoch on the CPU, two on the GPU,
+   whose second is the steady state (its order was made on the CPU while the first ran). Rows/s
+   of the last pass, of the whole fit call (model and rows up and back: transfer-inclusive), and
+   the test logloss. */
 static void train_cell(const mfm_model *init, const mfm_csr *train, const mfm_csr *test, mfm_backend backend, int batch, int deterministic, int threads,
                        double *pass_rate, double *call_rate, double *logloss) {
     mfm_model *m = NULL;
@@ -130,14 +135,14 @@ static void train_cell(const mfm_model *init, const mfm_csr *train, const mfm_cs
     epoch_seen seen = {0, 0};
     double t;
     bench_check(mfm_model_clone(init, &m, &e), &e, "clone");
-    p.backend = backend, p.batch_size = batch, p.deterministic = deterministic, p.n_threads = threads, p.n_epochs = 1;
+    p.backend = backend, p.batch_size = batch, p.deterministic = deterministic, p.n_threads = threads, p.n_epochs = backend == MFM_BACKEND_CUDA ? 2 : 1;
     p.on_epoch = see_epoch, p.user = &seen;
     bench_check(mfm_model_set_params(m, &p, &e), &e, "set params");
     t = bench_now();
     bench_check(mfm_fit(m, train, &e), &e, backend == MFM_BACKEND_CUDA ? "GPU training" : "CPU training");
     t = bench_now() - t;
     *pass_rate = train->n_rows / seen.seconds;
-    *call_rate = train->n_rows / t;
+    *call_rate = (double)p.n_epochs * train->n_rows / t;
     *logloss = NAN;
     if (test) {
         bench_check(mfm_evaluate(m, test, &met, &e), &e, "evaluate");
@@ -151,14 +156,19 @@ static void train_cell(const mfm_model *init, const mfm_csr *train, const mfm_cs
 static const double train_ceiling_ffm[2][3] = {{28.6, 14.3, 7.2}, {89.6, 45.0, 22.5}};
 static const double train_ceiling_fm[2][3] = {{310, 200, 140}, {550, 350, 250}};
 
+/* Which training cells run: -1 (or 0 for k and batch) means all; cpu 0 leaves the CPU out. */
+typedef struct cell_filter {
+    int shape, model, k, batch, cpu;
+} cell_filter;
+
 /* The training table: per shape, model, k and batch, CPU (2 threads, on the first cpu_rows rows)
    and GPU rows/s, fast and deterministic, with the test logloss of each GPU run. */
-static void train_table(uint64_t n_rows, uint32_t n_features, uint64_t cpu_rows, int only_shape) {
+static void train_table(uint64_t n_rows, uint32_t n_features, uint64_t cpu_rows, cell_filter only) {
     static const mfm_model_type models[] = {MFM_MODEL_FM, MFM_MODEL_FFM, MFM_MODEL_FWFM};
     static const int ks[] = {4, 8, 16}, batches[] = {256, 4096, 65536};
     const uint64_t n_test = n_rows / 20;
     int shape, i, b;
-    printf("\ntraining: one epoch of AdaGrad (lr 0.05), %llu rows + %llu test rows per shape, %u features; CPU: 2 threads on the first %llu rows\n",
+    printf("\ntraining: AdaGrad (lr 0.05), %llu rows + %llu test rows per shape, %u features; CPU: 2 threads, one epoch on the first %llu rows; GPU: two epochs\n",
            (unsigned long long)n_rows, (unsigned long long)n_test, (unsigned)n_features, (unsigned long long)cpu_rows);
     printf("%-7s %-5s %3s %6s | %10s | %11s %11s %6s %8s | %11s %6s %8s\n", "shape", "model", "k", "batch", "CPU rows/s", "GPU rows/s", "with copies", "% ceil",
            "logloss", "determ.", "% fast", "logloss");
@@ -166,7 +176,7 @@ static void train_table(uint64_t n_rows, uint32_t n_features, uint64_t cpu_rows,
         synth_spec spec;
         synth_data all, train, test, head;
         mfm_csr dtrain, dtest, dhead;
-        if (only_shape >= 0 && shape != only_shape) continue;
+        if (only.shape >= 0 && shape != only.shape) continue;
         memset(&spec, 0, sizeof spec);
         spec.n_rows = n_rows + n_test;
         spec.n_fields = shape == 0 ? 39 : 22;
@@ -186,12 +196,14 @@ static void train_table(uint64_t n_rows, uint32_t n_features, uint64_t cpu_rows,
             mfm_model *init = NULL;
             mfm_params p;
             mfm_error e;
+            if ((only.model >= 0 && (int)model != only.model) || (only.k && k != only.k)) continue;
             memset(&p, 0, sizeof p);
             p.model = model, p.k = k, p.learning_rate = 0.05;
             bench_check(mfm_model_create(&p, train.n_features, train.n_fields, 1, &init, &e), &e, "create");
             for (b = 0; b < 3; b++) {
-                double cpu, cpu_call, gpu, gpu_call, det, det_call, loss_cpu, loss, loss_det;
-                train_cell(init, &dhead, NULL, MFM_BACKEND_CPU, batches[b], 0, 2, &cpu, &cpu_call, &loss_cpu);
+                double cpu = NAN, cpu_call, gpu, gpu_call, det, det_call, loss_cpu, loss, loss_det;
+                if (only.batch && batches[b] != only.batch) continue;
+                if (only.cpu) train_cell(init, &dhead, NULL, MFM_BACKEND_CPU, batches[b], 0, 2, &cpu, &cpu_call, &loss_cpu);
                 train_cell(init, &dtrain, &dtest, MFM_BACKEND_CUDA, batches[b], 0, 1, &gpu, &gpu_call, &loss);
                 train_cell(init, &dtrain, &dtest, MFM_BACKEND_CUDA, batches[b], 1, 1, &det, &det_call, &loss_det);
                 printf("%-7s %-5s %3d %6d | %10.0f | %11.0f %11.0f %5.1f%% %8.5f | %11.0f %5.0f%% %8.5f\n", shape == 0 ? "Criteo" : "Avazu", bench_model_names[model], k,
@@ -202,7 +214,8 @@ static void train_table(uint64_t n_rows, uint32_t n_features, uint64_t cpu_rows,
         }
         synth_free(&train), synth_free(&test), synth_free(&head);
     }
-    printf("GPU rows/s: the pass (model and rows on the device); with copies: the whole mfm_fit call, uploads and download included.\n"
+    printf("GPU rows/s: the second epoch's pass (model and rows on the device; its order was made while the first ran); with copies: the whole\n"
+           "mfm_fit call of two epochs, uploads and download included. Logloss: after the GPU's two epochs.\n"
            "%% ceil: of the AdaGrad training ceiling of gpu_anchors.md 4.3 (FFM: bytes at 2.8 TB/s; FM, FwFM: FM's record read-modify-write).\n");
 }
 
@@ -214,13 +227,20 @@ int main(int argc, char **argv) {
     mfm_cuda_info info;
     mfm_error e;
     uint64_t train_rows = 10000000, cpu_rows = 200000;
-    int i, shape, quick = 0, what = 3, only_shape = -1; /* what: 1 prediction, 2 training, 3 both */
+    int i, shape, quick = 0, what = 3; /* what: 1 prediction, 2 training, 3 both */
+    cell_filter only = {-1, -1, 0, 0, 1};
     for (i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--probe")) return probe();
         if (!strcmp(argv[i], "--rows") && i + 1 < argc) n_rows = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--train-rows") && i + 1 < argc) train_rows = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--features") && i + 1 < argc) n_features = (uint32_t)strtoul(argv[++i], NULL, 10);
-        else if (!strcmp(argv[i], "--shape") && i + 1 < argc) only_shape = !strcmp(argv[++i], "avazu");
+        else if (!strcmp(argv[i], "--shape") && i + 1 < argc) only.shape = !strcmp(argv[++i], "avazu");
+        else if (!strcmp(argv[i], "--model") && i + 1 < argc) {
+            i++;
+            only.model = !strcmp(argv[i], "fm") ? MFM_MODEL_FM : !strcmp(argv[i], "ffm") ? MFM_MODEL_FFM : MFM_MODEL_FWFM;
+        } else if (!strcmp(argv[i], "--k") && i + 1 < argc) only.k = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--batch") && i + 1 < argc) only.batch = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--gpu-only")) only.cpu = 0;
         else if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--predict")) what = 1;
         else if (!strcmp(argv[i], "--train")) what = 2;
@@ -240,7 +260,7 @@ int main(int argc, char **argv) {
     printf("device: %s (sm_%d%d, %.1f GB), driver CUDA %d.%d, NVRTC %d.%d; CPU: %d threads\n", info.device_name, info.compute_major, info.compute_minor,
            (double)info.total_memory / 1e9, info.driver_version / 1000, info.driver_version % 1000 / 10, info.nvrtc_version / 1000,
            info.nvrtc_version % 1000 / 10, mfm__cores());
-    if (what & 2) train_table(train_rows, n_features, cpu_rows, only_shape);
+    if (what & 2) train_table(train_rows, n_features, cpu_rows, only);
     if (!(what & 1)) return 0;
     printf("\n%-7s %-5s %3s | %12s %14s %14s | %10s %6s | %9s\n", "shape", "model", "k", "CPU rows/s", "GPU transfer", "GPU resident", "ceiling", "%", "max diff");
     for (shape = 0; shape < 2; shape++) {

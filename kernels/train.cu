@@ -2,12 +2,14 @@
      mfm_train_rows_*    every row of the batch on a group of lanes (as in predict.cu): its score
                          against the parameters as the batch found them, its loss and
                          weight * dL/ds, then its data gradients added into dense gradient
-                         tables. Each coordinate block it touches is marked with the batch's
-                         stamp and listed once.
-     mfm_train_apply_*   one optimizer step per listed coordinate with g = sum / B, the sum set
-                         back to zero. Blocks 0 .. C-1 step w0 of each class from the rows'
-                         dL/ds, added in a fixed order; block C adds the rows' losses to the
-                         epoch's.
+                         tables. What the batch touches is listed once, on its first touch:
+                         features (w, and v of FM and FwFM, share the feature's index) and
+                         FwFM's entries of R. An FFM feature's blocks are one per field: the
+                         fields its rows paired it with are the bits of its field mask.
+     mfm_train_apply_*   one optimizer step per touched coordinate with g = sum / B, the sum set
+                         back to zero (and FFM's field masks). Blocks 0 .. C-1 step w0 of each
+                         class from the rows' dL/ds, added in a fixed order; block C adds the
+                         rows' losses to the epoch's.
    The tables keep the CPU's layout (modern_fm.h, >>model): a block is `len` parameters, then
    their optimizer state slot by slot, and class c's blocks follow class c-1's. Gradient sums
    come in two kinds, the _fast and the _exact kernels:
@@ -18,6 +20,7 @@
    With score_only the rows kernel writes the scores and nothing else (validation rows). */
 
 enum { MFM_W0 = 0, MFM_W = 1, MFM_V = 2, MFM_R = 3 };     /* mfm_tensor */
+enum { MFM_FEATURES = 0, MFM_PAIRS = 1 };                 /* what is listed: features, entries of R */
 enum { MFM_FM = 1, MFM_FFM = 2, MFM_FWFM = 3 };           /* mfm_model_type */
 enum { MFM_REGRESSION = 2, MFM_MULTICLASS = 3 };          /* mfm_task */
 enum { MFM_SGD = 1, MFM_ADAGRAD = 2, MFM_ADAM = 3 };      /* mfm_optimizer; 4 is FTRL */
@@ -34,9 +37,10 @@ struct mfm_train_args {
     const mfm_u64 *rows;         /* batch row q is rows[q]; 0: row first + q (a streamed chunk) */
     float *table[4];             /* W0, W, V, R (0 where the model has none) */
     void *grad[4];               /* gradient sums [class][block][len]: float, or mfm_exact */
-    mfm_u32 *mark[4];            /* per block: the stamp of the last batch that touched it */
-    mfm_u64 *list[4];            /* the blocks this batch touched, in no particular order */
-    mfm_u64 *count;              /* [2][4]: how many are listed, for even and odd batches */
+    mfm_u32 *mark[2];            /* per feature, per entry of R: the stamp of the last batch that touched it */
+    mfm_u64 *list[2];            /* the features and entries of R this batch touched, in no particular order */
+    mfm_u64 *field_mask;         /* FFM: per feature mask_words words; bit g: its block of field g is touched */
+    mfm_u64 *count;              /* [2][2]: how many are listed, for even and odd batches */
     float *dlds;                 /* n_batch x C: weight * dL/ds */
     float *scores;               /* n_batch x C */
     float *sums;                 /* FM: n_batch x C x k, sum_i v_it x_i */
@@ -49,7 +53,7 @@ struct mfm_train_args {
     mfm_u32 stride[4], len[4];   /* floats per block, parameters per block */
     float l1[4], l2[4];          /* per tensor; w0's are 0 */
     float lr, ftrl_beta, smoothing;
-    mfm_u32 n_fields, n_classes, k, group, stamp, parity;
+    mfm_u32 n_fields, n_classes, k, group, stamp, parity, mask_words;
     mfm_u32 r_shared;            /* FwFM: R's sums of a block go through shared memory first */
     int model, task, optimizer, linear_only, pairs_only, normalize, score_only;
 };
@@ -123,6 +127,19 @@ __device__ __forceinline__ float mfm_take(void *grad, mfm_u64 i) {
     return v;
 }
 
+/* Four sums from i (a multiple of 4), which go back to zero. */
+template <bool EXACT>
+__device__ __forceinline__ void mfm_take4(void *grad, mfm_u64 i, float *out) {
+    if (EXACT) {
+        for (int u = 0; u < 4; u++) out[u] = mfm_take<EXACT>(grad, i + u);
+    } else {
+        float4 *g = reinterpret_cast<float4 *>(static_cast<float *>(grad) + i);
+        const float4 v = __ldcg(g);
+        __stcg(g, make_float4(0, 0, 0, 0));
+        out[0] = v.x, out[1] = v.y, out[2] = v.z, out[3] = v.w;
+    }
+}
+
 /* ---- the parameters ---- */
 
 __device__ __forceinline__ float *mfm_block(const mfm_train_args &a, int t, mfm_u32 c, mfm_u64 b) {
@@ -134,10 +151,45 @@ __device__ __forceinline__ mfm_u64 mfm_grad_at(const mfm_train_args &a, int t, m
     return (c * a.n_blocks[t] + b) * a.len[t] + j;
 }
 
-/* Lists block b of tensor t on its first touch in this batch. */
-__device__ __forceinline__ void mfm_touch(const mfm_train_args &a, int t, mfm_u64 b) {
-    mfm_u32 *m = a.mark[t] + b;
-    if (*m != a.stamp && atomicExch(m, a.stamp) != a.stamp) a.list[t][atomicAdd(a.count + 4 * a.parity + t, 1ull)] = b;
+/* Lists feature or entry x (what: MFM_FEATURES, MFM_PAIRS) on its first touch in this batch.
+   The lanes that list together take their places with one atomic: the counter is one address
+   that every first touch of the batch goes to. */
+__device__ __forceinline__ void mfm_touch(const mfm_train_args &a, int what, mfm_u64 x) {
+    mfm_u32 *m = a.mark[what] + x;
+    const bool first = *m != a.stamp && atomicExch(m, a.stamp) != a.stamp;
+    const unsigned together = __activemask(), listing = __ballot_sync(together, first);
+    const mfm_u32 me = threadIdx.x & 31u, leader = __ffs(listing) - 1;
+    mfm_u64 at = 0;
+    if (!listing) return;
+    if (me == leader) at = atomicAdd(a.count + 2 * a.parity + what, (mfm_u64)__popc(listing));
+    at = __shfl_sync(together, at, leader);
+    if (first) a.list[what][at + __popc(listing & ((1u << me) - 1u))] = x;
+}
+
+/* FFM: a row pairs each non-zero's feature with the row's other fields, so those bits go into
+   its field mask: the row's fields, less its own unless another non-zero has it too. The
+   group is the whole warp (FFM's rows take 32 lanes). */
+__device__ void mfm_touch_fields(const mfm_train_args &a, const mfm_row &row, mfm_u32 lane, unsigned mask) {
+    for (mfm_u32 w = 0; w < a.mask_words; w++) {
+        mfm_u64 once = 0, twice = 0;
+        for (mfm_u32 i = lane; i < row.z; i += a.group) {
+            const mfm_u32 f = a.fields[row.lo + i];
+            const mfm_u64 bit = f / 64 == w ? 1ull << (f % 64) : 0;
+            twice |= once & bit;
+            once |= bit;
+        }
+        for (mfm_u32 o = a.group >> 1; o > 0; o >>= 1) {
+            const mfm_u64 once_there = __shfl_xor_sync(mask, once, o), twice_there = __shfl_xor_sync(mask, twice, o);
+            twice |= twice_there | (once & once_there);
+            once |= once_there;
+        }
+        if (!once) continue;
+        for (mfm_u32 i = lane; i < row.z; i += a.group) {
+            const mfm_u32 f = a.fields[row.lo + i];
+            const mfm_u64 own = f / 64 == w ? 1ull << (f % 64) : 0, bits = (once & ~own) | (twice & own);
+            if (bits) atomicOr(a.field_mask + (mfm_u64)a.features[row.lo + i] * a.mask_words + w, bits);
+        }
+    }
 }
 
 /* FwFM's r(f, g) reads the upper triangle. */
@@ -232,7 +284,7 @@ __device__ __forceinline__ void mfm_add_r(const mfm_train_args &a, mfm_u32 c, mf
     const mfm_u64 FF = (mfm_u64)a.n_fields * a.n_fields;
     if (!a.r_shared) {
         mfm_add<EXACT>(a.grad[MFM_R], mfm_grad_at(a, MFM_R, c, e, 0), v);
-        if (first_class) mfm_touch(a, MFM_R, e);
+        if (first_class) mfm_touch(a, MFM_PAIRS, e);
         return;
     }
     mfm_add<EXACT>(mfm_r_stage, c * FF + e, v);
@@ -241,12 +293,13 @@ __device__ __forceinline__ void mfm_add_r(const mfm_train_args &a, mfm_u32 c, mf
 
 /* The data gradients of class c of one row whose weight * dL/ds is g. */
 template <bool EXACT>
-__device__ void mfm_train_gradients(const mfm_train_args &a, mfm_u32 c, const mfm_row &row, mfm_u64 q, float g, mfm_u32 lane) {
+__device__ void mfm_train_gradients(const mfm_train_args &a, mfm_u32 c, const mfm_row &row, mfm_u64 q, float g, mfm_u32 lane, unsigned mask) {
     const bool first_class = c == 0;
+    if (first_class && a.model == MFM_FFM && !a.linear_only) mfm_touch_fields(a, row, lane, mask);
     for (mfm_u32 i = lane; i < row.z; i += a.group) { /* pairs_only: w is touched, its gradient is 0 */
         const mfm_u32 f = a.features[row.lo + i];
         mfm_add<EXACT>(a.grad[MFM_W], mfm_grad_at(a, MFM_W, c, f, 0), a.pairs_only ? 0.0f : g * mfm_x(a, row.lo + i, row.scale));
-        if (first_class) mfm_touch(a, MFM_W, f);
+        if (first_class) mfm_touch(a, MFM_FEATURES, f);
     }
     if (a.linear_only) return;
     if (a.model == MFM_FM) { /* ds/dv_it = x_i (sum_t - v_it x_i) */
@@ -255,7 +308,6 @@ __device__ void mfm_train_gradients(const mfm_train_args &a, mfm_u32 c, const mf
             const mfm_u32 f = a.features[row.lo + i];
             const float x = mfm_x(a, row.lo + i, row.scale), gx = g * x, *v = mfm_block(a, MFM_V, c, f);
             for (mfm_u32 t = lane; t < a.k; t += a.group) mfm_add<EXACT>(a.grad[MFM_V], mfm_grad_at(a, MFM_V, c, f, t), gx * (sum[t] - v[t] * x));
-            if (first_class && lane == 0) mfm_touch(a, MFM_V, f);
         }
         return;
     }
@@ -278,7 +330,6 @@ __device__ void mfm_train_gradients(const mfm_train_args &a, mfm_u32 c, const mf
                 for (mfm_u32 u = 0; u < 8; u++)
                     if (u < n) mfm_add<EXACT>(a.grad[MFM_V], mfm_grad_at(a, MFM_V, c, f, t0 + u), gx * acc[u]);
             }
-            if (first_class) mfm_touch(a, MFM_V, f);
         }
     for (mfm_pair_walk w(lane, row.z); w.i + 1 < row.z; w.next(a.group, row.z)) {
         const mfm_u64 at = row.lo + w.i, bt = row.lo + w.j;
@@ -296,10 +347,6 @@ __device__ void mfm_train_gradients(const mfm_train_args &a, mfm_u32 c, const mf
             for (; t < a.k; t++) {
                 mfm_add<EXACT>(a.grad[MFM_V], mfm_grad_at(a, MFM_V, c, sa, t), coef * vb[t]);
                 mfm_add<EXACT>(a.grad[MFM_V], mfm_grad_at(a, MFM_V, c, sb, t), coef * va[t]);
-            }
-            if (first_class) {
-                mfm_touch(a, MFM_V, sa);
-                mfm_touch(a, MFM_V, sb);
             }
         } else { /* r(f_a, f_b) receives coef <v_a, v_b> */
             const float dot = mfm_dot<0>(mfm_block(a, MFM_V, c, a.features[at]), mfm_block(a, MFM_V, c, a.features[bt]), a.k);
@@ -328,7 +375,7 @@ __device__ void mfm_train_rows(const mfm_train_args &a) {
             __syncwarp(mask);
             if (lane == 0) mfm_train_loss(a, q, r);
             __syncwarp(mask);
-            for (mfm_u32 c = 0; c < C; c++) mfm_train_gradients<EXACT>(a, c, row, q, a.dlds[q * C + c], lane);
+            for (mfm_u32 c = 0; c < C; c++) mfm_train_gradients<EXACT>(a, c, row, q, a.dlds[q * C + c], lane, mask);
         }
     }
     if (a.r_shared) { /* the block's R sums and touched pairs go out */
@@ -336,7 +383,7 @@ __device__ void mfm_train_rows(const mfm_train_args &a) {
         __syncthreads();
         for (mfm_u64 e = threadIdx.x; e < FF; e += blockDim.x) {
             if (!touched[e]) continue;
-            mfm_touch(a, MFM_R, e);
+            mfm_touch(a, MFM_PAIRS, e);
             for (mfm_u32 c = 0; c < C; c++) {
                 if (EXACT) {
                     const mfm_exact s = reinterpret_cast<const mfm_exact *>(mfm_r_stage)[c * FF + e];
@@ -351,37 +398,101 @@ __device__ void mfm_train_rows(const mfm_train_args &a) {
 
 /* ---- the step ---- */
 
-/* One optimizer step of coordinate j of a block of len, its gradient sum over `rows` rows
-   gsum: the CPU's operations (modern_fm.h, mfm__step). */
-__device__ void mfm_step(const mfm_train_args &a, int t, float *blk, mfm_u32 len, mfm_u32 j, float gsum, float rows) {
-    float *theta = blk + j, *s1 = blk + len + j, *s2 = blk + 2 * len + j, *s3 = blk + 3 * len + j;
+/* One optimizer step of a coordinate whose gradient sum over `rows` rows is gsum, its state
+   s1 .. s3 (what the optimizer keeps): the CPU's operations (modern_fm.h, mfm__step). */
+__device__ __forceinline__ void mfm_step(const mfm_train_args &a, int t, float &theta, float &s1, float &s2, float &s3, float gsum, float rows) {
     const float l1 = a.l1[t], l2 = a.l2[t];
     if (a.optimizer == MFM_SGD) {
-        *theta -= a.lr * (gsum / rows + l2 * *theta);
+        theta -= a.lr * (gsum / rows + l2 * theta);
     } else if (a.optimizer == MFM_ADAGRAD) {
-        const float g = gsum / rows + l2 * *theta;
-        *s1 += g * g;
-        *theta -= a.lr * g / sqrtf(*s1 + 1e-10f);
+        const float g = gsum / rows + l2 * theta;
+        s1 += g * g;
+        theta -= a.lr * g / sqrtf(s1 + 1e-10f);
     } else if (a.optimizer == MFM_ADAM) { /* s1 = m, s2 = v, s3 = steps taken */
-        const float g = gsum / rows + l2 * *theta, n = *s3 + 1.0f;
+        const float g = gsum / rows + l2 * theta, n = s3 + 1.0f;
         const double c1 = 1.0 - pow(a.beta1, (double)n), c2 = 1.0 - pow(a.beta2, (double)n);
-        *s3 = n;
-        *s1 = (float)(a.beta1 * *s1 + (1.0 - a.beta1) * g);
-        *s2 = (float)(a.beta2 * *s2 + (1.0 - a.beta2) * (double)g * g);
-        *theta -= (float)(a.lr * (*s1 / c1) / (sqrt(*s2 / c2) + a.eps));
+        s3 = n;
+        s1 = (float)(a.beta1 * s1 + (1.0 - a.beta1) * g);
+        s2 = (float)(a.beta2 * s2 + (1.0 - a.beta2) * (double)g * g);
+        theta -= (float)(a.lr * (s1 / c1) / (sqrt(s2 / c2) + a.eps));
     } else { /* FTRL: s1 = z, s2 = n; L1 and L2 live in the closed form */
-        const float g = gsum / rows, n = *s2 + g * g, sigma = (sqrtf(n) - sqrtf(*s2)) / a.lr;
-        const float z = *s1 += g - sigma * *theta;
-        *s2 = n;
-        *theta = fabsf(z) <= l1 ? 0.0f : -(z - (z < 0 ? -l1 : l1)) / ((a.ftrl_beta + sqrtf(n)) / a.lr + l2);
+        const float g = gsum / rows, n = s2 + g * g, sigma = (sqrtf(n) - sqrtf(s2)) / a.lr;
+        const float z = s1 += g - sigma * theta;
+        s2 = n;
+        theta = fabsf(z) <= l1 ? 0.0f : -(z - (z < 0 ? -l1 : l1)) / ((a.ftrl_beta + sqrtf(n)) / a.lr + l2);
     }
 }
 
-/* A block's sum of n values v(i), i = 0 .. n-1, in an order fixed by n and the block size. */
+/* N floats at p (N = 4: p on 16 bytes) into v, and back: one memory request for the four,
+   cached in L2 only (each is read and written once a batch). */
+template <int N>
+__device__ __forceinline__ void mfm_load(float *v, const float *p) {
+    if (N == 4) {
+        const float4 x = __ldcg(reinterpret_cast<const float4 *>(p));
+        v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w;
+    } else {
+        v[0] = __ldcg(p);
+    }
+}
+
+template <int N>
+__device__ __forceinline__ void mfm_store(float *p, const float *v) {
+    if (N == 4)
+        __stcg(reinterpret_cast<float4 *>(p), make_float4(v[0], v[1], v[2], v[3]));
+    else
+        __stcg(p, v[0]);
+}
+
+/* Steps coordinates j .. j+N-1 of a block of len parameters (then its state, slot by slot):
+   every load first, so that they are in flight together, then the steps, then the stores. */
+template <int N>
+__device__ __forceinline__ void mfm_step_run(const mfm_train_args &a, int t, float *blk, mfm_u32 len, mfm_u32 j, const float *gsum, float rows) {
+    const mfm_u32 slots = a.stride[t] / len; /* the parameter and its state */
+    float v[4][N];
+#pragma unroll
+    for (mfm_u32 s = 0; s < 4; s++) {
+        for (int u = 0; u < N; u++) v[s][u] = 0;
+        if (s < slots) mfm_load<N>(v[s], blk + s * len + j);
+    }
+#pragma unroll
+    for (int u = 0; u < N; u++) mfm_step(a, t, v[0][u], v[1][u], v[2][u], v[3][u], gsum[u], rows);
+#pragma unroll
+    for (mfm_u32 s = 0; s < 4; s++)
+        if (s < slots) mfm_store<N>(blk + s * len + j, v[s]);
+}
+
+/* One step of every coordinate of block b of tensor t, class c: four at a time where the
+   block's length is a multiple of four (blocks and sums start on 16 bytes then). */
+template <bool EXACT>
+__device__ __forceinline__ void mfm_step_block(const mfm_train_args &a, int t, mfm_u32 c, mfm_u64 b, float rows) {
+    const mfm_u32 len = a.len[t];
+    float *blk = mfm_block(a, t, c, b), g[4];
+    const mfm_u64 at = mfm_grad_at(a, t, c, b, 0);
+    mfm_u32 j = 0;
+    for (; len % 4 == 0 && j < len; j += 4) {
+        mfm_take4<EXACT>(a.grad[t], at + j, g);
+        mfm_step_run<4>(a, t, blk, len, j, g, rows);
+    }
+    for (; j < len; j++) {
+        g[0] = mfm_take<EXACT>(a.grad[t], at + j);
+        mfm_step_run<1>(a, t, blk, len, j, g, rows);
+    }
+}
+
+/* A block's sum of n values v(i), i = 0 .. n-1, in an order fixed by n and the block size.
+   Each thread keeps eight partial sums, so that eight loads are in flight at a time. */
 template <class T, class F>
 __device__ T mfm_block_sum(T *shared, mfm_u64 n, F v) {
-    T s = 0;
-    for (mfm_u64 i = threadIdx.x; i < n; i += blockDim.x) s += v(i);
+    const mfm_u64 B = blockDim.x;
+    T part[8] = {0, 0, 0, 0, 0, 0, 0, 0}, s = 0;
+    mfm_u64 i = threadIdx.x;
+    for (; i + 7 * B < n; i += 8 * B)
+#pragma unroll
+        for (int u = 0; u < 8; u++) part[u] += v(i + u * B);
+#pragma unroll
+    for (int u = 0; u < 7; u++)
+        if (i + u * B < n) part[u] += v(i + u * B);
+    for (int u = 0; u < 8; u++) s += part[u];
     shared[threadIdx.x] = s;
     __syncthreads();
     for (mfm_u32 half = blockDim.x / 2; half > 0; half /= 2) {
@@ -391,18 +502,25 @@ __device__ T mfm_block_sum(T *shared, mfm_u64 n, F v) {
     return shared[0];
 }
 
-/* Blocks of 256 threads; the first C + 1 have their own jobs (see the top of this file). */
+/* Blocks of 256 threads; the first C + 1 have their own jobs (see the top of this file). The
+   rest take the listed features, then the listed entries of R. A feature's blocks are its w,
+   then its v (FM, FwFM) or its fields' v blocks whose bits are set (FFM); an FFM feature goes
+   to a warp, whose lanes share its blocks, the rest to one lane. One place steps every block,
+   so the step's code is there once. */
 template <bool EXACT>
 __device__ void mfm_train_apply(const mfm_train_args &a) {
     __shared__ double shared[256];
     const mfm_u32 C = a.n_classes;
-    const mfm_u64 *count = a.count + 4 * a.parity;
+    const mfm_u64 *count = a.count + 2 * a.parity;
     const float rows = (float)a.n_batch;
     if (blockIdx.x < C) { /* w0: pairs_only touches it with a zero gradient */
         const mfm_u32 c = blockIdx.x;
         const float *dlds = a.dlds;
-        const float sum = mfm_block_sum(reinterpret_cast<float *>(shared), a.n_batch, [=](mfm_u64 q) { return dlds[q * C + c]; });
-        if (threadIdx.x == 0) mfm_step(a, MFM_W0, mfm_block(a, MFM_W0, c, 0), 1, 0, a.pairs_only ? 0.0f : sum, rows);
+        float sum = mfm_block_sum(reinterpret_cast<float *>(shared), a.n_batch, [=](mfm_u64 q) { return dlds[q * C + c]; });
+        if (threadIdx.x == 0) {
+            if (a.pairs_only) sum = 0;
+            mfm_step_run<1>(a, MFM_W0, mfm_block(a, MFM_W0, c, 0), 1, 0, &sum, rows);
+        }
         return;
     }
     if (blockIdx.x == C) {
@@ -413,30 +531,35 @@ __device__ void mfm_train_apply(const mfm_train_args &a) {
         if (threadIdx.x == 0) {
             a.totals[0] += loss;
             a.totals[1] += weight;
-            for (int t = 0; t < 4; t++) a.count[4 * (a.parity ^ 1) + t] = 0; /* for the next batch */
+            a.count[2 * (a.parity ^ 1)] = a.count[2 * (a.parity ^ 1) + 1] = 0; /* for the next batch */
         }
         return;
     }
-    const mfm_u64 n_w = count[MFM_W] * C, n_v = count[MFM_V] * C * a.len[MFM_V], n_r = count[MFM_R] * C;
-    const mfm_u64 step = (mfm_u64)(gridDim.x - C - 1) * blockDim.x;
-    for (mfm_u64 i = (mfm_u64)(blockIdx.x - C - 1) * blockDim.x + threadIdx.x; i < n_w + n_v + n_r; i += step) {
-        mfm_u64 e = i;
-        int t = MFM_W;
-        if (e >= n_w) {
-            e -= n_w;
-            t = MFM_V;
-            if (e >= n_v) {
-                e -= n_v;
-                t = MFM_R;
+    const bool ffm = a.model == MFM_FFM && !a.linear_only;
+    const mfm_u32 G = ffm ? 32 : 1, lane = threadIdx.x % G, blocks = a.linear_only ? 1 : ffm ? 1 + a.n_fields : 2;
+    const mfm_u64 n_features = count[MFM_FEATURES], n_items = n_features + count[MFM_PAIRS];
+    const mfm_u64 step = (mfm_u64)(gridDim.x - C - 1) * blockDim.x / G;
+    for (mfm_u64 i = ((mfm_u64)(blockIdx.x - C - 1) * blockDim.x + threadIdx.x) / G; i < n_items; i += step) {
+        const bool pair = i >= n_features;
+        const mfm_u64 x = pair ? a.list[MFM_PAIRS][i - n_features] : a.list[MFM_FEATURES][i];
+        mfm_u64 *fields = ffm ? a.field_mask + x * a.mask_words : 0;
+        for (mfm_u32 u = lane; u < (pair ? 1 : blocks); u += G) {
+            int t = pair ? MFM_R : u == 0 ? MFM_W : MFM_V;
+            mfm_u64 b = x;
+            if (ffm && u > 0) {
+                const mfm_u32 g = u - 1;
+                if (!(fields[g / 64] >> (g % 64) & 1)) continue;
+                b = x * a.n_fields + g;
             }
+            for (mfm_u32 c = 0; c < C; c++) mfm_step_block<EXACT>(a, t, c, b, rows);
         }
-        const mfm_u32 len = a.len[t], j = (mfm_u32)(e % len), c = (mfm_u32)(e / len % C);
-        const mfm_u64 b = a.list[t][e / len / C];
-        mfm_step(a, t, mfm_block(a, t, c, b), len, j, mfm_take<EXACT>(a.grad[t], mfm_grad_at(a, t, c, b, j)), rows);
+        if (!ffm) continue;
+        __syncwarp(mfm_group_mask(G));
+        for (mfm_u32 w = lane; w < a.mask_words; w += G) fields[w] = 0; /* for the next batch */
     }
 }
 
 extern "C" __global__ void mfm_train_rows_fast(const mfm_train_args a) { mfm_train_rows<false>(a); }
 extern "C" __global__ void mfm_train_rows_exact(const mfm_train_args a) { mfm_train_rows<true>(a); }
-extern "C" __global__ void __launch_bounds__(256) mfm_train_apply_fast(const mfm_train_args a) { mfm_train_apply<false>(a); }
-extern "C" __global__ void __launch_bounds__(256) mfm_train_apply_exact(const mfm_train_args a) { mfm_train_apply<true>(a); }
+extern "C" __global__ void __launch_bounds__(256, 2) mfm_train_apply_fast(const mfm_train_args a) { mfm_train_apply<false>(a); }
+extern "C" __global__ void __launch_bounds__(256, 2) mfm_train_apply_exact(const mfm_train_args a) { mfm_train_apply<true>(a); }
