@@ -12,9 +12,10 @@
    GPU fast and deterministic (two epochs, the second timed), with the test logloss of each GPU run.
 
        gpu [--rows N] [--train-rows N] [--features N] [--shape criteo|avazu] [--predict | --train] [--quick]
-           [--model fm|ffm|fwfm] [--k N] [--batch N] [--gpu-only]
+           [--model fm,ffm,fwfm] [--k N] [--batch N] [--gpu-only]
 
-   --model, --k and --batch pick training cells; --gpu-only leaves the CPU column out (profiling). */
+   --model (one or more, comma-separated), --k and --batch pick training cells; --gpu-only leaves
+   the CPU column out (profiling). */
 #define _POSIX_C_SOURCE 200809L
 #define MODERN_FM_IMPLEMENTATION
 #include "../modern_fm.h"
@@ -156,9 +157,10 @@ static void train_cell(const mfm_model *init, const mfm_csr *train, const mfm_cs
 static const double train_ceiling_ffm[2][3] = {{28.6, 14.3, 7.2}, {89.6, 45.0, 22.5}};
 static const double train_ceiling_fm[2][3] = {{310, 200, 140}, {550, 350, 250}};
 
-/* Which training cells run: -1 (or 0 for k and batch) means all; cpu 0 leaves the CPU out. */
+/* Which training cells run: shape -1, k and batch 0 mean all; models is a bit per model type;
+   cpu 0 leaves the CPU out. */
 typedef struct cell_filter {
-    int shape, model, k, batch, cpu;
+    int shape, models, k, batch, cpu;
 } cell_filter;
 
 /* The training table: per shape, model, k and batch, CPU (2 threads, on the first cpu_rows rows)
@@ -196,7 +198,7 @@ static void train_table(uint64_t n_rows, uint32_t n_features, uint64_t cpu_rows,
             mfm_model *init = NULL;
             mfm_params p;
             mfm_error e;
-            if ((only.model >= 0 && (int)model != only.model) || (only.k && k != only.k)) continue;
+            if (!(only.models >> model & 1) || (only.k && k != only.k)) continue;
             memset(&p, 0, sizeof p);
             p.model = model, p.k = k, p.learning_rate = 0.05;
             bench_check(mfm_model_create(&p, train.n_features, train.n_fields, 1, &init, &e), &e, "create");
@@ -228,7 +230,7 @@ int main(int argc, char **argv) {
     mfm_error e;
     uint64_t train_rows = 10000000, cpu_rows = 200000;
     int i, shape, quick = 0, what = 3; /* what: 1 prediction, 2 training, 3 both */
-    cell_filter only = {-1, -1, 0, 0, 1};
+    cell_filter only = {-1, ~0, 0, 0, 1};
     for (i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--probe")) return probe();
         if (!strcmp(argv[i], "--rows") && i + 1 < argc) n_rows = strtoull(argv[++i], NULL, 10);
@@ -236,8 +238,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--features") && i + 1 < argc) n_features = (uint32_t)strtoul(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--shape") && i + 1 < argc) only.shape = !strcmp(argv[++i], "avazu");
         else if (!strcmp(argv[i], "--model") && i + 1 < argc) {
-            i++;
-            only.model = !strcmp(argv[i], "fm") ? MFM_MODEL_FM : !strcmp(argv[i], "ffm") ? MFM_MODEL_FFM : MFM_MODEL_FWFM;
+            char *name = argv[++i];
+            only.models = 0;
+            for (name = strtok(name, ","); name; name = strtok(NULL, ","))
+                only.models |= 1 << (!strcmp(name, "fm") ? MFM_MODEL_FM : !strcmp(name, "ffm") ? MFM_MODEL_FFM : MFM_MODEL_FWFM);
         } else if (!strcmp(argv[i], "--k") && i + 1 < argc) only.k = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--batch") && i + 1 < argc) only.batch = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--gpu-only")) only.cpu = 0;
