@@ -240,8 +240,14 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--model") && i + 1 < argc) {
             char *name = argv[++i];
             only.models = 0;
-            for (name = strtok(name, ","); name; name = strtok(NULL, ","))
-                only.models |= 1 << (!strcmp(name, "fm") ? MFM_MODEL_FM : !strcmp(name, "ffm") ? MFM_MODEL_FFM : MFM_MODEL_FWFM);
+            for (name = strtok(name, ","); name; name = strtok(NULL, ",")) {
+                const int model = !strcmp(name, "fm") ? MFM_MODEL_FM : !strcmp(name, "ffm") ? MFM_MODEL_FFM : !strcmp(name, "fwfm") ? MFM_MODEL_FWFM : -1;
+                if (model < 0) {
+                    fprintf(stderr, "--model: unknown model '%s' (fm, ffm, fwfm)\n", name);
+                    return 2;
+                }
+                only.models |= 1 << model;
+            }
         } else if (!strcmp(argv[i], "--k") && i + 1 < argc) only.k = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--batch") && i + 1 < argc) only.batch = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--gpu-only")) only.cpu = 0;
