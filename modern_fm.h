@@ -5529,7 +5529,7 @@ typedef struct mfm__gpu_device {
     mfm__cu_module module;
     mfm__cu_function fm, finish;
     mfm__cu_function pairs[2][4]; /* [FFM, FwFM][any k, k = 4, 8, 16] */
-    mfm__cu_function train_rows[2], train_apply[2]; /* [fast, exact] (kernels/train.cu) */
+    mfm__cu_function train_rows[2], train_apply[2][4]; /* [fast, exact], [SGD, AdaGrad, Adam, FTRL] (kernels/train.cu) */
     int cc, sm_count;
     double context_seconds; /* cuDevicePrimaryCtxRetain: the first use of the GPU */
     mfm_kernel_build build; /* how the module's image was had */
@@ -6316,9 +6316,14 @@ static mfm_status mfm__gpu_device_ready_locked(int d, mfm_error *err) {
                 snprintf(name, sizeof name, "%s", i == 8 ? "mfm_predict_fm" : "mfm_finish");
             if ((r = cu->cuModuleGetFunction(f, dev->module, name)) != 0) st = mfm__cu_fail(err, r, name);
         }
-        for (i = 0; i < 4 && st == MFM_OK; i++) {
-            snprintf(name, sizeof name, "mfm_train_%s_%s", i < 2 ? "rows" : "apply", i & 1 ? "exact" : "fast");
-            if ((r = cu->cuModuleGetFunction(i < 2 ? &dev->train_rows[i & 1] : &dev->train_apply[i & 1], dev->module, name)) != 0) st = mfm__cu_fail(err, r, name);
+        for (i = 0; i < 10 && st == MFM_OK; i++) { /* rows fast, exact, then apply fast and exact per optimizer */
+            static const char *const sums[2] = {"fast", "exact"}, *const optimizers[4] = {"sgd", "adagrad", "adam", "ftrl"};
+            if (i < 2)
+                snprintf(name, sizeof name, "mfm_train_rows_%s", sums[i]);
+            else
+                snprintf(name, sizeof name, "mfm_train_apply_%s_%s", sums[(i - 2) / 4], optimizers[(i - 2) % 4]);
+            if ((r = cu->cuModuleGetFunction(i < 2 ? &dev->train_rows[i] : &dev->train_apply[(i - 2) / 4][(i - 2) % 4], dev->module, name)) != 0)
+                st = mfm__cu_fail(err, r, name);
         }
         dev->ready = st == MFM_OK;
     }
@@ -7098,7 +7103,7 @@ static mfm_status mfm__gpu_batch(mfm__gpu_trainer *g, mfm_error *err) {
     params[0] = a;
     if ((r = mfm__cuda.cu.cuLaunchKernel(g->dev->train_rows[g->m->params.deterministic], blocks, 1, 1, 256, 1, 1, g->r_shared, g->stream, params, NULL)) != 0)
         return mfm__cu_fail(err, r, "cuLaunchKernel (training rows)");
-    if ((r = mfm__cuda.cu.cuLaunchKernel(g->dev->train_apply[g->m->params.deterministic], a->n_classes + 1 + (unsigned)g->dev->sm_count * 4, 1, 1, 256, 1, 1, 0,
+    if ((r = mfm__cuda.cu.cuLaunchKernel(g->dev->train_apply[g->m->params.deterministic][g->m->params.optimizer - MFM_OPTIMIZER_SGD], a->n_classes + 1 + (unsigned)g->dev->sm_count * 4, 1, 1, 256, 1, 1, 0,
                                          g->stream, params, NULL)) != 0)
         return mfm__cu_fail(err, r, "cuLaunchKernel (optimizer steps)");
     return MFM_OK;

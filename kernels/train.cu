@@ -23,7 +23,7 @@ enum { MFM_W0 = 0, MFM_W = 1, MFM_V = 2, MFM_R = 3 };     /* mfm_tensor */
 enum { MFM_FEATURES = 0, MFM_PAIRS = 1 };                 /* what is listed: features, entries of R */
 enum { MFM_FM = 1, MFM_FFM = 2, MFM_FWFM = 3 };           /* mfm_model_type */
 enum { MFM_REGRESSION = 2, MFM_MULTICLASS = 3 };          /* mfm_task */
-enum { MFM_SGD = 1, MFM_ADAGRAD = 2, MFM_ADAM = 3 };      /* mfm_optimizer; 4 is FTRL */
+enum { MFM_SGD = 1, MFM_ADAGRAD = 2, MFM_ADAM = 3, MFM_FTRL = 4 }; /* mfm_optimizer */
 
 /* What both launches are given. modern_fm.h has the same struct (mfm__train_args) with the
    pointers spelled as 64-bit device addresses: 8-byte fields first, then 4-byte ones. */
@@ -399,16 +399,18 @@ __device__ void mfm_train_rows(const mfm_train_args &a) {
 /* ---- the step ---- */
 
 /* One optimizer step of a coordinate whose gradient sum over `rows` rows is gsum, its state
-   s1 .. s3 (what the optimizer keeps): the CPU's operations (modern_fm.h, mfm__step). */
+   s1 .. s3 (what the optimizer keeps): the CPU's operations (modern_fm.h, mfm__step). OPT is
+   the optimizer: each has kernels of its own, which hold only its own registers. */
+template <int OPT>
 __device__ __forceinline__ void mfm_step(const mfm_train_args &a, int t, float &theta, float &s1, float &s2, float &s3, float gsum, float rows) {
     const float l1 = a.l1[t], l2 = a.l2[t];
-    if (a.optimizer == MFM_SGD) {
+    if (OPT == MFM_SGD) {
         theta -= a.lr * (gsum / rows + l2 * theta);
-    } else if (a.optimizer == MFM_ADAGRAD) {
+    } else if (OPT == MFM_ADAGRAD) {
         const float g = gsum / rows + l2 * theta;
         s1 += g * g;
         theta -= a.lr * g / sqrtf(s1 + 1e-10f);
-    } else if (a.optimizer == MFM_ADAM) { /* s1 = m, s2 = v, s3 = steps taken */
+    } else if (OPT == MFM_ADAM) { /* s1 = m, s2 = v, s3 = steps taken */
         const float g = gsum / rows + l2 * theta, n = s3 + 1.0f;
         const double c1 = 1.0 - pow(a.beta1, (double)n), c2 = 1.0 - pow(a.beta2, (double)n);
         s3 = n;
@@ -445,9 +447,9 @@ __device__ __forceinline__ void mfm_store(float *p, const float *v) {
 
 /* Steps coordinates j .. j+N-1 of a block of len parameters (then its state, slot by slot):
    every load first, so that they are in flight together, then the steps, then the stores. */
-template <int N>
+template <int N, int OPT>
 __device__ __forceinline__ void mfm_step_run(const mfm_train_args &a, int t, float *blk, mfm_u32 len, mfm_u32 j, const float *gsum, float rows) {
-    const mfm_u32 slots = a.stride[t] / len; /* the parameter and its state */
+    const mfm_u32 slots = OPT == MFM_SGD ? 1 : OPT == MFM_ADAGRAD ? 2 : OPT == MFM_ADAM ? 4 : 3; /* the parameter and its state */
     float v[4][N];
 #pragma unroll
     for (mfm_u32 s = 0; s < 4; s++) {
@@ -455,7 +457,7 @@ __device__ __forceinline__ void mfm_step_run(const mfm_train_args &a, int t, flo
         if (s < slots) mfm_load<N>(v[s], blk + s * len + j);
     }
 #pragma unroll
-    for (int u = 0; u < N; u++) mfm_step(a, t, v[0][u], v[1][u], v[2][u], v[3][u], gsum[u], rows);
+    for (int u = 0; u < N; u++) mfm_step<OPT>(a, t, v[0][u], v[1][u], v[2][u], v[3][u], gsum[u], rows);
 #pragma unroll
     for (mfm_u32 s = 0; s < 4; s++)
         if (s < slots) mfm_store<N>(blk + s * len + j, v[s]);
@@ -463,7 +465,7 @@ __device__ __forceinline__ void mfm_step_run(const mfm_train_args &a, int t, flo
 
 /* One step of every coordinate of block b of tensor t, class c: four at a time where the
    block's length is a multiple of four (blocks and sums start on 16 bytes then). */
-template <bool EXACT>
+template <bool EXACT, int OPT>
 __device__ __forceinline__ void mfm_step_block(const mfm_train_args &a, int t, mfm_u32 c, mfm_u64 b, float rows) {
     const mfm_u32 len = a.len[t];
     float *blk = mfm_block(a, t, c, b), g[4];
@@ -471,12 +473,24 @@ __device__ __forceinline__ void mfm_step_block(const mfm_train_args &a, int t, m
     mfm_u32 j = 0;
     for (; len % 4 == 0 && j < len; j += 4) {
         mfm_take4<EXACT>(a.grad[t], at + j, g);
-        mfm_step_run<4>(a, t, blk, len, j, g, rows);
+        mfm_step_run<4, OPT>(a, t, blk, len, j, g, rows);
     }
     for (; j < len; j++) {
         g[0] = mfm_take<EXACT>(a.grad[t], at + j);
-        mfm_step_run<1>(a, t, blk, len, j, g, rows);
+        mfm_step_run<1, OPT>(a, t, blk, len, j, g, rows);
     }
+}
+
+/* FFM: the lanes of a warp that stepped blocks under one word of a feature's field mask clear
+   their bits of it with one atomic (bits: the lane's own bit, or 0; word 0: none). Every lane
+   of the warp calls this. */
+__device__ __forceinline__ void mfm_clear_fields(mfm_u64 *word, mfm_u64 bits) {
+#if __CUDA_ARCH__ >= 800
+    const unsigned peers = __match_any_sync(0xffffffffu, (mfm_u64)word);
+    bits = (mfm_u64)__reduce_or_sync(peers, (mfm_u32)bits) | (mfm_u64)__reduce_or_sync(peers, (mfm_u32)(bits >> 32)) << 32;
+    if ((threadIdx.x & 31u) != (mfm_u32)__ffs(peers) - 1u) return;
+#endif
+    if (bits) atomicAnd(word, ~bits);
 }
 
 /* A block's sum of n values v(i), i = 0 .. n-1, in an order fixed by n and the block size.
@@ -502,12 +516,12 @@ __device__ T mfm_block_sum(T *shared, mfm_u64 n, F v) {
     return shared[0];
 }
 
-/* Blocks of 256 threads; the first C + 1 have their own jobs (see the top of this file). The
-   rest take the listed features, then the listed entries of R. A feature's blocks are its w,
-   then its v (FM, FwFM) or its fields' v blocks whose bits are set (FFM); an FFM feature goes
-   to a warp, whose lanes share its blocks, the rest to one lane. One place steps every block,
-   so the step's code is there once. */
-template <bool EXACT>
+/* Blocks of 256 threads; the first C + 1 have their own jobs (see the top of this file). In
+   the rest each thread steps one block of parameters, item i of: the listed features' w, their
+   v (FFM: a feature's blocks field by field, so that neighbouring threads share a feature and
+   its field mask; a block whose bit is clear is skipped), the listed entries of R. One place
+   steps every block, so the step's code is there once. */
+template <bool EXACT, int OPT>
 __device__ void mfm_train_apply(const mfm_train_args &a) {
     __shared__ double shared[256];
     const mfm_u32 C = a.n_classes;
@@ -519,7 +533,7 @@ __device__ void mfm_train_apply(const mfm_train_args &a) {
         float sum = mfm_block_sum(reinterpret_cast<float *>(shared), a.n_batch, [=](mfm_u64 q) { return dlds[q * C + c]; });
         if (threadIdx.x == 0) {
             if (a.pairs_only) sum = 0;
-            mfm_step_run<1>(a, MFM_W0, mfm_block(a, MFM_W0, c, 0), 1, 0, &sum, rows);
+            mfm_step_run<1, OPT>(a, MFM_W0, mfm_block(a, MFM_W0, c, 0), 1, 0, &sum, rows);
         }
         return;
     }
@@ -536,30 +550,47 @@ __device__ void mfm_train_apply(const mfm_train_args &a) {
         return;
     }
     const bool ffm = a.model == MFM_FFM && !a.linear_only;
-    const mfm_u32 G = ffm ? 32 : 1, lane = threadIdx.x % G, blocks = a.linear_only ? 1 : ffm ? 1 + a.n_fields : 2;
-    const mfm_u64 n_features = count[MFM_FEATURES], n_items = n_features + count[MFM_PAIRS];
-    const mfm_u64 step = (mfm_u64)(gridDim.x - C - 1) * blockDim.x / G;
-    for (mfm_u64 i = ((mfm_u64)(blockIdx.x - C - 1) * blockDim.x + threadIdx.x) / G; i < n_items; i += step) {
-        const bool pair = i >= n_features;
-        const mfm_u64 x = pair ? a.list[MFM_PAIRS][i - n_features] : a.list[MFM_FEATURES][i];
-        mfm_u64 *fields = ffm ? a.field_mask + x * a.mask_words : 0;
-        for (mfm_u32 u = lane; u < (pair ? 1 : blocks); u += G) {
-            int t = pair ? MFM_R : u == 0 ? MFM_W : MFM_V;
-            mfm_u64 b = x;
-            if (ffm && u > 0) {
-                const mfm_u32 g = u - 1;
-                if (!(fields[g / 64] >> (g % 64) & 1)) continue;
-                b = x * a.n_fields + g;
+    const mfm_u64 n_features = count[MFM_FEATURES], per_feature = a.linear_only ? 0 : ffm ? a.n_fields : 1;
+    const mfm_u64 v_end = n_features * (1 + per_feature), n_items = v_end + count[MFM_PAIRS];
+    const mfm_u64 step = (mfm_u64)(gridDim.x - C - 1) * blockDim.x, warp_lane = threadIdx.x & 31u;
+    for (mfm_u64 i = (mfm_u64)(blockIdx.x - C - 1) * blockDim.x + threadIdx.x; i - warp_lane < n_items; i += step) { /* a warp goes round together */
+        int t = MFM_W;
+        mfm_u64 b = 0, *word = 0, bit = 0;
+        bool go = i < n_items;
+        if (go && i < n_features) {
+            b = a.list[MFM_FEATURES][i];
+        } else if (go && i < v_end) {
+            const mfm_u64 j = i - n_features, f = !ffm ? j : j >> 32 ? j / a.n_fields : (mfm_u32)j / a.n_fields;
+            t = MFM_V;
+            b = a.list[MFM_FEATURES][f];
+            if (ffm) {
+                const mfm_u32 g = (mfm_u32)(j - f * a.n_fields);
+                word = a.field_mask + b * a.mask_words + g / 64;
+                bit = 1ull << (g % 64);
+                go = (__ldcg(word) & bit) != 0;
+                b = b * a.n_fields + g;
             }
-            for (mfm_u32 c = 0; c < C; c++) mfm_step_block<EXACT>(a, t, c, b, rows);
+        } else if (go) {
+            t = MFM_R;
+            b = a.list[MFM_PAIRS][i - v_end];
         }
-        if (!ffm) continue;
-        __syncwarp(mfm_group_mask(G));
-        for (mfm_u32 w = lane; w < a.mask_words; w += G) fields[w] = 0; /* for the next batch */
+        if (go)
+            for (mfm_u32 c = 0; c < C; c++) mfm_step_block<EXACT, OPT>(a, t, c, b, rows);
+        if (ffm) mfm_clear_fields(word, go ? bit : 0); /* for the next batch */
     }
 }
 
 extern "C" __global__ void mfm_train_rows_fast(const mfm_train_args a) { mfm_train_rows<false>(a); }
 extern "C" __global__ void mfm_train_rows_exact(const mfm_train_args a) { mfm_train_rows<true>(a); }
-extern "C" __global__ void __launch_bounds__(256, 2) mfm_train_apply_fast(const mfm_train_args a) { mfm_train_apply<false>(a); }
-extern "C" __global__ void __launch_bounds__(256, 2) mfm_train_apply_exact(const mfm_train_args a) { mfm_train_apply<true>(a); }
+
+/* mfm_train_apply_{fast,exact}_{sgd,adagrad,adam,ftrl} */
+#define MFM_TRAIN_APPLY(sums, EXACT, opt, OPT) \
+    extern "C" __global__ void __launch_bounds__(256) mfm_train_apply_##sums##_##opt(const mfm_train_args a) { mfm_train_apply<EXACT, OPT>(a); }
+MFM_TRAIN_APPLY(fast, false, sgd, MFM_SGD)
+MFM_TRAIN_APPLY(fast, false, adagrad, MFM_ADAGRAD)
+MFM_TRAIN_APPLY(fast, false, adam, MFM_ADAM)
+MFM_TRAIN_APPLY(fast, false, ftrl, MFM_FTRL)
+MFM_TRAIN_APPLY(exact, true, sgd, MFM_SGD)
+MFM_TRAIN_APPLY(exact, true, adagrad, MFM_ADAGRAD)
+MFM_TRAIN_APPLY(exact, true, adam, MFM_ADAM)
+MFM_TRAIN_APPLY(exact, true, ftrl, MFM_FTRL)
