@@ -5529,11 +5529,14 @@ typedef struct mfm__gpu_device {
     mfm__cu_module module;
     mfm__cu_function fm, finish;
     mfm__cu_function pairs[2][4]; /* [FFM, FwFM][any k, k = 4, 8, 16] */
-    mfm__cu_function train_rows[2], train_apply[2][4]; /* [fast, exact], [SGD, AdaGrad, Adam, FTRL] (kernels/train.cu) */
+    mfm__cu_function train_rows[2][4], train_apply[2][4]; /* [fast, exact], [any k, k = 4, 8, 16] and [SGD, AdaGrad, Adam, FTRL] (kernels/train.cu) */
     int cc, sm_count;
     double context_seconds; /* cuDevicePrimaryCtxRetain: the first use of the GPU */
     mfm_kernel_build build; /* how the module's image was had */
 } mfm__gpu_device;
+
+/* Which of a kernel's versions serves k: 0 any k, 1 .. 3 k = 4, 8, 16 (known at compile time). */
+static int mfm__k_kernel(int k) { return k == 4 ? 1 : k == 8 ? 2 : k == 16 ? 3 : 0; }
 
 typedef struct mfm__cuda_state {
     int driver_tried, nvrtc_tried;
@@ -6316,13 +6319,14 @@ static mfm_status mfm__gpu_device_ready_locked(int d, mfm_error *err) {
                 snprintf(name, sizeof name, "%s", i == 8 ? "mfm_predict_fm" : "mfm_finish");
             if ((r = cu->cuModuleGetFunction(f, dev->module, name)) != 0) st = mfm__cu_fail(err, r, name);
         }
-        for (i = 0; i < 10 && st == MFM_OK; i++) { /* rows fast, exact, then apply fast and exact per optimizer */
+        for (i = 0; i < 16 && st == MFM_OK; i++) { /* rows, then apply: fast, exact, each per k or per optimizer */
             static const char *const sums[2] = {"fast", "exact"}, *const optimizers[4] = {"sgd", "adagrad", "adam", "ftrl"};
-            if (i < 2)
-                snprintf(name, sizeof name, "mfm_train_rows_%s", sums[i]);
+            const int rows = i < 8, kind = i % 8 / 4, which = i % 4;
+            if (rows)
+                snprintf(name, sizeof name, "mfm_train_rows_%s%s", sums[kind], ks[which]);
             else
-                snprintf(name, sizeof name, "mfm_train_apply_%s_%s", sums[(i - 2) / 4], optimizers[(i - 2) % 4]);
-            if ((r = cu->cuModuleGetFunction(i < 2 ? &dev->train_rows[i] : &dev->train_apply[(i - 2) / 4][(i - 2) % 4], dev->module, name)) != 0)
+                snprintf(name, sizeof name, "mfm_train_apply_%s_%s", sums[kind], optimizers[which]);
+            if ((r = cu->cuModuleGetFunction(rows ? &dev->train_rows[kind][which] : &dev->train_apply[kind][which], dev->module, name)) != 0)
                 st = mfm__cu_fail(err, r, name);
         }
         dev->ready = st == MFM_OK;
@@ -6530,7 +6534,7 @@ static mfm_status mfm__gpu_launch(mfm_gpu_model *gm, mfm__gpu_args *args, mfm__c
     args->linear_only = m->params.linear_only;
     args->pairs_only = m->params.pairs_only;
     args->normalize = m->params.normalize_rows;
-    if (m->params.model != MFM_MODEL_FM) f = dev->pairs[m->params.model == MFM_MODEL_FWFM][m->k == 4 ? 1 : m->k == 8 ? 2 : m->k == 16 ? 3 : 0];
+    if (m->params.model != MFM_MODEL_FM) f = dev->pairs[m->params.model == MFM_MODEL_FWFM][mfm__k_kernel(m->k)];
     if (m->params.model == MFM_MODEL_FWFM && (m->k == 4 || m->k == 8 || m->k == 16)) {
         /* rows up to 64 long go through shared memory, with every class's pair weights
            (kernels/predict.cu, mfm_stage), when that fits the 48 KB any launch may ask for */
@@ -7101,7 +7105,7 @@ static mfm_status mfm__gpu_batch(mfm__gpu_trainer *g, mfm_error *err) {
     a->score_only = 0;
     a->r_shared = g->r_shared;
     params[0] = a;
-    if ((r = mfm__cuda.cu.cuLaunchKernel(g->dev->train_rows[g->m->params.deterministic], blocks, 1, 1, 256, 1, 1, g->r_shared, g->stream, params, NULL)) != 0)
+    if ((r = mfm__cuda.cu.cuLaunchKernel(g->dev->train_rows[g->m->params.deterministic][mfm__k_kernel(g->m->k)], blocks, 1, 1, 256, 1, 1, g->r_shared, g->stream, params, NULL)) != 0)
         return mfm__cu_fail(err, r, "cuLaunchKernel (training rows)");
     if ((r = mfm__cuda.cu.cuLaunchKernel(g->dev->train_apply[g->m->params.deterministic][g->m->params.optimizer - MFM_OPTIMIZER_SGD], a->n_classes + 1 + (unsigned)g->dev->sm_count * 4, 1, 1, 256, 1, 1, 0,
                                          g->stream, params, NULL)) != 0)
@@ -7225,7 +7229,7 @@ static mfm_status mfm__gpu_fit_metric(mfm__gpu_trainer *g, const mfm_csr *valid,
     a.offsets = g->valid_offsets, a.features = g->valid_features, a.fields = g->valid_fields, a.values = g->valid_values;
     a.rows = 0, a.first = 0, a.offset_base = 0, a.n_batch = valid->n_rows, a.score_only = 1, a.r_shared = 0;
     params[0] = &a;
-    if ((r = mfm__cuda.cu.cuLaunchKernel(dev->train_rows[0], need < g->max_blocks ? (unsigned)need : g->max_blocks, 1, 1, 256, 1, 1, 0, g->stream, params, NULL)) != 0 ||
+    if ((r = mfm__cuda.cu.cuLaunchKernel(dev->train_rows[0][mfm__k_kernel(g->m->k)], need < g->max_blocks ? (unsigned)need : g->max_blocks, 1, 1, 256, 1, 1, 0, g->stream, params, NULL)) != 0 ||
         (r = mfm__cuda.cu.cuMemcpyDtoHAsync(g->valid_scores, a.scores, (size_t)(valid->n_rows * a.n_classes * 4), g->stream)) != 0 ||
         (r = mfm__cuda.cu.cuStreamSynchronize(g->stream)) != 0)
         st = mfm__cu_fail(err, r, "scoring the validation rows on the GPU");

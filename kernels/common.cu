@@ -63,13 +63,14 @@ __device__ mfm_row mfm_row_at(const A &a, mfm_u64 r, mfm_u32 lane, unsigned mask
     const mfm_u64 n_groups = (mfm_u64)gridDim.x * blockDim.x / a.group;                     \
     for (mfm_u64 r = ((mfm_u64)blockIdx.x * blockDim.x + threadIdx.x) / a.group; r < (count); r += n_groups)
 
-/* <p, q> over k floats; K > 0 is k known at compile time (a multiple of 4: float4 loads). */
+/* <p, q> over k floats; K > 0 is k known at compile time (a multiple of 4: float4 loads).
+   K = 0 reads four at a time too where k is a multiple of 4 and p and q start on 16 bytes. */
 template <int K>
 __device__ __forceinline__ float mfm_dot(const float *p, const float *q, mfm_u32 k) {
     float s = 0;
-    if (K > 0) {
+    if (K > 0 || (k % 4 == 0 && ((unsigned long long)p | (unsigned long long)q) % 16 == 0)) {
 #pragma unroll
-        for (int t = 0; t < K; t += 4) {
+        for (mfm_u32 t = 0; t < (K > 0 ? K : k); t += 4) {
             const float4 x = *reinterpret_cast<const float4 *>(p + t), y = *reinterpret_cast<const float4 *>(q + t);
             s += x.x * y.x + x.y * y.y + x.z * y.z + x.w * y.w;
         }

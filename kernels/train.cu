@@ -199,7 +199,9 @@ __device__ __forceinline__ float mfm_pair_weight(const mfm_train_args &a, mfm_u3
 
 /* ---- the rows: score, loss, gradients ---- */
 
-/* The score of class c; FM leaves sum_i v_it x_i of the lane's factors in a.sums. */
+/* The score of class c; FM leaves sum_i v_it x_i of the lane's factors in a.sums. K > 0: k = K,
+   known at compile time (FFM's and FwFM's pair loops unroll). */
+template <int K>
 __device__ float mfm_train_score(const mfm_train_args &a, mfm_u32 c, const mfm_row &row, mfm_u64 q, mfm_u32 lane, unsigned mask) {
     float s = 0, part = 0;
     if (!a.pairs_only) {
@@ -220,14 +222,16 @@ __device__ float mfm_train_score(const mfm_train_args &a, mfm_u32 c, const mfm_r
         }
         return s + 0.5f * mfm_group_sum(part, mask, a.group);
     }
+    const float *V = mfm_block(a, MFM_V, c, 0);
+    const mfm_u64 stride = a.stride[MFM_V];
     for (mfm_pair_walk w(lane, row.z); w.i + 1 < row.z; w.next(a.group, row.z)) {
         const mfm_u64 at = row.lo + w.i, bt = row.lo + w.j;
         const mfm_u32 fa = a.fields[at], fb = a.fields[bt];
         const float xx = mfm_x(a, at, row.scale) * mfm_x(a, bt, row.scale);
         if (a.model == MFM_FFM)
-            part += mfm_dot<0>(mfm_block(a, MFM_V, c, (mfm_u64)a.features[at] * a.n_fields + fb), mfm_block(a, MFM_V, c, (mfm_u64)a.features[bt] * a.n_fields + fa), a.k) * xx;
+            part += mfm_dot<K>(V + ((mfm_u64)a.features[at] * a.n_fields + fb) * stride, V + ((mfm_u64)a.features[bt] * a.n_fields + fa) * stride, a.k) * xx;
         else
-            part += mfm_dot<0>(mfm_block(a, MFM_V, c, a.features[at]), mfm_block(a, MFM_V, c, a.features[bt]), a.k) * (mfm_pair_weight(a, c, fa, fb) * xx);
+            part += mfm_dot<K>(V + a.features[at] * stride, V + a.features[bt] * stride, a.k) * (mfm_pair_weight(a, c, fa, fb) * xx);
     }
     return s + mfm_group_sum(part, mask, a.group);
 }
@@ -292,7 +296,7 @@ __device__ __forceinline__ void mfm_add_r(const mfm_train_args &a, mfm_u32 c, mf
 }
 
 /* The data gradients of class c of one row whose weight * dL/ds is g. */
-template <bool EXACT>
+template <bool EXACT, int K>
 __device__ void mfm_train_gradients(const mfm_train_args &a, mfm_u32 c, const mfm_row &row, mfm_u64 q, float g, mfm_u32 lane, unsigned mask) {
     const bool first_class = c == 0;
     if (first_class && a.model == MFM_FFM && !a.linear_only) mfm_touch_fields(a, row, lane, mask);
@@ -331,31 +335,35 @@ __device__ void mfm_train_gradients(const mfm_train_args &a, mfm_u32 c, const mf
                     if (u < n) mfm_add<EXACT>(a.grad[MFM_V], mfm_grad_at(a, MFM_V, c, f, t0 + u), gx * acc[u]);
             }
         }
+    const float *V = mfm_block(a, MFM_V, c, 0);
+    const mfm_u64 stride = a.stride[MFM_V], sums = mfm_grad_at(a, MFM_V, c, 0, 0);
+    const mfm_u32 k = K > 0 ? K : a.k;
     for (mfm_pair_walk w(lane, row.z); w.i + 1 < row.z; w.next(a.group, row.z)) {
         const mfm_u64 at = row.lo + w.i, bt = row.lo + w.j;
         const mfm_u32 fa = a.fields[at], fb = a.fields[bt];
         const float coef = g * mfm_x(a, at, row.scale) * mfm_x(a, bt, row.scale);
         if (a.model == MFM_FFM) { /* slot (a, f_b) receives coef V[b, f_a] and the other way round */
             const mfm_u64 sa = (mfm_u64)a.features[at] * a.n_fields + fb, sb = (mfm_u64)a.features[bt] * a.n_fields + fa;
-            const float *va = mfm_block(a, MFM_V, c, sa), *vb = mfm_block(a, MFM_V, c, sb);
+            const float *va = V + sa * stride, *vb = V + sb * stride;
             mfm_u32 t = 0;
-            for (; a.k % 4 == 0 && t < a.k; t += 4) { /* blocks and sums of k = 4n floats start on 16 bytes */
+#pragma unroll
+            for (; k % 4 == 0 && t < k; t += 4) { /* blocks and sums of k = 4n floats start on 16 bytes */
                 const float4 x = *reinterpret_cast<const float4 *>(va + t), y = *reinterpret_cast<const float4 *>(vb + t);
-                mfm_add4<EXACT>(a.grad[MFM_V], mfm_grad_at(a, MFM_V, c, sa, t), make_float4(coef * y.x, coef * y.y, coef * y.z, coef * y.w));
-                mfm_add4<EXACT>(a.grad[MFM_V], mfm_grad_at(a, MFM_V, c, sb, t), make_float4(coef * x.x, coef * x.y, coef * x.z, coef * x.w));
+                mfm_add4<EXACT>(a.grad[MFM_V], sums + sa * k + t, make_float4(coef * y.x, coef * y.y, coef * y.z, coef * y.w));
+                mfm_add4<EXACT>(a.grad[MFM_V], sums + sb * k + t, make_float4(coef * x.x, coef * x.y, coef * x.z, coef * x.w));
             }
-            for (; t < a.k; t++) {
-                mfm_add<EXACT>(a.grad[MFM_V], mfm_grad_at(a, MFM_V, c, sa, t), coef * vb[t]);
-                mfm_add<EXACT>(a.grad[MFM_V], mfm_grad_at(a, MFM_V, c, sb, t), coef * va[t]);
+            for (; t < k; t++) {
+                mfm_add<EXACT>(a.grad[MFM_V], sums + sa * k + t, coef * vb[t]);
+                mfm_add<EXACT>(a.grad[MFM_V], sums + sb * k + t, coef * va[t]);
             }
         } else { /* r(f_a, f_b) receives coef <v_a, v_b> */
-            const float dot = mfm_dot<0>(mfm_block(a, MFM_V, c, a.features[at]), mfm_block(a, MFM_V, c, a.features[bt]), a.k);
+            const float dot = mfm_dot<K>(V + a.features[at] * stride, V + a.features[bt] * stride, k);
             mfm_add_r<EXACT>(a, c, fa < fb ? (mfm_u64)fa * a.n_fields + fb : (mfm_u64)fb * a.n_fields + fa, coef * dot, first_class);
         }
     }
 }
 
-template <bool EXACT>
+template <bool EXACT, int K>
 __device__ void mfm_train_rows(const mfm_train_args &a) {
     const mfm_u32 C = a.n_classes;
     const mfm_u64 FF = (mfm_u64)a.n_fields * a.n_fields;
@@ -368,14 +376,14 @@ __device__ void mfm_train_rows(const mfm_train_args &a) {
             const mfm_u64 r = a.rows ? a.rows[q] : a.first + q;
             const mfm_row row = mfm_row_at(a, r, lane, mask);
             for (mfm_u32 c = 0; c < C; c++) {
-                const float s = mfm_train_score(a, c, row, q, lane, mask);
+                const float s = mfm_train_score<K>(a, c, row, q, lane, mask);
                 if (lane == 0) a.scores[q * C + c] = s;
             }
             if (a.score_only) continue;
             __syncwarp(mask);
             if (lane == 0) mfm_train_loss(a, q, r);
             __syncwarp(mask);
-            for (mfm_u32 c = 0; c < C; c++) mfm_train_gradients<EXACT>(a, c, row, q, a.dlds[q * C + c], lane, mask);
+            for (mfm_u32 c = 0; c < C; c++) mfm_train_gradients<EXACT, K>(a, c, row, q, a.dlds[q * C + c], lane, mask);
         }
     }
     if (a.r_shared) { /* the block's R sums and touched pairs go out */
@@ -516,11 +524,64 @@ __device__ T mfm_block_sum(T *shared, mfm_u64 n, F v) {
     return shared[0];
 }
 
+/* One block to step: item i of the list of all of them (see mfm_train_apply). Its reads come
+   in three stages, each an iteration ahead of the next, so that a thread's reads of the next two
+   items are in flight while it steps this one: where it is listed, then (FFM's v) its word of
+   the field mask, then the block. */
+struct mfm_item {
+    mfm_u64 b;      /* the list's entry, then (mfm_item_block) the block */
+    mfm_u64 *word;  /* FFM's v: the word of the feature's field mask that holds the field's bit */
+    mfm_u64 bits;   /* that word as read */
+    mfm_u32 field;  /* FFM's v */
+    int t;          /* the tensor; -1: past the last item */
+};
+
+struct mfm_items {
+    mfm_u64 n_features, v_end, n; /* w items end at n_features, v items at v_end, R's at n */
+    bool ffm;
+};
+
+/* Stage 1: reads item i's list entry. */
+__device__ __forceinline__ mfm_item mfm_item_find(const mfm_train_args &a, const mfm_items &all, mfm_u64 i) {
+    mfm_item it = {0, 0, 0, 0, -1};
+    if (i < all.n_features) {
+        it.t = MFM_W;
+        it.b = a.list[MFM_FEATURES][i];
+    } else if (i < all.v_end) {
+        const mfm_u64 j = i - all.n_features, f = !all.ffm ? j : j >> 32 ? j / a.n_fields : (mfm_u32)j / a.n_fields;
+        it.t = MFM_V;
+        it.field = (mfm_u32)(j - f * a.n_fields);
+        it.b = a.list[MFM_FEATURES][f];
+    } else if (i < all.n) {
+        it.t = MFM_R;
+        it.b = a.list[MFM_PAIRS][i - all.v_end];
+    }
+    return it;
+}
+
+/* Stage 2: FFM's v reads the feature's word of the field mask. */
+__device__ __forceinline__ void mfm_item_look(const mfm_train_args &a, const mfm_items &all, mfm_item &it) {
+    if (!all.ffm || it.t != MFM_V) return;
+    it.word = a.field_mask + it.b * a.mask_words + it.field / 64;
+    it.bits = __ldcg(it.word);
+}
+
+/* Stage 3: whether the item has a block to step (FFM's v: whether its field's bit is set), and
+   which block. */
+__device__ __forceinline__ bool mfm_item_block(const mfm_train_args &a, mfm_item &it) {
+    if (it.t < 0) return false;
+    if (!it.word) return true;
+    if (!(it.bits >> (it.field % 64) & 1)) return false;
+    it.b = it.b * a.n_fields + it.field;
+    return true;
+}
+
 /* Blocks of 256 threads; the first C + 1 have their own jobs (see the top of this file). In
    the rest each thread steps one block of parameters, item i of: the listed features' w, their
    v (FFM: a feature's blocks field by field, so that neighbouring threads share a feature and
    its field mask; a block whose bit is clear is skipped), the listed entries of R. One place
-   steps every block, so the step's code is there once. */
+   steps every block, so the step's code is there once. A warp goes round the items together,
+   so that its lanes can clear FFM's mask bits with one atomic. */
 template <bool EXACT, int OPT>
 __device__ void mfm_train_apply(const mfm_train_args &a) {
     __shared__ double shared[256];
@@ -549,39 +610,38 @@ __device__ void mfm_train_apply(const mfm_train_args &a) {
         }
         return;
     }
-    const bool ffm = a.model == MFM_FFM && !a.linear_only;
-    const mfm_u64 n_features = count[MFM_FEATURES], per_feature = a.linear_only ? 0 : ffm ? a.n_fields : 1;
-    const mfm_u64 v_end = n_features * (1 + per_feature), n_items = v_end + count[MFM_PAIRS];
+    mfm_items all;
+    all.ffm = a.model == MFM_FFM && !a.linear_only;
+    all.n_features = count[MFM_FEATURES];
+    all.v_end = all.n_features * (a.linear_only ? 1 : all.ffm ? 1 + a.n_fields : 2);
+    all.n = all.v_end + count[MFM_PAIRS];
     const mfm_u64 step = (mfm_u64)(gridDim.x - C - 1) * blockDim.x, warp_lane = threadIdx.x & 31u;
-    for (mfm_u64 i = (mfm_u64)(blockIdx.x - C - 1) * blockDim.x + threadIdx.x; i - warp_lane < n_items; i += step) { /* a warp goes round together */
-        int t = MFM_W;
-        mfm_u64 b = 0, *word = 0, bit = 0;
-        bool go = i < n_items;
-        if (go && i < n_features) {
-            b = a.list[MFM_FEATURES][i];
-        } else if (go && i < v_end) {
-            const mfm_u64 j = i - n_features, f = !ffm ? j : j >> 32 ? j / a.n_fields : (mfm_u32)j / a.n_fields;
-            t = MFM_V;
-            b = a.list[MFM_FEATURES][f];
-            if (ffm) {
-                const mfm_u32 g = (mfm_u32)(j - f * a.n_fields);
-                word = a.field_mask + b * a.mask_words + g / 64;
-                bit = 1ull << (g % 64);
-                go = (__ldcg(word) & bit) != 0;
-                b = b * a.n_fields + g;
-            }
-        } else if (go) {
-            t = MFM_R;
-            b = a.list[MFM_PAIRS][i - v_end];
-        }
+    mfm_u64 i = (mfm_u64)(blockIdx.x - C - 1) * blockDim.x + threadIdx.x;
+    mfm_item now = mfm_item_find(a, all, i), soon = mfm_item_find(a, all, i + step);
+    mfm_item_look(a, all, now);
+    for (; i - warp_lane < all.n; i += step) {
+        const mfm_item later = mfm_item_find(a, all, i + 2 * step);
+        mfm_item_look(a, all, soon);
+        const bool go = mfm_item_block(a, now);
         if (go)
-            for (mfm_u32 c = 0; c < C; c++) mfm_step_block<EXACT, OPT>(a, t, c, b, rows);
-        if (ffm) mfm_clear_fields(word, go ? bit : 0); /* for the next batch */
+            for (mfm_u32 c = 0; c < C; c++) mfm_step_block<EXACT, OPT>(a, now.t, c, now.b, rows);
+        if (all.ffm) mfm_clear_fields(now.word, go && now.word ? 1ull << (now.field % 64) : 0); /* for the next batch */
+        now = soon;
+        soon = later;
     }
 }
 
-extern "C" __global__ void mfm_train_rows_fast(const mfm_train_args a) { mfm_train_rows<false>(a); }
-extern "C" __global__ void mfm_train_rows_exact(const mfm_train_args a) { mfm_train_rows<true>(a); }
+/* mfm_train_rows_{fast,exact}{,_k4,_k8,_k16}: any k, and k = 4, 8, 16 known at compile time */
+#define MFM_TRAIN_ROWS(sums, EXACT, ks, K) \
+    extern "C" __global__ void __launch_bounds__(256, 4) mfm_train_rows_##sums##ks(const mfm_train_args a) { mfm_train_rows<EXACT, K>(a); }
+MFM_TRAIN_ROWS(fast, false, , 0)
+MFM_TRAIN_ROWS(fast, false, _k4, 4)
+MFM_TRAIN_ROWS(fast, false, _k8, 8)
+MFM_TRAIN_ROWS(fast, false, _k16, 16)
+MFM_TRAIN_ROWS(exact, true, , 0)
+MFM_TRAIN_ROWS(exact, true, _k4, 4)
+MFM_TRAIN_ROWS(exact, true, _k8, 8)
+MFM_TRAIN_ROWS(exact, true, _k16, 16)
 
 /* mfm_train_apply_{fast,exact}_{sgd,adagrad,adam,ftrl} */
 #define MFM_TRAIN_APPLY(sums, EXACT, opt, OPT) \

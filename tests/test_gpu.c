@@ -502,7 +502,9 @@ void test_gpu_train_parity(void) {
                     double gap;
                     memset(&p, 0, sizeof p);
                     p.model = models[im], p.task = tasks[it], p.optimizer = optimizers[io];
-                    p.k = 4 + (int)ib; /* 4, 5, 6: the float4 and the odd paths */
+                    /* k: the kernels built for k = 4, 8, 16 and the one for any k (5). At batch 1 the float
+                       order of longer dot products drifts past the tolerance over the 120 steps. */
+                    p.k = ib == 0 ? 4 : ib == 1 ? 5 : 4 << (io % 3);
                     p.batch_size = batches[ib], p.n_epochs = 2, p.seed = 5;
                     p.learning_rate = optimizers[io] == MFM_OPTIMIZER_SGD ? 0.01 : 0.1; /* SGD at 0.05 diverges on the 40-long row */
                     p.l2_linear = 1e-3, p.l2_factors = 2e-3;
