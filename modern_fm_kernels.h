@@ -347,10 +347,11 @@ static const char *const mfm__kernel_chunks[] = {
     "                         features (w, and v of FM and FwFM, share the feature's index) and\n"
     "                         FwFM's entries of R. An FFM feature's blocks are one per field: the\n"
     "                         fields its rows paired it with are the bits of its field mask.\n"
-    "     mfm_train_apply_*   one optimizer step per touched coordinate with g = sum / B, the sum set\n"
-    "                         back to zero (and FFM's field masks). Blocks 0 .. C-1 step w0 of each\n"
-    "                         class from the rows' dL/ds, added in a fixed order; block C adds the\n"
-    "                         rows' losses to the epoch's.\n"
+    "     mfm_train_apply_*   one optimizer step per touched coordinate with g = sum / B, a thread\n"
+    "                         per block of parameters, one kernel per optimizer; the sum set back to\n"
+    "                         zero (and FFM's field masks). Blocks 0 .. C-1 step w0 of each class\n"
+    "                         from the rows' dL/ds, added in a fixed order; block C adds the rows'\n"
+    "                         losses to the epoch's.\n"
     "   The tables keep the CPU's layout (modern_fm.h, >>model): a block is `len` parameters, then\n"
     "   their optimizer state slot by slot, and class c's blocks follow class c-1's. Gradient sums\n"
     "   come in two kinds, the _fast and the _exact kernels:\n"
@@ -388,9 +389,9 @@ static const char *const mfm__kernel_chunks[] = {
     "    double *row_loss;            /* n_batch x 2: weight * loss, weight */\n"
     "    double *totals;              /* the epoch's weighted loss and weight so far */\n"
     "    const float *class_weights;  /* one per class, or 0 */\n"
-    "    mfm_u64 first, n_batch, offset_base;\n"
+    "    mfm_u64 first, n_batch, offset_base;\n",
     "    mfm_u64 n_blocks[4];         /* per class */\n"
-    "    double beta1, beta2, eps;    /* Adam */\n",
+    "    double beta1, beta2, eps;    /* Adam */\n"
     "    mfm_u32 stride[4], len[4];   /* floats per block, parameters per block */\n"
     "    float l1[4], l2[4];          /* per tensor; w0's are 0 */\n"
     "    float lr, ftrl_beta, smoothing;\n"
@@ -494,9 +495,9 @@ static const char *const mfm__kernel_chunks[] = {
     "\n"
     "/* Lists feature or entry x (what: MFM_FEATURES, MFM_PAIRS) on its first touch in this batch.\n"
     "   The lanes that list together take their places with one atomic: the counter is one address\n"
-    "   that every first touch of the batch goes to. */\n"
+    "   that every first touch of the batch goes to. */\n",
     "__device__ __forceinline__ void mfm_touch(const mfm_train_args &a, int what, mfm_u64 x) {\n"
-    "    mfm_u32 *m = a.mark[what] + x;\n",
+    "    mfm_u32 *m = a.mark[what] + x;\n"
     "    const bool first = *m != a.stamp && atomicExch(m, a.stamp) != a.stamp;\n"
     "    const unsigned together = __activemask(), listing = __ballot_sync(together, first);\n"
     "    const mfm_u32 me = threadIdx.x & 31u, leader = __ffs(listing) - 1;\n"
@@ -569,9 +570,9 @@ static const char *const mfm__kernel_chunks[] = {
     "        const mfm_u64 at = row.lo + w.i, bt = row.lo + w.j;\n"
     "        const mfm_u32 fa = a.fields[at], fb = a.fields[bt];\n"
     "        const float xx = mfm_x(a, at, row.scale) * mfm_x(a, bt, row.scale);\n"
-    "        if (a.model == MFM_FFM)\n"
+    "        if (a.model == MFM_FFM)\n",
     "            part += mfm_dot<K>(V + ((mfm_u64)a.features[at] * a.n_fields + fb) * stride, V + ((mfm_u64)a.features[bt] * a.n_fields + fa) * stride, a.k) * xx;\n"
-    "        else\n",
+    "        else\n"
     "            part += mfm_dot<K>(V + a.features[at] * stride, V + a.features[bt] * stride, a.k) * (mfm_pair_weight(a, c, fa, fb) * xx);\n"
     "    }\n"
     "    return s + mfm_group_sum(part, mask, a.group);\n"
@@ -650,10 +651,10 @@ static const char *const mfm__kernel_chunks[] = {
     "    if (a.model == MFM_FM) { /* ds/dv_it = x_i (sum_t - v_it x_i) */\n"
     "        const float *sum = a.sums + (q * a.n_classes + c) * a.k;\n"
     "        for (mfm_u32 i = 0; i < row.z; i++) {\n"
-    "            const mfm_u32 f = a.features[row.lo + i];\n"
+    "            const mfm_u32 f = a.features[row.lo + i];\n",
     "            const float x = mfm_x(a, row.lo + i, row.scale), gx = g * x, *v = mfm_block(a, MFM_V, c, f);\n"
     "            for (mfm_u32 t = lane; t < a.k; t += a.group) mfm_add<EXACT>(a.grad[MFM_V], mfm_grad_at(a, MFM_V, c, f, t), gx * (sum[t] - v[t] * x));\n"
-    "        }\n",
+    "        }\n"
     "        return;\n"
     "    }\n"
     "    if (a.model == MFM_FWFM) /* v_i receives g x_i sum_{j != i} r(f_i, f_j) x_j v_j, eight factors at a time */\n"
@@ -720,13 +721,13 @@ static const char *const mfm__kernel_chunks[] = {
     "                const float s = mfm_train_score<K>(a, c, row, q, lane, mask);\n"
     "                if (lane == 0) a.scores[q * C + c] = s;\n"
     "            }\n"
-    "            if (a.score_only) continue;\n"
+    "            if (a.score_only) continue;\n",
     "            __syncwarp(mask);\n"
     "            if (lane == 0) mfm_train_loss(a, q, r);\n"
     "            __syncwarp(mask);\n"
     "            for (mfm_u32 c = 0; c < C; c++) mfm_train_gradients<EXACT, K>(a, c, row, q, a.dlds[q * C + c], lane, mask);\n"
     "        }\n"
-    "    }\n",
+    "    }\n"
     "    if (a.r_shared) { /* the block's R sums and touched pairs go out */\n"
     "        const mfm_u32 *touched = mfm_r_touched<EXACT>(a);\n"
     "        __syncthreads();\n"
@@ -805,13 +806,13 @@ static const char *const mfm__kernel_chunks[] = {
     "        for (int u = 0; u < N; u++) v[s][u] = 0;\n"
     "        if (s < slots) mfm_load<N>(v[s], blk + s * len + j);\n"
     "    }\n"
-    "#pragma unroll\n"
+    "#pragma unroll\n",
     "    for (int u = 0; u < N; u++) mfm_step<OPT>(a, t, v[0][u], v[1][u], v[2][u], v[3][u], gsum[u], rows);\n"
     "#pragma unroll\n"
     "    for (mfm_u32 s = 0; s < 4; s++)\n"
     "        if (s < slots) mfm_store<N>(blk + s * len + j, v[s]);\n"
     "}\n"
-    "\n",
+    "\n"
     "/* One step of every coordinate of block b of tensor t, class c: four at a time where the\n"
     "   block's length is a multiple of four (blocks and sums start on 16 bytes then). */\n"
     "template <bool EXACT, int OPT>\n"
@@ -899,10 +900,10 @@ static const char *const mfm__kernel_chunks[] = {
     "    }\n"
     "    return it;\n"
     "}\n"
-    "\n"
+    "\n",
     "/* Stage 2: FFM's v reads the feature's word of the field mask. */\n"
     "__device__ __forceinline__ void mfm_item_look(const mfm_train_args &a, const mfm_items &all, mfm_item &it) {\n"
-    "    if (!all.ffm || it.t != MFM_V) return;\n",
+    "    if (!all.ffm || it.t != MFM_V) return;\n"
     "    it.word = a.field_mask + it.b * a.mask_words + it.field / 64;\n"
     "    it.bits = __ldcg(it.word);\n"
     "}\n"
@@ -979,13 +980,13 @@ static const char *const mfm__kernel_chunks[] = {
     "MFM_TRAIN_ROWS(fast, false, _k4, 4)\n"
     "MFM_TRAIN_ROWS(fast, false, _k8, 8)\n"
     "MFM_TRAIN_ROWS(fast, false, _k16, 16)\n"
-    "MFM_TRAIN_ROWS(exact, true, , 0)\n"
+    "MFM_TRAIN_ROWS(exact, true, , 0)\n",
     "MFM_TRAIN_ROWS(exact, true, _k4, 4)\n"
     "MFM_TRAIN_ROWS(exact, true, _k8, 8)\n"
     "MFM_TRAIN_ROWS(exact, true, _k16, 16)\n"
     "\n"
     "/* mfm_train_apply_{fast,exact}_{sgd,adagrad,adam,ftrl} */\n"
-    "#define MFM_TRAIN_APPLY(sums, EXACT, opt, OPT) \\\n",
+    "#define MFM_TRAIN_APPLY(sums, EXACT, opt, OPT) \\\n"
     "    extern \"C\" __global__ void __launch_bounds__(256) mfm_train_apply_##sums##_##opt(const mfm_train_args a) { mfm_train_apply<EXACT, OPT>(a); }\n"
     "MFM_TRAIN_APPLY(fast, false, sgd, MFM_SGD)\n"
     "MFM_TRAIN_APPLY(fast, false, adagrad, MFM_ADAGRAD)\n"

@@ -6,10 +6,11 @@
                          features (w, and v of FM and FwFM, share the feature's index) and
                          FwFM's entries of R. An FFM feature's blocks are one per field: the
                          fields its rows paired it with are the bits of its field mask.
-     mfm_train_apply_*   one optimizer step per touched coordinate with g = sum / B, the sum set
-                         back to zero (and FFM's field masks). Blocks 0 .. C-1 step w0 of each
-                         class from the rows' dL/ds, added in a fixed order; block C adds the
-                         rows' losses to the epoch's.
+     mfm_train_apply_*   one optimizer step per touched coordinate with g = sum / B, a thread
+                         per block of parameters, one kernel per optimizer; the sum set back to
+                         zero (and FFM's field masks). Blocks 0 .. C-1 step w0 of each class
+                         from the rows' dL/ds, added in a fixed order; block C adds the rows'
+                         losses to the epoch's.
    The tables keep the CPU's layout (modern_fm.h, >>model): a block is `len` parameters, then
    their optimizer state slot by slot, and class c's blocks follow class c-1's. Gradient sums
    come in two kinds, the _fast and the _exact kernels:
