@@ -5478,6 +5478,8 @@ enum { /* the driver's numbers for what gets its own sentence */
     X(cuModuleLoadData, "cuModuleLoadData", (mfm__cu_module * module, const void *image))                           \
     X(cuModuleUnload, "cuModuleUnload", (mfm__cu_module module))                                                    \
     X(cuModuleGetFunction, "cuModuleGetFunction", (mfm__cu_function * f, mfm__cu_module module, const char *name)) \
+    X(cuOccupancyMaxActiveBlocksPerMultiprocessor, "cuOccupancyMaxActiveBlocksPerMultiprocessor",                  \
+      (int *blocks, mfm__cu_function f, int block_size, size_t shared_bytes))                                       \
     X(cuLaunchKernel, "cuLaunchKernel",                                                                             \
       (mfm__cu_function f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,            \
        unsigned shared_bytes, mfm__cu_stream stream, void **params, void **extra))                                  \
@@ -5537,7 +5539,8 @@ typedef struct mfm__gpu_device {
     mfm__cu_module module;
     mfm__cu_function fm, finish;
     mfm__cu_function pairs[2][4]; /* [FFM, FwFM][any k, k = 4, 8, 16] */
-    mfm__cu_function train_rows[2][4], train_apply[2][4]; /* [fast, exact], [any k, k = 4, 8, 16] and [SGD, AdaGrad, Adam, FTRL] (kernels/train.cu) */
+    mfm__cu_function train_rows[2][4];     /* [fast, exact][any k, k = 4, 8, 16] (kernels/train.cu) */
+    mfm__cu_function train_apply[2][4][2]; /* [fast, exact][SGD, AdaGrad, Adam, FTRL][k a multiple of 8: the _wide kernel] */
     int cc, sm_count;
     double context_seconds; /* cuDevicePrimaryCtxRetain: the first use of the GPU */
     mfm_kernel_build build; /* how the module's image was had */
@@ -6327,14 +6330,14 @@ static mfm_status mfm__gpu_device_ready_locked(int d, mfm_error *err) {
                 snprintf(name, sizeof name, "%s", i == 8 ? "mfm_predict_fm" : "mfm_finish");
             if ((r = cu->cuModuleGetFunction(f, dev->module, name)) != 0) st = mfm__cu_fail(err, r, name);
         }
-        for (i = 0; i < 16 && st == MFM_OK; i++) { /* rows, then apply: fast, exact, each per k or per optimizer */
+        for (i = 0; i < 24 && st == MFM_OK; i++) { /* rows (per k), then apply (per optimizer, narrow and wide): fast, exact */
             static const char *const sums[2] = {"fast", "exact"}, *const optimizers[4] = {"sgd", "adagrad", "adam", "ftrl"};
-            const int rows = i < 8, kind = i % 8 / 4, which = i % 4;
+            const int rows = i < 8, kind = rows ? i / 4 : (i - 8) / 8, which = rows ? i % 4 : (i - 8) % 8 / 2, wide = (i - 8) % 2;
             if (rows)
                 snprintf(name, sizeof name, "mfm_train_rows_%s%s", sums[kind], ks[which]);
             else
-                snprintf(name, sizeof name, "mfm_train_apply_%s_%s", sums[kind], optimizers[which]);
-            if ((r = cu->cuModuleGetFunction(rows ? &dev->train_rows[kind][which] : &dev->train_apply[kind][which], dev->module, name)) != 0)
+                snprintf(name, sizeof name, "mfm_train_apply_%s_%s%s", sums[kind], optimizers[which], wide ? "_wide" : "");
+            if ((r = cu->cuModuleGetFunction(rows ? &dev->train_rows[kind][which] : &dev->train_apply[kind][which][wide], dev->module, name)) != 0)
                 st = mfm__cu_fail(err, r, name);
         }
         dev->ready = st == MFM_OK;
@@ -6909,6 +6912,8 @@ struct mfm__gpu_trainer {
     uint64_t n_valid, batch_rows, batches; /* batches launched: the parity of the next */
     uint32_t stamp;
     unsigned rows_per_block, max_blocks, r_shared;
+    mfm__cu_function apply;       /* the step kernel, for the optimizer, the sums and k */
+    unsigned apply_blocks;        /* its grid: as many blocks as the device runs at once */
     mfm__cu_stream stream, copy;
     /* streamed rows: two sets of chunk buffers, pinned on the host and on the device */
     uint64_t chunk_rows, chunk_nnz;
@@ -7086,6 +7091,13 @@ static mfm_status mfm__gpu_fit_start(mfm__gpu_trainer **out, mfm_model *m, const
         for (a->group = 1; a->group < 32 && a->group < (uint32_t)m->k;) a->group *= 2;
     g->rows_per_block = 256 / a->group;
     g->max_blocks = (unsigned)g->dev->sm_count * 8;
+    g->apply = g->dev->train_apply[p->deterministic][p->optimizer - MFM_OPTIMIZER_SGD][m->k % 8 == 0];
+    if (st == MFM_OK) { /* every block of the step kernel goes round the items: a second wave would wait for the first */
+        int per_sm = 0;
+        if ((r = mfm__cuda.cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, g->apply, 256, 0)) != 0)
+            st = mfm__cu_fail(err, r, "cuOccupancyMaxActiveBlocksPerMultiprocessor");
+        g->apply_blocks = C + 1 + (unsigned)g->dev->sm_count * (unsigned)(per_sm > 0 ? per_sm : 1);
+    }
     if (p->model == MFM_MODEL_FWFM && !p->linear_only) { /* R's sums through shared memory when they fit the 48 KB any launch may ask */
         const uint64_t FF = (uint64_t)m->n_fields * m->n_fields, bytes = (C * FF * gsize + 4 * FF + 7) & ~(uint64_t)7;
         if (bytes <= 48 * 1024) g->r_shared = (unsigned)bytes;
@@ -7115,8 +7127,7 @@ static mfm_status mfm__gpu_batch(mfm__gpu_trainer *g, mfm_error *err) {
     params[0] = a;
     if ((r = mfm__cuda.cu.cuLaunchKernel(g->dev->train_rows[g->m->params.deterministic][mfm__k_kernel(g->m->k)], blocks, 1, 1, 256, 1, 1, g->r_shared, g->stream, params, NULL)) != 0)
         return mfm__cu_fail(err, r, "cuLaunchKernel (training rows)");
-    if ((r = mfm__cuda.cu.cuLaunchKernel(g->dev->train_apply[g->m->params.deterministic][g->m->params.optimizer - MFM_OPTIMIZER_SGD], a->n_classes + 1 + (unsigned)g->dev->sm_count * 4, 1, 1, 256, 1, 1, 0,
-                                         g->stream, params, NULL)) != 0)
+    if ((r = mfm__cuda.cu.cuLaunchKernel(g->apply, g->apply_blocks, 1, 1, 256, 1, 1, 0, g->stream, params, NULL)) != 0)
         return mfm__cu_fail(err, r, "cuLaunchKernel (optimizer steps)");
     return MFM_OK;
 }

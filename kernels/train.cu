@@ -7,7 +7,8 @@
                          FwFM's entries of R. An FFM feature's blocks are one per field: the
                          fields its rows paired it with are the bits of its field mask.
      mfm_train_apply_*   one optimizer step per touched coordinate with g = sum / B, a thread
-                         per block of parameters, one kernel per optimizer; the sum set back to
+                         per block of parameters, two kernels per optimizer (_wide steps eight
+                         coordinates at a time, for k a multiple of 8); the sum set back to
                          zero (and FFM's field masks). Blocks 0 .. C-1 step w0 of each class
                          from the rows' dL/ds, added in a fixed order; block C adds the rows'
                          losses to the epoch's.
@@ -434,24 +435,29 @@ __device__ __forceinline__ void mfm_step(const mfm_train_args &a, int t, float &
     }
 }
 
-/* N floats at p (N = 4: p on 16 bytes) into v, and back: one memory request for the four,
-   cached in L2 only (each is read and written once a batch). */
+/* N floats at p (N = 1, or a multiple of 4 with p on 16 bytes) into v, and back: a memory
+   request for every four, cached in L2 only (each is read and written once a batch). */
 template <int N>
 __device__ __forceinline__ void mfm_load(float *v, const float *p) {
-    if (N == 4) {
-        const float4 x = __ldcg(reinterpret_cast<const float4 *>(p));
-        v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w;
-    } else {
+    if (N == 1) {
         v[0] = __ldcg(p);
+        return;
+    }
+#pragma unroll
+    for (int q = 0; q < N; q += 4) {
+        const float4 x = __ldcg(reinterpret_cast<const float4 *>(p + q));
+        v[q] = x.x, v[q + 1] = x.y, v[q + 2] = x.z, v[q + 3] = x.w;
     }
 }
 
 template <int N>
 __device__ __forceinline__ void mfm_store(float *p, const float *v) {
-    if (N == 4)
-        __stcg(reinterpret_cast<float4 *>(p), make_float4(v[0], v[1], v[2], v[3]));
-    else
+    if (N == 1) {
         __stcg(p, v[0]);
+        return;
+    }
+#pragma unroll
+    for (int q = 0; q < N; q += 4) __stcg(reinterpret_cast<float4 *>(p + q), make_float4(v[q], v[q + 1], v[q + 2], v[q + 3]));
 }
 
 /* Steps coordinates j .. j+N-1 of a block of len parameters (then its state, slot by slot):
@@ -473,13 +479,22 @@ __device__ __forceinline__ void mfm_step_run(const mfm_train_args &a, int t, flo
 }
 
 /* One step of every coordinate of block b of tensor t, class c: four at a time where the
-   block's length is a multiple of four (blocks and sums start on 16 bytes then). */
-template <bool EXACT, int OPT>
+   block's length is a multiple of four (blocks and sums start on 16 bytes then), with WIDE
+   eight at a time where it is a multiple of eight, so that a block of eight waits for its
+   reads once, not twice (a block's stores come before the next four's reads, which the
+   compiler must then keep after them). WIDE takes more registers, so fewer threads run on a
+   multiprocessor: it pays where k is a multiple of 8, not at k = 4, and the host chooses. */
+template <bool EXACT, int OPT, bool WIDE>
 __device__ __forceinline__ void mfm_step_block(const mfm_train_args &a, int t, mfm_u32 c, mfm_u64 b, float rows) {
     const mfm_u32 len = a.len[t];
-    float *blk = mfm_block(a, t, c, b), g[4];
+    float *blk = mfm_block(a, t, c, b), g[8];
     const mfm_u64 at = mfm_grad_at(a, t, c, b, 0);
     mfm_u32 j = 0;
+    for (; WIDE && len % 8 == 0 && j < len; j += 8) {
+        mfm_take4<EXACT>(a.grad[t], at + j, g);
+        mfm_take4<EXACT>(a.grad[t], at + j + 4, g + 4);
+        mfm_step_run<8, OPT>(a, t, blk, len, j, g, rows);
+    }
     for (; len % 4 == 0 && j < len; j += 4) {
         mfm_take4<EXACT>(a.grad[t], at + j, g);
         mfm_step_run<4, OPT>(a, t, blk, len, j, g, rows);
@@ -583,7 +598,7 @@ __device__ __forceinline__ bool mfm_item_block(const mfm_train_args &a, mfm_item
    its field mask; a block whose bit is clear is skipped), the listed entries of R. One place
    steps every block, so the step's code is there once. A warp goes round the items together,
    so that its lanes can clear FFM's mask bits with one atomic. */
-template <bool EXACT, int OPT>
+template <bool EXACT, int OPT, bool WIDE>
 __device__ void mfm_train_apply(const mfm_train_args &a) {
     __shared__ double shared[256];
     const mfm_u32 C = a.n_classes;
@@ -625,7 +640,7 @@ __device__ void mfm_train_apply(const mfm_train_args &a) {
         mfm_item_look(a, all, soon);
         const bool go = mfm_item_block(a, now);
         if (go)
-            for (mfm_u32 c = 0; c < C; c++) mfm_step_block<EXACT, OPT>(a, now.t, c, now.b, rows);
+            for (mfm_u32 c = 0; c < C; c++) mfm_step_block<EXACT, OPT, WIDE>(a, now.t, c, now.b, rows);
         if (all.ffm) mfm_clear_fields(now.word, go && now.word ? 1ull << (now.field % 64) : 0); /* for the next batch */
         now = soon;
         soon = later;
@@ -644,9 +659,10 @@ MFM_TRAIN_ROWS(exact, true, _k4, 4)
 MFM_TRAIN_ROWS(exact, true, _k8, 8)
 MFM_TRAIN_ROWS(exact, true, _k16, 16)
 
-/* mfm_train_apply_{fast,exact}_{sgd,adagrad,adam,ftrl} */
-#define MFM_TRAIN_APPLY(sums, EXACT, opt, OPT) \
-    extern "C" __global__ void __launch_bounds__(256) mfm_train_apply_##sums##_##opt(const mfm_train_args a) { mfm_train_apply<EXACT, OPT>(a); }
+/* mfm_train_apply_{fast,exact}_{sgd,adagrad,adam,ftrl}{,_wide} (_wide: k a multiple of 8) */
+#define MFM_TRAIN_APPLY(sums, EXACT, opt, OPT)                                                                                                        \
+    extern "C" __global__ void __launch_bounds__(256) mfm_train_apply_##sums##_##opt(const mfm_train_args a) { mfm_train_apply<EXACT, OPT, false>(a); } \
+    extern "C" __global__ void __launch_bounds__(256) mfm_train_apply_##sums##_##opt##_wide(const mfm_train_args a) { mfm_train_apply<EXACT, OPT, true>(a); }
 MFM_TRAIN_APPLY(fast, false, sgd, MFM_SGD)
 MFM_TRAIN_APPLY(fast, false, adagrad, MFM_ADAGRAD)
 MFM_TRAIN_APPLY(fast, false, adam, MFM_ADAM)
