@@ -76,14 +76,33 @@ __device__ __forceinline__ void mfm_exact_add_parts(mfm_exact *s, mfm_u64 lo, mf
 }
 
 /* v in units of 2^-64, its magnitude cut below 2^-64 (the same cut in every run). */
-__device__ __forceinline__ void mfm_exact_add(mfm_exact *s, float v) {
+__device__ __forceinline__ mfm_exact mfm_exact_of(float v) {
     const double m = fabs((double)v), whole = floor(m);
-    mfm_u64 lo = (mfm_u64)((m - whole) * 18446744073709551616.0), hi = (mfm_u64)whole;
+    mfm_exact x = {(mfm_u64)((m - whole) * 18446744073709551616.0), (mfm_u64)whole};
     if (v < 0) { /* negate the 128-bit number */
-        hi = ~hi + (lo == 0);
-        lo = ~lo + 1;
+        x.hi = ~x.hi + (x.lo == 0);
+        x.lo = ~x.lo + 1;
     }
-    mfm_exact_add_parts(s, lo, hi);
+    return x;
+}
+
+__device__ __forceinline__ void mfm_exact_add(mfm_exact *s, float v) {
+    const mfm_exact x = mfm_exact_of(v);
+    mfm_exact_add_parts(s, x.lo, x.hi);
+}
+
+/* s[0 .. 3] += v: the four low words' additions first, so that their answers (the carries)
+   are awaited together, not one after another; then the high words'. */
+__device__ __forceinline__ void mfm_exact_add4(mfm_exact *s, float4 v) {
+    mfm_exact x[4] = {mfm_exact_of(v.x), mfm_exact_of(v.y), mfm_exact_of(v.z), mfm_exact_of(v.w)};
+    mfm_u64 old[4];
+#pragma unroll
+    for (int u = 0; u < 4; u++) old[u] = x[u].lo ? atomicAdd(&s[u].lo, x[u].lo) : 0;
+#pragma unroll
+    for (int u = 0; u < 4; u++) {
+        x[u].hi += old[u] + x[u].lo < old[u];
+        if (x[u].hi) atomicAdd(&s[u].hi, x[u].hi);
+    }
 }
 
 __device__ __forceinline__ double mfm_exact_value(const mfm_exact &s) {
@@ -98,20 +117,20 @@ __device__ __forceinline__ void mfm_add(void *grad, mfm_u64 i, float v) {
         atomicAdd(static_cast<float *>(grad) + i, v);
 }
 
-/* Four consecutive sums from i (a multiple of 4) receive v: one vector atomic where the GPU
-   has them (sm_90 on; fast sums only). */
+/* Four consecutive sums from i (a multiple of 4) receive v: fast sums with one vector atomic
+   where the GPU has them (sm_90 on), exact sums four at a time. */
 template <bool EXACT>
 __device__ __forceinline__ void mfm_add4(void *grad, mfm_u64 i, float4 v) {
+    if (EXACT) {
+        mfm_exact_add4(static_cast<mfm_exact *>(grad) + i, v);
+    } else {
 #if __CUDA_ARCH__ >= 900
-    if (!EXACT) {
         atomicAdd(reinterpret_cast<float4 *>(static_cast<float *>(grad) + i), v);
-        return;
-    }
+#else
+        float *g = static_cast<float *>(grad) + i;
+        atomicAdd(g, v.x), atomicAdd(g + 1, v.y), atomicAdd(g + 2, v.z), atomicAdd(g + 3, v.w);
 #endif
-    mfm_add<EXACT>(grad, i, v.x);
-    mfm_add<EXACT>(grad, i + 1, v.y);
-    mfm_add<EXACT>(grad, i + 2, v.z);
-    mfm_add<EXACT>(grad, i + 3, v.w);
+    }
 }
 
 /* A sum, which goes back to zero for the next batch. */
@@ -439,25 +458,26 @@ __device__ __forceinline__ void mfm_step(const mfm_train_args &a, int t, float &
    request for every four, cached in L2 only (each is read and written once a batch). */
 template <int N>
 __device__ __forceinline__ void mfm_load(float *v, const float *p) {
-    if (N == 1) {
-        v[0] = __ldcg(p);
-        return;
-    }
 #pragma unroll
     for (int q = 0; q < N; q += 4) {
-        const float4 x = __ldcg(reinterpret_cast<const float4 *>(p + q));
-        v[q] = x.x, v[q + 1] = x.y, v[q + 2] = x.z, v[q + 3] = x.w;
+        if (N == 1) {
+            v[0] = __ldcg(p);
+        } else {
+            const float4 x = __ldcg(reinterpret_cast<const float4 *>(p + q));
+            v[q] = x.x, v[q + 1] = x.y, v[q + 2] = x.z, v[q + 3] = x.w;
+        }
     }
 }
 
 template <int N>
 __device__ __forceinline__ void mfm_store(float *p, const float *v) {
-    if (N == 1) {
-        __stcg(p, v[0]);
-        return;
-    }
 #pragma unroll
-    for (int q = 0; q < N; q += 4) __stcg(reinterpret_cast<float4 *>(p + q), make_float4(v[q], v[q + 1], v[q + 2], v[q + 3]));
+    for (int q = 0; q < N; q += 4) {
+        if (N == 1)
+            __stcg(p, v[0]);
+        else
+            __stcg(reinterpret_cast<float4 *>(p + q), make_float4(v[q], v[q + 1], v[q + 2], v[q + 3]));
+    }
 }
 
 /* Steps coordinates j .. j+N-1 of a block of len parameters (then its state, slot by slot):
