@@ -3344,13 +3344,13 @@ MFM__AVX_INLINE static void mfm__store2x4(float *lo, float *hi, __m256 v) {
 #if defined(__GNUC__) || defined(__clang__)
 __attribute__((always_inline)) inline
 #endif
-static void mfm__ffm_pair_adagrad_rest(const mfm__optim *o, float *va, float *vb, float coef, uint32_t t, uint32_t k, float l2) {
+static void mfm__ffm_pair_adagrad_rest(float lr, float *va, float *vb, float coef, uint32_t t, uint32_t k, float l2) {
     for (; t < k; t++) {
         const float a = va[t], b = vb[t], ga = (0 + coef * b) + l2 * a, gb = (0 + coef * a) + l2 * b;
         va[k + t] += ga * ga;
         vb[k + t] += gb * gb;
-        va[t] = a - o->lr * ga / sqrtf(va[k + t] + 1e-10f);
-        vb[t] = b - o->lr * gb / sqrtf(vb[k + t] + 1e-10f);
+        va[t] = a - lr * ga / sqrtf(va[k + t] + 1e-10f);
+        vb[t] = b - lr * gb / sqrtf(vb[k + t] + 1e-10f);
     }
 }
 
@@ -3358,8 +3358,8 @@ static void mfm__ffm_pair_adagrad_rest(const mfm__optim *o, float *va, float *vb
 #if defined(__GNUC__) || defined(__clang__)
 __attribute__((always_inline)) inline
 #endif
-static void mfm__ffm_pair_adagrad(const mfm__optim *o, float *va, float *vb, float coef, uint32_t k, float l2) {
-    const mfm__f4 lr = mfm__f4_set1(o->lr), l2v = mfm__f4_set1(l2), eps = mfm__f4_set1(1e-10f), c = mfm__f4_set1(coef), zero = mfm__f4_set1(0.0f);
+static void mfm__ffm_pair_adagrad(float lr1, float *va, float *vb, float coef, uint32_t k, float l2) {
+    const mfm__f4 lr = mfm__f4_set1(lr1), l2v = mfm__f4_set1(l2), eps = mfm__f4_set1(1e-10f), c = mfm__f4_set1(coef), zero = mfm__f4_set1(0.0f);
     uint32_t t;
     for (t = 0; t + 4 <= k; t += 4) {
         const mfm__f4 a = mfm__f4_load(va + t), b = mfm__f4_load(vb + t);
@@ -3372,23 +3372,31 @@ static void mfm__ffm_pair_adagrad(const mfm__optim *o, float *va, float *vb, flo
         mfm__f4_store(va + t, mfm__f4_sub(a, mfm__f4_div(mfm__f4_mul(lr, ga), mfm__f4_sqrt(mfm__f4_add(Ga, eps)))));
         mfm__f4_store(vb + t, mfm__f4_sub(b, mfm__f4_div(mfm__f4_mul(lr, gb), mfm__f4_sqrt(mfm__f4_add(Gb, eps)))));
     }
-    mfm__ffm_pair_adagrad_rest(o, va, vb, coef, t, k, l2);
+    mfm__ffm_pair_adagrad_rest(lr1, va, vb, coef, t, k, l2);
 }
 
+#define MFM__MAX_SIMPLE_NNZ 256 /* longer rows take the batched path at batch 1 */
+
 /* Every pair of an FFM row that is a batch of its own, under AdaGrad (dlds: the row's weighted
-   loss derivative), stepped by PAIR_STEP(o, va, vb, coef, k, l2); the body of a function with
-   those parameters. */
+   loss derivative), stepped by PAIR_STEP(lr, va, vb, coef, k, l2); the body of a function with
+   those parameters. Such a row has at most MFM__MAX_SIMPLE_NNZ non-zeros. Where each feature's
+   vectors start and where each field's slot lies in them are found once per row, and the row
+   is read through locals: the steps store through pointers that may alias anything, after
+   which the compiler would read the row's fields again for every pair. */
 #define MFM__FFM_ROW_PAIRS(PAIR_STEP)                                                                           \
     const mfm__table *V = &m->t[MFM_TENSOR_V];                                                                  \
     float *const table = V->data + (uint64_t)c * V->n_blocks * V->stride;                                       \
     const uint64_t stride = V->stride, per_feature = (uint64_t)m->n_fields * stride;                            \
+    const uint32_t z = row->z;                                                                                  \
+    const float *const x = row->x, lr = o->lr;                                                                  \
+    uint64_t vectors[MFM__MAX_SIMPLE_NNZ], slot[MFM__MAX_SIMPLE_NNZ];                                           \
     uint32_t a, b;                                                                                              \
-    for (a = 0; a < row->z; a++) {                                                                              \
-        float *const base_a = table + row->feat[a] * per_feature;                                               \
-        const uint64_t field_a = row->field[a] * stride;                                                        \
-        const float ga = dlds * row->x[a];                                                                      \
-        for (b = a + 1; b < row->z; b++)                                                                        \
-            PAIR_STEP(o, base_a + row->field[b] * stride, table + row->feat[b] * per_feature + field_a, ga * row->x[b], k, l2); \
+    for (a = 0; a < z; a++) vectors[a] = row->feat[a] * per_feature, slot[a] = row->field[a] * stride;         \
+    for (a = 0; a < z; a++) {                                                                                   \
+        float *const base_a = table + vectors[a];                                                               \
+        const uint64_t field_a = slot[a];                                                                       \
+        const float ga = dlds * x[a];                                                                           \
+        for (b = a + 1; b < z; b++) PAIR_STEP(lr, base_a + slot[b], table + vectors[b] + field_a, ga * x[b], k, l2); \
     }
 
 #if defined(__GNUC__) || defined(__clang__)
@@ -3401,24 +3409,24 @@ static void mfm__ffm_row_adagrad(const mfm__optim *o, const mfm_model *m, uint32
 #if defined(MFM__AVX)
 /* mfm__ffm_pair_adagrad eight lanes wide: a's and b's slots eight factors at a time; for the
    last four, a's and b's in the two halves of one step. */
-MFM__AVX_INLINE static void mfm__ffm_pair_adagrad_wide(const mfm__optim *o, float *va, float *vb, float coef, uint32_t k, float l2) {
+MFM__AVX_INLINE static void mfm__ffm_pair_adagrad_wide(float lr, float *va, float *vb, float coef, uint32_t k, float l2) {
     const __m256 c = _mm256_set1_ps(coef), zero = _mm256_setzero_ps();
     uint32_t t = 0;
     for (; t + 8 <= k; t += 8) {
         __m256 a = _mm256_loadu_ps(va + t), b = _mm256_loadu_ps(vb + t), Ga = _mm256_loadu_ps(va + k + t), Gb = _mm256_loadu_ps(vb + k + t);
         const __m256 ga = _mm256_add_ps(zero, _mm256_mul_ps(c, b)), gb = _mm256_add_ps(zero, _mm256_mul_ps(c, a));
-        mfm__adagrad8(&a, &Ga, ga, o->lr, l2);
-        mfm__adagrad8(&b, &Gb, gb, o->lr, l2);
+        mfm__adagrad8(&a, &Ga, ga, lr, l2);
+        mfm__adagrad8(&b, &Gb, gb, lr, l2);
         _mm256_storeu_ps(va + t, a), _mm256_storeu_ps(vb + t, b), _mm256_storeu_ps(va + k + t, Ga), _mm256_storeu_ps(vb + k + t, Gb);
     }
     if (t + 4 <= k) {
         __m256 ab = mfm__load2x4(va + t, vb + t), G = mfm__load2x4(va + k + t, vb + k + t);
         const __m256 ba = _mm256_permute2f128_ps(ab, ab, 1);
-        mfm__adagrad8(&ab, &G, _mm256_add_ps(zero, _mm256_mul_ps(c, ba)), o->lr, l2);
+        mfm__adagrad8(&ab, &G, _mm256_add_ps(zero, _mm256_mul_ps(c, ba)), lr, l2);
         mfm__store2x4(va + t, vb + t, ab), mfm__store2x4(va + k + t, vb + k + t, G);
         t += 4;
     }
-    mfm__ffm_pair_adagrad_rest(o, va, vb, coef, t, k, l2);
+    mfm__ffm_pair_adagrad_rest(lr, va, vb, coef, t, k, l2);
 }
 
 MFM__AVX_INLINE static void mfm__ffm_row_adagrad_wide_k(const mfm__optim *o, const mfm_model *m, uint32_t c, const mfm__row *row, float dlds, uint32_t k, float l2) {
@@ -3552,7 +3560,6 @@ static void mfm__step(const mfm__optim *o, float *blk, uint32_t len, const float
    A coordinate's gradient is summed in row order whatever the number of workers, so the bits
    do not depend on n_threads. At batch 1 most rows skip all of this (mfm__update_row). */
 
-#define MFM__MAX_SIMPLE_NNZ 256 /* longer rows take the batched path at batch 1 */
 #ifndef MFM__FFM_DENSE_FLOATS /* FFM keys gradients by feature while fields x classes x k fit */
 #define MFM__FFM_DENSE_FLOATS 4096
 #endif
