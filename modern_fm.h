@@ -3358,8 +3358,8 @@ static void mfm__ffm_pair_adagrad_rest(float lr, float *va, float *vb, float coe
 #if defined(__GNUC__) || defined(__clang__)
 __attribute__((always_inline)) inline
 #endif
-static void mfm__ffm_pair_adagrad(float lr1, float *va, float *vb, float coef, uint32_t k, float l2) {
-    const mfm__f4 lr = mfm__f4_set1(lr1), l2v = mfm__f4_set1(l2), eps = mfm__f4_set1(1e-10f), c = mfm__f4_set1(coef), zero = mfm__f4_set1(0.0f);
+static void mfm__ffm_pair_adagrad(float lr, float *va, float *vb, float coef, uint32_t k, float l2) {
+    const mfm__f4 lr4 = mfm__f4_set1(lr), l2v = mfm__f4_set1(l2), eps = mfm__f4_set1(1e-10f), c = mfm__f4_set1(coef), zero = mfm__f4_set1(0.0f);
     uint32_t t;
     for (t = 0; t + 4 <= k; t += 4) {
         const mfm__f4 a = mfm__f4_load(va + t), b = mfm__f4_load(vb + t);
@@ -3369,10 +3369,10 @@ static void mfm__ffm_pair_adagrad(float lr1, float *va, float *vb, float coef, u
         const mfm__f4 Gb = mfm__f4_add(mfm__f4_load(vb + k + t), mfm__f4_mul(gb, gb));
         mfm__f4_store(va + k + t, Ga);
         mfm__f4_store(vb + k + t, Gb);
-        mfm__f4_store(va + t, mfm__f4_sub(a, mfm__f4_div(mfm__f4_mul(lr, ga), mfm__f4_sqrt(mfm__f4_add(Ga, eps)))));
-        mfm__f4_store(vb + t, mfm__f4_sub(b, mfm__f4_div(mfm__f4_mul(lr, gb), mfm__f4_sqrt(mfm__f4_add(Gb, eps)))));
+        mfm__f4_store(va + t, mfm__f4_sub(a, mfm__f4_div(mfm__f4_mul(lr4, ga), mfm__f4_sqrt(mfm__f4_add(Ga, eps)))));
+        mfm__f4_store(vb + t, mfm__f4_sub(b, mfm__f4_div(mfm__f4_mul(lr4, gb), mfm__f4_sqrt(mfm__f4_add(Gb, eps)))));
     }
-    mfm__ffm_pair_adagrad_rest(lr1, va, vb, coef, t, k, l2);
+    mfm__ffm_pair_adagrad_rest(lr, va, vb, coef, t, k, l2);
 }
 
 #define MFM__MAX_SIMPLE_NNZ 256 /* longer rows take the batched path at batch 1 */
