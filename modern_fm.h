@@ -6337,15 +6337,15 @@ static mfm_status mfm__gpu_device_ready_locked(int d, mfm_error *err) {
                 snprintf(name, sizeof name, "%s", i == 8 ? "mfm_predict_fm" : "mfm_finish");
             if ((r = cu->cuModuleGetFunction(f, dev->module, name)) != 0) st = mfm__cu_fail(err, r, name);
         }
-        for (i = 0; i < 24 && st == MFM_OK; i++) { /* rows (per k), then apply (per optimizer, narrow and wide): fast, exact */
+        for (i = 0; i < 24 && st == MFM_OK; i++) { /* rows [fast, exact][k], then apply [fast, exact][optimizer][narrow, wide] */
             static const char *const sums[2] = {"fast", "exact"}, *const optimizers[4] = {"sgd", "adagrad", "adam", "ftrl"};
-            const int rows = i < 8, kind = rows ? i / 4 : (i - 8) / 8, which = rows ? i % 4 : (i - 8) % 8 / 2, wide = (i - 8) % 2;
-            if (rows)
-                snprintf(name, sizeof name, "mfm_train_rows_%s%s", sums[kind], ks[which]);
+            const int j = i - 8; /* the apply kernels' index */
+            mfm__cu_function *f = i < 8 ? &dev->train_rows[i / 4][i % 4] : &dev->train_apply[j / 8][j % 8 / 2][j % 2];
+            if (i < 8)
+                snprintf(name, sizeof name, "mfm_train_rows_%s%s", sums[i / 4], ks[i % 4]);
             else
-                snprintf(name, sizeof name, "mfm_train_apply_%s_%s%s", sums[kind], optimizers[which], wide ? "_wide" : "");
-            if ((r = cu->cuModuleGetFunction(rows ? &dev->train_rows[kind][which] : &dev->train_apply[kind][which][wide], dev->module, name)) != 0)
-                st = mfm__cu_fail(err, r, name);
+                snprintf(name, sizeof name, "mfm_train_apply_%s_%s%s", sums[j / 8], optimizers[j % 8 / 2], j % 2 ? "_wide" : "");
+            if ((r = cu->cuModuleGetFunction(f, dev->module, name)) != 0) st = mfm__cu_fail(err, r, name);
         }
         dev->ready = st == MFM_OK;
     }
