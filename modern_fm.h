@@ -5548,6 +5548,7 @@ typedef struct mfm__gpu_device {
     mfm__cu_function pairs[2][4]; /* [FFM, FwFM][any k, k = 4, 8, 16] */
     mfm__cu_function train_rows[2][4];     /* [fast, exact][any k, k = 4, 8, 16] (kernels/train.cu) */
     mfm__cu_function train_apply[2][4][2]; /* [fast, exact][SGD, AdaGrad, Adam, FTRL][k a multiple of 8: the _wide kernel] */
+    mfm__cu_function ffm_starts, ffm_place, ffm_gather[4]; /* deterministic FFM's gathered sums: gather [any k, k = 4, 8, 16] */
     int cc, sm_count;
     double context_seconds; /* cuDevicePrimaryCtxRetain: the first use of the GPU */
     mfm_kernel_build build; /* how the module's image was had */
@@ -6347,6 +6348,14 @@ static mfm_status mfm__gpu_device_ready_locked(int d, mfm_error *err) {
                 snprintf(name, sizeof name, "mfm_train_apply_%s_%s%s", sums[j / 8], optimizers[j % 8 / 2], j % 2 ? "_wide" : "");
             if ((r = cu->cuModuleGetFunction(f, dev->module, name)) != 0) st = mfm__cu_fail(err, r, name);
         }
+        for (i = 0; i < 6 && st == MFM_OK; i++) { /* deterministic FFM: starts, place, gather [k] */
+            mfm__cu_function *f = i == 0 ? &dev->ffm_starts : i == 1 ? &dev->ffm_place : &dev->ffm_gather[i - 2];
+            if (i < 2)
+                snprintf(name, sizeof name, "mfm_train_ffm_%s", i == 0 ? "starts" : "place");
+            else
+                snprintf(name, sizeof name, "mfm_train_ffm_gather%s", ks[i - 2]);
+            if ((r = cu->cuModuleGetFunction(f, dev->module, name)) != 0) st = mfm__cu_fail(err, r, name);
+        }
         dev->ready = st == MFM_OK;
     }
     cu->cuCtxSetCurrent(saved);
@@ -6895,6 +6904,7 @@ MFMDEF mfm_status mfm_cuda_get_info(int device, mfm_cuda_info *out, mfm_error *e
 typedef struct mfm__train_args {
     mfm__cu_ptr offsets, features, fields, values, labels, weights, rows;
     mfm__cu_ptr table[4], grad[4], mark[2], list[2], field_mask;
+    mfm__cu_ptr occ, occ_start, occ_count, chunk_owner, tally, occ_list, batch_rows;
     mfm__cu_ptr count, dlds, scores, sums, row_loss, totals, class_weights;
     uint64_t first, n_batch, offset_base;
     uint64_t n_blocks[4];
@@ -6902,7 +6912,7 @@ typedef struct mfm__train_args {
     uint32_t stride[4], len[4];
     float l1[4], l2[4];
     float lr, ftrl_beta, smoothing;
-    uint32_t n_fields, n_classes, k, group, stamp, parity, mask_words, r_shared;
+    uint32_t n_fields, n_classes, k, group, stamp, parity, mask_words, r_shared, gather, chunk;
     int32_t model, task, optimizer, linear_only, pairs_only, normalize, score_only;
 } mfm__train_args;
 
@@ -6910,7 +6920,7 @@ struct mfm__gpu_trainer {
     mfm_model *m;
     mfm__gpu_device *dev;
     mfm__train_args a;            /* the launches' record; per batch only its rows change */
-    mfm__cu_ptr owned[40];        /* every device allocation, freed together */
+    mfm__cu_ptr owned[48];        /* every device allocation, freed together */
     int n_owned, streaming;
     uint64_t free_bytes;          /* what the fit may still take on the device */
     mfm__cu_ptr best[4];          /* early stopping: the best epoch's tables */
@@ -6921,6 +6931,7 @@ struct mfm__gpu_trainer {
     unsigned rows_per_block, max_blocks, r_shared;
     mfm__cu_function apply;       /* the step kernel, for the optimizer, the sums and k */
     unsigned apply_blocks;        /* its grid: as many blocks as the device runs at once */
+    unsigned gather_warps, gather_blocks, gather_shared; /* deterministic FFM's gather kernel: warps a block, blocks, shared bytes */
     mfm__cu_stream stream, copy;
     /* streamed rows: two sets of chunk buffers, pinned on the host and on the device */
     uint64_t chunk_rows, chunk_nnz;
@@ -7031,6 +7042,22 @@ static mfm_status mfm__gpu_fit_start(mfm__gpu_trainer **out, mfm_model *m, const
         a->mask_words = (m->n_fields + 63) / 64;
         st = mfm__gpu_put(g, &a->field_mask, NULL, (uint64_t)m->n_features * a->mask_words * 8, "the field masks", err);
     }
+    if (st == MFM_OK && p->model == MFM_MODEL_FFM && !p->linear_only && p->deterministic) { /* pair sums gathered by feature, where a warp's sums fit */
+        const uint64_t warp_bytes = (uint64_t)C * m->n_fields * (uint64_t)m->k * 16, batch_nnz = mfm__touch_bound(nnz, g->batch_rows, z);
+        const uint64_t listed = mfm__touch_bound(m->n_features, g->batch_rows, z);
+        if (warp_bytes <= 48 * 1024 && batch_nnz < 0xFFFFFFFFu) {
+            a->gather = 1;
+            g->gather_warps = 48 * 1024 / warp_bytes < 8 ? (unsigned)(48 * 1024 / warp_bytes) : 8;
+            g->gather_shared = g->gather_warps * (unsigned)warp_bytes;
+            st = mfm__gpu_put(g, &a->occ, NULL, (uint64_t)m->n_features * 4, "the batch's non-zeros by feature", err);
+            if (st == MFM_OK) st = mfm__gpu_take(g, &a->occ_start, listed * 4, "the batch's non-zeros by feature", err);
+            if (st == MFM_OK) st = mfm__gpu_take(g, &a->occ_count, listed * 4, "the batch's non-zeros by feature", err);
+            if (st == MFM_OK) st = mfm__gpu_take(g, &a->chunk_owner, batch_nnz * 8, "the batch's non-zeros by feature", err);
+            if (st == MFM_OK) st = mfm__gpu_put(g, &a->tally, NULL, 4 * 4, "the batch's non-zeros by feature", err);
+            if (st == MFM_OK) st = mfm__gpu_take(g, &a->occ_list, batch_nnz * 8, "the batch's non-zeros by feature", err);
+            if (st == MFM_OK) st = mfm__gpu_take(g, &a->batch_rows, g->batch_rows * 8, "the batch's non-zeros by feature", err);
+        }
+    }
     if (st == MFM_OK && p->model == MFM_MODEL_FWFM && !p->linear_only) {
         const uint64_t entries = m->t[MFM_TENSOR_R].n_blocks;
         st = mfm__gpu_put(g, &a->mark[1], NULL, entries * 4, "the touched marks", err);
@@ -7104,6 +7131,16 @@ static mfm_status mfm__gpu_fit_start(mfm__gpu_trainer **out, mfm_model *m, const
         if ((r = mfm__cuda.cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, g->apply, 256, 0)) != 0)
             st = mfm__cu_fail(err, r, "cuOccupancyMaxActiveBlocksPerMultiprocessor");
         g->apply_blocks = C + 1 + (unsigned)g->dev->sm_count * (unsigned)(per_sm > 0 ? per_sm : 1);
+        if (st == MFM_OK && a->gather) {
+            if ((r = mfm__cuda.cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, g->dev->ffm_gather[mfm__k_kernel(m->k)], 32 * (int)g->gather_warps, g->gather_shared)) != 0)
+                st = mfm__cu_fail(err, r, "cuOccupancyMaxActiveBlocksPerMultiprocessor");
+            g->gather_blocks = (unsigned)g->dev->sm_count * (unsigned)(per_sm > 0 ? per_sm : 1);
+            { /* chunks of up to 32 non-zeros, about four for each warp the device runs at once: small batches, whose
+                 time is the longest chunk's, in short ones */
+                const uint64_t per_warp = mfm__touch_bound(nnz, g->batch_rows, z) / (4 * (uint64_t)g->gather_blocks * g->gather_warps);
+                a->chunk = per_warp < 4 ? 4 : per_warp > 32 ? 32 : (uint32_t)per_warp;
+            }
+        }
     }
     if (p->model == MFM_MODEL_FWFM && !p->linear_only) { /* R's sums through shared memory when they fit the 48 KB any launch may ask */
         const uint64_t FF = (uint64_t)m->n_fields * m->n_fields, bytes = (C * FF * gsize + 4 * FF + 7) & ~(uint64_t)7;
@@ -7134,6 +7171,11 @@ static mfm_status mfm__gpu_batch(mfm__gpu_trainer *g, mfm_error *err) {
     params[0] = a;
     if ((r = mfm__cuda.cu.cuLaunchKernel(g->dev->train_rows[g->m->params.deterministic][mfm__k_kernel(g->m->k)], blocks, 1, 1, 256, 1, 1, g->r_shared, g->stream, params, NULL)) != 0)
         return mfm__cu_fail(err, r, "cuLaunchKernel (training rows)");
+    if (a->gather && ((r = mfm__cuda.cu.cuLaunchKernel(g->dev->ffm_starts, blocks, 1, 1, 256, 1, 1, 0, g->stream, params, NULL)) != 0 ||
+                      (r = mfm__cuda.cu.cuLaunchKernel(g->dev->ffm_place, blocks, 1, 1, 256, 1, 1, 0, g->stream, params, NULL)) != 0 ||
+                      (r = mfm__cuda.cu.cuLaunchKernel(g->dev->ffm_gather[mfm__k_kernel(g->m->k)], g->gather_blocks, 1, 1, 32 * g->gather_warps, 1, 1, g->gather_shared,
+                                                       g->stream, params, NULL)) != 0))
+        return mfm__cu_fail(err, r, "cuLaunchKernel (FFM's pair sums by feature)");
     if ((r = mfm__cuda.cu.cuLaunchKernel(g->apply, g->apply_blocks, 1, 1, 256, 1, 1, 0, g->stream, params, NULL)) != 0)
         return mfm__cu_fail(err, r, "cuLaunchKernel (optimizer steps)");
     return MFM_OK;

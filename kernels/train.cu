@@ -19,13 +19,26 @@
      exact   every contribution becomes a 128-bit fixed-point number in units of 2^-64 and is
              added with integer atomics. Integer sums do not depend on their order, so the sum
              is exact and the same every run; it is rounded once, when the step reads it.
-   With score_only the rows kernel writes the scores and nothing else (validation rows). */
+   With score_only the rows kernel writes the scores and nothing else (validation rows).
+
+   Deterministic FFM gathers its pair sums by feature instead (when a warp's sums fit shared
+   memory; `gather`): a pair's exact sums would take 12 integer atomics a float4 where the fast
+   sums take one. The rows kernel counts each feature's non-zeros, mfm_train_ffm_starts and
+   mfm_train_ffm_place list the batch's non-zeros feature by feature, and mfm_train_ffm_gather
+   gives each feature's list to one warp, which adds up the feature's sums exactly in shared
+   memory and writes each once (see there). The sums are the same integers as the atomics'. */
 
 enum { MFM_W0 = 0, MFM_W = 1, MFM_V = 2, MFM_R = 3 };     /* mfm_tensor */
 enum { MFM_FEATURES = 0, MFM_PAIRS = 1 };                 /* what is listed: features, entries of R */
 enum { MFM_FM = 1, MFM_FFM = 2, MFM_FWFM = 3 };           /* mfm_model_type */
 enum { MFM_REGRESSION = 2, MFM_MULTICLASS = 3 };          /* mfm_task */
 enum { MFM_SGD = 1, MFM_ADAGRAD = 2, MFM_ADAM = 3, MFM_FTRL = 4 }; /* mfm_optimizer */
+
+/* A batch row as the rows kernel saw it, for the gathering FFM kernels. */
+struct mfm_batch_row {
+    float scale;
+    mfm_u32 repeats; /* a field holds more than one of the row's non-zeros */
+};
 
 /* What both launches are given. modern_fm.h has the same struct (mfm__train_args) with the
    pointers spelled as 64-bit device addresses: 8-byte fields first, then 4-byte ones. */
@@ -42,6 +55,12 @@ struct mfm_train_args {
     mfm_u32 *mark[2];            /* per feature, per entry of R: the stamp of the last batch that touched it */
     mfm_u64 *list[2];            /* the features and entries of R this batch touched, in no particular order */
     mfm_u64 *field_mask;         /* FFM: per feature mask_words words; bit g: its block of field g is touched */
+    mfm_u32 *occ;                /* gather: per feature, its non-zeros in the batch; after the scan, where its next one goes */
+    mfm_u32 *occ_start, *occ_count; /* gather: per listed feature, its first entry of occ_list and its non-zeros */
+    mfm_u64 *chunk_owner;        /* gather: per chunk, its feature's place in the list << 32 | the chunk's place among the feature's */
+    mfm_u32 *tally;              /* gather: [2][2] the batch's non-zeros and chunks, for even and odd batches */
+    mfm_u64 *occ_list;           /* gather: the batch's non-zeros feature by feature, each as row q << 32 | its place in the row */
+    mfm_batch_row *batch_rows;   /* gather: n_batch */
     mfm_u64 *count;              /* [2][2]: how many are listed, for even and odd batches */
     float *dlds;                 /* n_batch x C: weight * dL/ds */
     float *scores;               /* n_batch x C */
@@ -57,6 +76,7 @@ struct mfm_train_args {
     float lr, ftrl_beta, smoothing;
     mfm_u32 n_fields, n_classes, k, group, stamp, parity, mask_words;
     mfm_u32 r_shared;            /* FwFM: R's sums of a block go through shared memory first */
+    mfm_u32 gather, chunk;       /* deterministic FFM: the pairs' sums are gathered by feature (the top of this file), in chunks of `chunk` non-zeros */
     int model, task, optimizer, linear_only, pairs_only, normalize, score_only;
 };
 
@@ -105,6 +125,13 @@ __device__ __forceinline__ void mfm_exact_add4(mfm_exact *s, float4 v) {
     }
 }
 
+/* s += x where no other thread adds to s meanwhile. */
+__device__ __forceinline__ void mfm_exact_put(mfm_exact *s, const mfm_exact &x) {
+    const mfm_u64 lo = s->lo + x.lo;
+    s->hi += x.hi + (lo < x.lo);
+    s->lo = lo;
+}
+
 __device__ __forceinline__ double mfm_exact_value(const mfm_exact &s) {
     return (double)(long long)s.hi + (double)s.lo * 5.421010862427522170e-20; /* 2^-64 */
 }
@@ -136,11 +163,12 @@ __device__ __forceinline__ void mfm_add4(void *grad, mfm_u64 i, float4 v) {
 /* A sum, which goes back to zero for the next batch. */
 template <bool EXACT>
 __device__ __forceinline__ float mfm_take(void *grad, mfm_u64 i) {
-    if (EXACT) {
-        mfm_exact *s = static_cast<mfm_exact *>(grad) + i;
-        const float v = (float)mfm_exact_value(*s);
-        s->lo = s->hi = 0;
-        return v;
+    if (EXACT) { /* both words with one 16-byte request each way (the table starts on 256 bytes) */
+        ulonglong2 *s = reinterpret_cast<ulonglong2 *>(static_cast<mfm_exact *>(grad) + i);
+        const ulonglong2 w = __ldcg(s);
+        const mfm_exact sum = {w.x, w.y};
+        __stcg(s, make_ulonglong2(0, 0));
+        return (float)mfm_exact_value(sum);
     }
     float *g = static_cast<float *>(grad) + i;
     const float v = *g;
@@ -189,8 +217,9 @@ __device__ __forceinline__ void mfm_touch(const mfm_train_args &a, int what, mfm
 
 /* FFM: a row pairs each non-zero's feature with the row's other fields, so those bits go into
    its field mask: the row's fields, less its own unless another non-zero has it too. The
-   group is the whole warp (FFM's rows take 32 lanes). */
-__device__ void mfm_touch_fields(const mfm_train_args &a, const mfm_row &row, mfm_u32 lane, unsigned mask) {
+   group is the whole warp (FFM's rows take 32 lanes). True when a field repeats in the row. */
+__device__ bool mfm_touch_fields(const mfm_train_args &a, const mfm_row &row, mfm_u32 lane, unsigned mask) {
+    bool repeats = false;
     for (mfm_u32 w = 0; w < a.mask_words; w++) {
         mfm_u64 once = 0, twice = 0;
         for (mfm_u32 i = lane; i < row.z; i += a.group) {
@@ -204,6 +233,7 @@ __device__ void mfm_touch_fields(const mfm_train_args &a, const mfm_row &row, mf
             twice |= twice_there | (once & once_there);
             once |= once_there;
         }
+        repeats |= twice != 0;
         if (!once) continue;
         for (mfm_u32 i = lane; i < row.z; i += a.group) {
             const mfm_u32 f = a.fields[row.lo + i];
@@ -211,6 +241,7 @@ __device__ void mfm_touch_fields(const mfm_train_args &a, const mfm_row &row, mf
             if (bits) atomicOr(a.field_mask + (mfm_u64)a.features[row.lo + i] * a.mask_words + w, bits);
         }
     }
+    return repeats;
 }
 
 /* FwFM's r(f, g) reads the upper triangle. */
@@ -320,11 +351,18 @@ __device__ __forceinline__ void mfm_add_r(const mfm_train_args &a, mfm_u32 c, mf
 template <bool EXACT, int K>
 __device__ void mfm_train_gradients(const mfm_train_args &a, mfm_u32 c, const mfm_row &row, mfm_u64 q, float g, mfm_u32 lane, unsigned mask) {
     const bool first_class = c == 0;
-    if (first_class && a.model == MFM_FFM && !a.linear_only) mfm_touch_fields(a, row, lane, mask);
+    if (first_class && a.model == MFM_FFM && !a.linear_only) {
+        const bool repeats = mfm_touch_fields(a, row, lane, mask);
+        if (EXACT && a.gather && lane == 0) {
+            const mfm_batch_row seen = {row.scale, repeats};
+            a.batch_rows[q] = seen;
+        }
+    }
     for (mfm_u32 i = lane; i < row.z; i += a.group) { /* pairs_only: w is touched, its gradient is 0 */
         const mfm_u32 f = a.features[row.lo + i];
         mfm_add<EXACT>(a.grad[MFM_W], mfm_grad_at(a, MFM_W, c, f, 0), a.pairs_only ? 0.0f : g * mfm_x(a, row.lo + i, row.scale));
         if (first_class) mfm_touch(a, MFM_FEATURES, f);
+        if (EXACT && first_class && a.gather) atomicAdd(a.occ + f, 1u);
     }
     if (a.linear_only) return;
     if (a.model == MFM_FM) { /* ds/dv_it = x_i (sum_t - v_it x_i) */
@@ -356,6 +394,7 @@ __device__ void mfm_train_gradients(const mfm_train_args &a, mfm_u32 c, const mf
                     if (u < n) mfm_add<EXACT>(a.grad[MFM_V], mfm_grad_at(a, MFM_V, c, f, t0 + u), gx * acc[u]);
             }
         }
+    if (EXACT && a.gather) return; /* mfm_train_ffm_gather adds FFM's pair sums */
     const float *V = mfm_block(a, MFM_V, c, 0);
     const mfm_u64 stride = a.stride[MFM_V], sums = mfm_grad_at(a, MFM_V, c, 0, 0);
     const mfm_u32 k = K > 0 ? K : a.k;
@@ -422,6 +461,147 @@ __device__ void mfm_train_rows(const mfm_train_args &a) {
                 }
             }
         }
+    }
+}
+
+/* ---- deterministic FFM: the pair sums gathered by feature ---- */
+
+/* Each listed feature's part of occ_list and its chunks, taken from the batch's tallies (a
+   warp's features together, with one atomic each), and its count becomes the place of its first
+   non-zero. A chunk is a.chunk (at most 32) of a feature's non-zeros, one warp's work in the
+   gather kernel: a feature in every row is spread over many warps. */
+extern "C" __global__ void __launch_bounds__(256) mfm_train_ffm_starts(const mfm_train_args a) {
+    const mfm_u64 n = a.count[2 * a.parity + MFM_FEATURES], warps = (mfm_u64)gridDim.x * blockDim.x / 32;
+    const mfm_u32 me = threadIdx.x & 31u;
+    mfm_u32 *tally = a.tally + 2 * a.parity;
+    for (mfm_u64 i = ((mfm_u64)blockIdx.x * blockDim.x + threadIdx.x) / 32 * 32 + me; i - me < n; i += warps * 32) {
+        const mfm_u64 f = i < n ? a.list[MFM_FEATURES][i] : 0;
+        const mfm_u32 nz = i < n ? a.occ[f] : 0, chunks = (nz + a.chunk - 1) / a.chunk;
+        mfm_u32 nz_to = nz, chunks_to = chunks, nz_at = 0, chunks_at = 0; /* sums over lanes 0 .. me, then where the warp's start */
+        for (mfm_u32 o = 1; o < 32; o *= 2) {
+            const mfm_u32 x = __shfl_up_sync(0xffffffffu, nz_to, o), y = __shfl_up_sync(0xffffffffu, chunks_to, o);
+            if (me >= o) nz_to += x, chunks_to += y;
+        }
+        if (me == 31) nz_at = atomicAdd(tally, nz_to), chunks_at = atomicAdd(tally + 1, chunks_to);
+        nz_at = __shfl_sync(0xffffffffu, nz_at, 31) + nz_to - nz, chunks_at = __shfl_sync(0xffffffffu, chunks_at, 31) + chunks_to - chunks;
+        if (i >= n) continue;
+        a.occ_start[i] = a.occ[f] = nz_at, a.occ_count[i] = nz;
+        for (mfm_u32 c = 0; c < chunks; c++) a.chunk_owner[chunks_at + c] = i << 32 | c;
+    }
+}
+
+/* Every non-zero of the batch into its feature's part of occ_list, in no particular order: the
+   sums are integers, so the order of their terms does not matter. */
+extern "C" __global__ void __launch_bounds__(256) mfm_train_ffm_place(const mfm_train_args a) {
+    MFM_FOR_EACH_ROW(a, a.n_batch, q, lane, mask) {
+        const mfm_u64 r = a.rows ? a.rows[q] : a.first + q, lo = a.offsets[r] - a.offset_base;
+        const mfm_u32 z = (mfm_u32)(a.offsets[r + 1] - a.offsets[r]);
+        (void)mask;
+        for (mfm_u32 j = lane; j < z; j += a.group) a.occ_list[atomicAdd(a.occ + a.features[lo + j], 1u)] = q << 32 | j;
+    }
+}
+
+/* A non-zero of the feature being gathered: its row and place. */
+struct mfm_occurrence {
+    mfm_u64 q, lo; /* batch row, its first non-zero */
+    mfm_u32 j, z, fa, repeats;
+    float xa, scale;
+};
+
+/* One term of a gathered sum: lane item (p, t) of non-zero j adds coef V[b_p, f_a][t] to sum
+   (f_p, t). key: that sum, or a key of the lane's own when the item is past the row or j itself. */
+struct mfm_term {
+    mfm_u32 key;
+    float v;
+    bool live;
+};
+
+template <int K>
+__device__ __forceinline__ mfm_term mfm_gather_term(const mfm_train_args &a, const float *V, const mfm_occurrence &o, float g, mfm_u32 item) {
+    const mfm_u32 k = K > 0 ? K : a.k, p = item / k, t = item - p * k;
+    mfm_term term = {0xFFFFFFFFu - (threadIdx.x & 31u), 0, item < o.z * k && p != o.j};
+    if (term.live) { /* coef multiplied in the rows kernel's order: the pair's first non-zero first */
+        const mfm_u64 bt = o.lo + p;
+        const float xb = mfm_x(a, bt, o.scale), coef = p < o.j ? g * xb * o.xa : g * o.xa * xb;
+        term.v = coef * V[((mfm_u64)a.features[bt] * a.n_fields + o.fa) * a.stride[MFM_V] + t];
+        term.key = a.fields[bt] * k + t;
+    }
+    return term;
+}
+
+/* The terms of a warp go into its sums; in a row whose fields repeat, lanes with one key take turns. */
+__device__ __forceinline__ void mfm_gather_add(mfm_exact *sum, const mfm_term &term, mfm_u32 repeats) {
+    const mfm_u32 me = threadIdx.x & 31u;
+    if (!repeats) {
+        if (term.live) mfm_exact_put(sum + term.key, mfm_exact_of(term.v));
+        return;
+    }
+    const unsigned peers = __match_any_sync(0xffffffffu, term.key);
+    for (unsigned left = peers; left; left &= left - 1) {
+        if (term.live && me == (mfm_u32)__ffs(left) - 1u) mfm_exact_put(sum + term.key, mfm_exact_of(term.v));
+        __syncwarp(peers);
+    }
+}
+
+#define MFM_GATHER_AHEAD 4 /* passes of a warp over a row whose reads are in flight together */
+
+/* Each warp takes chunks, and sums their pairs into its own exact sums in shared memory
+   (classes x fields x k), as the rows kernel would add to the feature's slots. Lane l first
+   reads the chunk's non-zero l (its row, place, field, value), so that the non-zeros' reads are
+   in flight together; the warp then goes through them, the lanes sharing out a non-zero's items
+   (partner p, factor t). At the chunk's end each sum goes out: stored when the chunk is the
+   feature's only one (most are), else added with integer atomics. */
+template <int K>
+__device__ void mfm_train_ffm_gather(const mfm_train_args &a) {
+    const mfm_u32 C = a.n_classes, F = a.n_fields, k = K > 0 ? K : a.k, slots = C * F * k, me = threadIdx.x & 31u;
+    const mfm_u32 n_chunks = a.tally[2 * a.parity + 1];
+    mfm_exact *acc = reinterpret_cast<mfm_exact *>(mfm_r_stage) + (threadIdx.x / 32) * slots;
+    for (mfm_u32 s = me; s < slots; s += 32) acc[s].lo = acc[s].hi = 0;
+    __syncwarp();
+    for (mfm_u32 chunk = (blockIdx.x * blockDim.x + threadIdx.x) / 32; chunk < n_chunks; chunk += gridDim.x * blockDim.x / 32) {
+        const mfm_u64 owner = a.chunk_owner[chunk], i = owner >> 32, feature = a.list[MFM_FEATURES][i];
+        const mfm_u32 nth = (mfm_u32)owner, all = a.occ_count[i], from = nth * a.chunk, count = all - from < a.chunk ? all - from : a.chunk;
+        const mfm_u64 at = a.occ_start[i] + from;
+        mfm_occurrence mine = {0, 0, 0, 0, 0, 0, 0, 0};
+        if (me < count) {
+            const mfm_u64 e = a.occ_list[at + me], r = a.rows ? a.rows[e >> 32] : a.first + (e >> 32);
+            const mfm_batch_row row = a.batch_rows[e >> 32];
+            mine.q = e >> 32, mine.j = (mfm_u32)e, mine.lo = a.offsets[r] - a.offset_base, mine.z = (mfm_u32)(a.offsets[r + 1] - a.offsets[r]);
+            mine.fa = a.fields[mine.lo + mine.j], mine.xa = mfm_x(a, mine.lo + mine.j, row.scale);
+            mine.scale = row.scale, mine.repeats = row.repeats;
+        }
+        for (mfm_u32 u = 0; u < count; u++) {
+            mfm_occurrence o;
+            o.q = __shfl_sync(0xffffffffu, mine.q, u), o.lo = __shfl_sync(0xffffffffu, mine.lo, u);
+            o.j = __shfl_sync(0xffffffffu, mine.j, u), o.z = __shfl_sync(0xffffffffu, mine.z, u), o.fa = __shfl_sync(0xffffffffu, mine.fa, u);
+            o.repeats = __shfl_sync(0xffffffffu, mine.repeats, u);
+            o.xa = __shfl_sync(0xffffffffu, mine.xa, u), o.scale = __shfl_sync(0xffffffffu, mine.scale, u);
+            for (mfm_u32 c = 0; c < C; c++) {
+                const float g = a.dlds[o.q * C + c], *V = mfm_block(a, MFM_V, c, 0);
+                mfm_exact *sum = acc + c * F * k;
+                for (mfm_u32 base = 0; base < o.z * k; base += 32 * MFM_GATHER_AHEAD) {
+                    mfm_term term[MFM_GATHER_AHEAD];
+#pragma unroll
+                    for (mfm_u32 ahead = 0; ahead < MFM_GATHER_AHEAD; ahead++) term[ahead] = mfm_gather_term<K>(a, V, o, g, base + 32 * ahead + me);
+#pragma unroll
+                    for (mfm_u32 ahead = 0; ahead < MFM_GATHER_AHEAD; ahead++)
+                        if (base + 32 * ahead < o.z * k) mfm_gather_add(sum, term[ahead], o.repeats);
+                    __syncwarp();
+                }
+            }
+        }
+        const bool only = all <= a.chunk;
+        for (mfm_u32 s = me; s < slots; s += 32) {
+            const mfm_exact x = acc[s];
+            if (!(x.lo | x.hi)) continue;
+            const mfm_u32 c = s / (F * k), f = (s - c * F * k) / k, t = s - (c * F + f) * k;
+            mfm_exact *out = static_cast<mfm_exact *>(a.grad[MFM_V]) + mfm_grad_at(a, MFM_V, c, feature * F + f, t);
+            if (only) *out = x;
+            else mfm_exact_add_parts(out, x.lo, x.hi);
+            acc[s].lo = acc[s].hi = 0;
+        }
+        if (nth == 0 && me == 0) a.occ[feature] = 0; /* for the next batch */
+        __syncwarp();
     }
 }
 
@@ -643,6 +823,7 @@ __device__ void mfm_train_apply(const mfm_train_args &a) {
             a.totals[0] += loss;
             a.totals[1] += weight;
             a.count[2 * (a.parity ^ 1)] = a.count[2 * (a.parity ^ 1) + 1] = 0; /* for the next batch */
+            if (a.gather) a.tally[2 * (a.parity ^ 1)] = a.tally[2 * (a.parity ^ 1) + 1] = 0;
         }
         return;
     }
@@ -678,6 +859,14 @@ MFM_TRAIN_ROWS(exact, true, , 0)
 MFM_TRAIN_ROWS(exact, true, _k4, 4)
 MFM_TRAIN_ROWS(exact, true, _k8, 8)
 MFM_TRAIN_ROWS(exact, true, _k16, 16)
+
+/* mfm_train_ffm_gather{,_k4,_k8,_k16}: blocks of whole warps, each warp's sums in shared memory */
+#define MFM_TRAIN_FFM_GATHER(ks, K) \
+    extern "C" __global__ void __launch_bounds__(256) mfm_train_ffm_gather##ks(const mfm_train_args a) { mfm_train_ffm_gather<K>(a); }
+MFM_TRAIN_FFM_GATHER(, 0)
+MFM_TRAIN_FFM_GATHER(_k4, 4)
+MFM_TRAIN_FFM_GATHER(_k8, 8)
+MFM_TRAIN_FFM_GATHER(_k16, 16)
 
 /* mfm_train_apply_{fast,exact}_{sgd,adagrad,adam,ftrl}{,_wide} (_wide: k a multiple of 8) */
 #define MFM_TRAIN_APPLY(sums, EXACT, opt, OPT)                                                                                                        \
