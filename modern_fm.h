@@ -6890,7 +6890,8 @@ MFMDEF mfm_status mfm_cuda_get_info(int device, mfm_cuda_info *out, mfm_error *e
 
    mfm_fit on backend CUDA (or AUTO where a GPU is) runs the CPU's epoch loop, early stopping
    and callbacks, but each pass is kernels on the device (kernels/train.cu): per batch one
-   launch scores the rows and adds their gradients, one steps every touched coordinate. The
+   launch scores the rows and adds their gradients, one steps every touched coordinate
+   (deterministic FFM: three more between them gather its pair sums by feature). The
    model's tables go up once per fit in the CPU's own layout and come back at its end (the best
    epoch's, with early stopping); a fit that fails on the device leaves the host model as it
    was. The epochs visit the CPU's seeded permutations, so both see the same batches. The rows
