@@ -589,8 +589,8 @@ void test_gpu_train_ftrl_zeros(void) {
 
 /* Deterministic mode: two runs give the same bits, parameters and optimizer state, for every
    model at a small and a large batch; the fast mode stays within tolerance of them. With 100
-   features a batch of 1024 has about 90 non-zeros of each, so FFM's gather kernel sums most
-   features in two chunks. FFM runs twice more with 200 fields at k = 16, where a warp's sums
+   features a batch of 1024 has about 90 non-zeros of each, more than one chunk (at most 32) of
+   FFM's gather kernel, so most features' sums come from several warps. FFM runs twice more with 200 fields at k = 16, where a warp's sums
    (200 x 16 x 16 bytes) do not fit shared memory and the rows kernel adds them with atomics. */
 void test_gpu_train_deterministic(void) {
     train_data t, wide;
