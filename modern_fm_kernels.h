@@ -396,7 +396,7 @@ static const char *const mfm__kernel_chunks[] = {
     "    mfm_u32 *mark[2];            /* per feature, per entry of R: the stamp of the last batch that touched it */\n"
     "    mfm_u64 *list[2];            /* the features and entries of R this batch touched, in no particular order */\n"
     "    mfm_u64 *field_mask;         /* FFM: per feature mask_words words; bit g: its block of field g is touched */\n"
-    "    mfm_u32 *occ;                /* gather: per feature, its non-zeros in the batch; after the scan, where its next one goes */\n"
+    "    mfm_u32 *occ;                /* gather: per feature, its non-zeros in the batch; after mfm_train_ffm_starts, where its next one goes */\n"
     "    mfm_u32 *occ_start, *occ_count; /* gather: per listed feature, its first entry of occ_list and its non-zeros */\n"
     "    mfm_u64 *chunk_owner;        /* gather: per chunk, its feature's place in the list << 32 | the chunk's place among the feature's */\n"
     "    mfm_u32 *tally;              /* gather: [2][2] the batch's non-zeros and chunks, for even and odd batches */\n"
@@ -466,8 +466,8 @@ static const char *const mfm__kernel_chunks[] = {
     "    }\n"
     "}\n"
     "\n"
-    "/* s += x where no other thread adds to s meanwhile. */\n"
-    "__device__ __forceinline__ void mfm_exact_put(mfm_exact *s, const mfm_exact &x) {\n",
+    "/* s += x where no other thread adds to s meanwhile. */\n",
+    "__device__ __forceinline__ void mfm_exact_put(mfm_exact *s, const mfm_exact &x) {\n"
     "    const mfm_u64 lo = s->lo + x.lo;\n"
     "    s->hi += x.hi + (lo < x.lo);\n"
     "    s->lo = lo;\n"
@@ -558,9 +558,9 @@ static const char *const mfm__kernel_chunks[] = {
     "\n"
     "/* FFM: a row pairs each non-zero's feature with the row's other fields, so those bits go into\n"
     "   its field mask: the row's fields, less its own unless another non-zero has it too. The\n"
-    "   group is the whole warp (FFM's rows take 32 lanes). True when a field repeats in the row. */\n"
+    "   group is the whole warp (FFM's rows take 32 lanes). True when a field repeats in the row. */\n",
     "__device__ bool mfm_touch_fields(const mfm_train_args &a, const mfm_row &row, mfm_u32 lane, unsigned mask) {\n"
-    "    bool repeats = false;\n",
+    "    bool repeats = false;\n"
     "    for (mfm_u32 w = 0; w < a.mask_words; w++) {\n"
     "        mfm_u64 once = 0, twice = 0;\n"
     "        for (mfm_u32 i = lane; i < row.z; i += a.group) {\n"
@@ -639,8 +639,8 @@ static const char *const mfm__kernel_chunks[] = {
     "    double loss;\n"
     "    if (a.class_weights) weight *= a.class_weights[(mfm_u32)y];\n"
     "    if (a.task == MFM_MULTICLASS) {\n"
-    "        double top = -1e308, total = 0, lse;\n"
-    "        for (mfm_u32 c = 0; c < C; c++) top = s[c] > top ? s[c] : top;\n",
+    "        double top = -1e308, total = 0, lse;\n",
+    "        for (mfm_u32 c = 0; c < C; c++) top = s[c] > top ? s[c] : top;\n"
     "        for (mfm_u32 c = 0; c < C; c++) total += exp((double)s[c] - top);\n"
     "        lse = top + log(total);\n"
     "        loss = 0;\n"
@@ -720,9 +720,9 @@ static const char *const mfm__kernel_chunks[] = {
     "            const mfm_u32 f = a.features[row.lo + i], fi = a.fields[row.lo + i];\n"
     "            const float gx = g * mfm_x(a, row.lo + i, row.scale);\n"
     "            for (mfm_u32 t0 = 0; t0 < a.k; t0 += 8) {\n"
-    "                float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};\n"
+    "                float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};\n",
     "                const mfm_u32 n = a.k - t0 < 8 ? a.k - t0 : 8;\n"
-    "                for (mfm_u32 j = 0; j < row.z; j++) {\n",
+    "                for (mfm_u32 j = 0; j < row.z; j++) {\n"
     "                    if (j == i) continue;\n"
     "                    const float coef = mfm_pair_weight(a, c, fi, a.fields[row.lo + j]) * mfm_x(a, row.lo + j, row.scale);\n"
     "                    const float *v = mfm_block(a, MFM_V, c, a.features[row.lo + j]) + t0;\n"
@@ -794,8 +794,8 @@ static const char *const mfm__kernel_chunks[] = {
     "            if (!touched[e]) continue;\n"
     "            mfm_touch(a, MFM_PAIRS, e);\n"
     "            for (mfm_u32 c = 0; c < C; c++) {\n"
-    "                if (EXACT) {\n"
-    "                    const mfm_exact s = reinterpret_cast<const mfm_exact *>(mfm_r_stage)[c * FF + e];\n",
+    "                if (EXACT) {\n",
+    "                    const mfm_exact s = reinterpret_cast<const mfm_exact *>(mfm_r_stage)[c * FF + e];\n"
     "                    mfm_exact_add_parts(static_cast<mfm_exact *>(a.grad[MFM_R]) + mfm_grad_at(a, MFM_R, c, e, 0), s.lo, s.hi);\n"
     "                } else {\n"
     "                    atomicAdd(static_cast<float *>(a.grad[MFM_R]) + mfm_grad_at(a, MFM_R, c, e, 0), reinterpret_cast<const float *>(mfm_r_stage)[c * FF + e]);\n"
@@ -864,12 +864,12 @@ static const char *const mfm__kernel_chunks[] = {
     "    if (term.live) { /* coef multiplied in the rows kernel's order: the pair's first non-zero first */\n"
     "        const mfm_u64 bt = o.lo + p;\n"
     "        const float xb = mfm_x(a, bt, o.scale), coef = p < o.j ? g * xb * o.xa : g * o.xa * xb;\n"
-    "        term.v = coef * V[((mfm_u64)a.features[bt] * a.n_fields + o.fa) * a.stride[MFM_V] + t];\n"
+    "        term.v = coef * V[((mfm_u64)a.features[bt] * a.n_fields + o.fa) * a.stride[MFM_V] + t];\n",
     "        term.key = a.fields[bt] * k + t;\n"
     "    }\n"
     "    return term;\n"
     "}\n"
-    "\n",
+    "\n"
     "/* The terms of a warp go into its sums; in a row whose fields repeat, lanes with one key take turns. */\n"
     "__device__ __forceinline__ void mfm_gather_add(mfm_exact *sum, const mfm_term &term, mfm_u32 repeats) {\n"
     "    const mfm_u32 me = threadIdx.x & 31u;\n"
@@ -928,10 +928,10 @@ static const char *const mfm__kernel_chunks[] = {
     "                    for (mfm_u32 ahead = 0; ahead < MFM_GATHER_AHEAD; ahead++)\n"
     "                        if (base + 32 * ahead < o.z * k) mfm_gather_add(sum, term[ahead], o.repeats);\n"
     "                    __syncwarp();\n"
-    "                }\n"
+    "                }\n",
     "            }\n"
     "        }\n"
-    "        const bool only = all <= a.chunk;\n",
+    "        const bool only = all <= a.chunk;\n"
     "        for (mfm_u32 s = me; s < slots; s += 32) {\n"
     "            const mfm_exact x = acc[s];\n"
     "            if (!(x.lo | x.hi)) continue;\n"
@@ -1018,8 +1018,8 @@ static const char *const mfm__kernel_chunks[] = {
     "    for (mfm_u32 s = 0; s < 4; s++)\n"
     "        if (s < slots) mfm_store<N>(blk + s * len + j, v[s]);\n"
     "}\n"
-    "\n"
-    "/* One step of every coordinate of block b of tensor t, class c: four at a time where the\n",
+    "\n",
+    "/* One step of every coordinate of block b of tensor t, class c: four at a time where the\n"
     "   block's length is a multiple of four (blocks and sums start on 16 bytes then), with WIDE\n"
     "   eight at a time where it is a multiple of eight, so that a block of eight waits for its\n"
     "   reads once, not twice (a block's stores come before the next four's reads, which the\n"
@@ -1103,8 +1103,8 @@ static const char *const mfm__kernel_chunks[] = {
     "    mfm_item it = {0, 0, 0, 0, -1};\n"
     "    if (i < all.n_features) {\n"
     "        it.t = MFM_W;\n"
-    "        it.b = a.list[MFM_FEATURES][i];\n"
-    "    } else if (i < all.v_end) {\n",
+    "        it.b = a.list[MFM_FEATURES][i];\n",
+    "    } else if (i < all.v_end) {\n"
     "        const mfm_u64 j = i - all.n_features, f = !all.ffm ? j : j >> 32 ? j / a.n_fields : (mfm_u32)j / a.n_fields;\n"
     "        it.t = MFM_V;\n"
     "        it.field = (mfm_u32)(j - f * a.n_fields);\n"
@@ -1184,11 +1184,11 @@ static const char *const mfm__kernel_chunks[] = {
     "        if (go)\n"
     "            for (mfm_u32 c = 0; c < C; c++) mfm_step_block<EXACT, OPT, WIDE>(a, now.t, c, now.b, rows);\n"
     "        if (all.ffm) mfm_clear_fields(now.word, go && now.word ? 1ull << (now.field % 64) : 0); /* for the next batch */\n"
-    "        now = soon;\n"
+    "        now = soon;\n",
     "        soon = later;\n"
     "    }\n"
     "}\n"
-    "\n",
+    "\n"
     "/* mfm_train_rows_{fast,exact}{,_k4,_k8,_k16}: any k, and k = 4, 8, 16 known at compile time */\n"
     "#define MFM_TRAIN_ROWS(sums, EXACT, ks, K) \\\n"
     "    extern \"C\" __global__ void __launch_bounds__(256, 4) mfm_train_rows_##sums##ks(const mfm_train_args a) { mfm_train_rows<EXACT, K>(a); }\n"

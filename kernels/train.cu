@@ -55,7 +55,7 @@ struct mfm_train_args {
     mfm_u32 *mark[2];            /* per feature, per entry of R: the stamp of the last batch that touched it */
     mfm_u64 *list[2];            /* the features and entries of R this batch touched, in no particular order */
     mfm_u64 *field_mask;         /* FFM: per feature mask_words words; bit g: its block of field g is touched */
-    mfm_u32 *occ;                /* gather: per feature, its non-zeros in the batch; after the scan, where its next one goes */
+    mfm_u32 *occ;                /* gather: per feature, its non-zeros in the batch; after mfm_train_ffm_starts, where its next one goes */
     mfm_u32 *occ_start, *occ_count; /* gather: per listed feature, its first entry of occ_list and its non-zeros */
     mfm_u64 *chunk_owner;        /* gather: per chunk, its feature's place in the list << 32 | the chunk's place among the feature's */
     mfm_u32 *tally;              /* gather: [2][2] the batch's non-zeros and chunks, for even and odd batches */
