@@ -7008,7 +7008,7 @@ static mfm_status mfm__gpu_fit_start(mfm__gpu_trainer **out, mfm_model *m, const
     mfm__cu_result r;
     mfm_status st;
     size_t free_now = 0, total = 0;
-    uint64_t resident_bytes;
+    uint64_t resident_bytes, batch_nnz;
     int t;
     *out = NULL;
     if (!(g = (mfm__gpu_trainer *)mfm__calloc(1, sizeof *g))) return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for a GPU trainer");
@@ -7026,6 +7026,7 @@ static mfm_status mfm__gpu_fit_start(mfm__gpu_trainer **out, mfm_model *m, const
         return mfm__cu_fail(err, r, "cuStreamCreate");
     }
     g->batch_rows = n_train < (uint64_t)p->batch_size ? n_train : (uint64_t)p->batch_size;
+    batch_nnz = mfm__touch_bound(nnz, g->batch_rows, z); /* the most a batch can hold */
     g->n_valid = valid ? valid->n_rows : 0;
     for (t = 0; t < MFM_TENSOR_COUNT && st == MFM_OK; t++) { /* the tables and their gradient sums */
         const mfm__table *tab = &m->t[t];
@@ -7044,7 +7045,7 @@ static mfm_status mfm__gpu_fit_start(mfm__gpu_trainer **out, mfm_model *m, const
         st = mfm__gpu_put(g, &a->field_mask, NULL, (uint64_t)m->n_features * a->mask_words * 8, "the field masks", err);
     }
     if (st == MFM_OK && p->model == MFM_MODEL_FFM && !p->linear_only && p->deterministic) { /* pair sums gathered by feature, where a warp's sums fit */
-        const uint64_t warp_bytes = (uint64_t)C * m->n_fields * (uint64_t)m->k * 16, batch_nnz = mfm__touch_bound(nnz, g->batch_rows, z);
+        const uint64_t warp_bytes = (uint64_t)C * m->n_fields * (uint64_t)m->k * 16;
         const uint64_t listed = mfm__touch_bound(m->n_features, g->batch_rows, z);
         if (warp_bytes <= 48 * 1024 && batch_nnz < 0xFFFFFFFFu) {
             a->gather = 1;
@@ -7138,7 +7139,7 @@ static mfm_status mfm__gpu_fit_start(mfm__gpu_trainer **out, mfm_model *m, const
             g->gather_blocks = (unsigned)g->dev->sm_count * (unsigned)(per_sm > 0 ? per_sm : 1);
             { /* chunks of up to 32 non-zeros, about four for each warp the device runs at once: small batches, whose
                  time is the longest chunk's, in short ones */
-                const uint64_t per_warp = mfm__touch_bound(nnz, g->batch_rows, z) / (4 * (uint64_t)g->gather_blocks * g->gather_warps);
+                const uint64_t per_warp = batch_nnz / (4 * (uint64_t)g->gather_blocks * g->gather_warps);
                 a->chunk = per_warp < 4 ? 4 : per_warp > 32 ? 32 : (uint32_t)per_warp;
             }
         }
