@@ -6905,7 +6905,7 @@ MFMDEF mfm_status mfm_cuda_get_info(int device, mfm_cuda_info *out, mfm_error *e
 typedef struct mfm__train_args {
     mfm__cu_ptr offsets, features, fields, values, labels, weights, rows;
     mfm__cu_ptr table[4], grad[4], mark[2], list[2], field_mask;
-    mfm__cu_ptr occ, occ_start, occ_count, chunk_owner, tally, occ_list, batch_rows;
+    mfm__cu_ptr occ, occ_start, occ_count, chunk_owner, tally, occ_list, batch_rows, spill;
     mfm__cu_ptr count, dlds, scores, sums, row_loss, totals, class_weights;
     uint64_t first, n_batch, offset_base;
     uint64_t n_blocks[4];
@@ -7028,14 +7028,27 @@ static mfm_status mfm__gpu_fit_start(mfm__gpu_trainer **out, mfm_model *m, const
     g->batch_rows = n_train < (uint64_t)p->batch_size ? n_train : (uint64_t)p->batch_size;
     batch_nnz = mfm__touch_bound(nnz, g->batch_rows, z); /* the most a batch can hold */
     g->n_valid = valid ? valid->n_rows : 0;
+    if (p->model == MFM_MODEL_FFM && !p->linear_only && p->deterministic) { /* pair sums gathered by feature, where a warp's sums fit */
+        const uint64_t warp_bytes = (uint64_t)C * m->n_fields * (uint64_t)m->k * 16;
+        a->gather = warp_bytes <= 48 * 1024 && batch_nnz < 0xFFFFFFFFu;
+        g->gather_warps = a->gather ? (48 * 1024 / warp_bytes < 8 ? (unsigned)(48 * 1024 / warp_bytes) : 8) : 0;
+        g->gather_shared = g->gather_warps * (unsigned)warp_bytes;
+    }
     for (t = 0; t < MFM_TENSOR_COUNT && st == MFM_OK; t++) { /* the tables and their gradient sums */
         const mfm__table *tab = &m->t[t];
+        const uint64_t sums = tab->n_blocks * C * tab->len;
         a->n_blocks[t] = tab->n_blocks;
         a->stride[t] = tab->stride;
         a->len[t] = tab->len;
         if (!tab->n_blocks) continue;
         st = mfm__gpu_put(g, &a->table[t], tab->data, mfm__table_bytes(m, t), "the model's parameters and optimizer state", err);
-        if (st == MFM_OK && t != MFM_TENSOR_W0) st = mfm__gpu_put(g, &a->grad[t], NULL, tab->n_blocks * C * tab->len * gsize, "the gradient sums", err);
+        if (st != MFM_OK || t == MFM_TENSOR_W0) continue;
+        if (a->gather && t == MFM_TENSOR_V) { /* the gather rounds V's sums: floats, and exact ones for features of several chunks */
+            st = mfm__gpu_put(g, &a->grad[t], NULL, sums * 4, "the gradient sums", err);
+            if (st == MFM_OK) st = mfm__gpu_put(g, &a->spill, NULL, sums * 16, "the gradient sums", err);
+        } else {
+            st = mfm__gpu_put(g, &a->grad[t], NULL, sums * gsize, "the gradient sums", err);
+        }
     }
     /* what a batch touched: features (with FFM their field masks) and FwFM's entries of R */
     if (st == MFM_OK) st = mfm__gpu_put(g, &a->mark[0], NULL, (uint64_t)m->n_features * 4, "the touched marks", err);
@@ -7044,21 +7057,15 @@ static mfm_status mfm__gpu_fit_start(mfm__gpu_trainer **out, mfm_model *m, const
         a->mask_words = (m->n_fields + 63) / 64;
         st = mfm__gpu_put(g, &a->field_mask, NULL, (uint64_t)m->n_features * a->mask_words * 8, "the field masks", err);
     }
-    if (st == MFM_OK && p->model == MFM_MODEL_FFM && !p->linear_only && p->deterministic) { /* pair sums gathered by feature, where a warp's sums fit */
-        const uint64_t warp_bytes = (uint64_t)C * m->n_fields * (uint64_t)m->k * 16;
+    if (st == MFM_OK && a->gather) { /* the batch's non-zeros listed by feature */
         const uint64_t listed = mfm__touch_bound(m->n_features, g->batch_rows, z);
-        if (warp_bytes <= 48 * 1024 && batch_nnz < 0xFFFFFFFFu) {
-            a->gather = 1;
-            g->gather_warps = 48 * 1024 / warp_bytes < 8 ? (unsigned)(48 * 1024 / warp_bytes) : 8;
-            g->gather_shared = g->gather_warps * (unsigned)warp_bytes;
-            st = mfm__gpu_put(g, &a->occ, NULL, (uint64_t)m->n_features * 4, "the batch's non-zeros by feature", err);
-            if (st == MFM_OK) st = mfm__gpu_take(g, &a->occ_start, listed * 4, "the batch's non-zeros by feature", err);
-            if (st == MFM_OK) st = mfm__gpu_take(g, &a->occ_count, listed * 4, "the batch's non-zeros by feature", err);
-            if (st == MFM_OK) st = mfm__gpu_take(g, &a->chunk_owner, batch_nnz * 8, "the batch's non-zeros by feature", err);
-            if (st == MFM_OK) st = mfm__gpu_put(g, &a->tally, NULL, 4 * 4, "the batch's non-zeros by feature", err);
-            if (st == MFM_OK) st = mfm__gpu_take(g, &a->occ_list, batch_nnz * 8, "the batch's non-zeros by feature", err);
-            if (st == MFM_OK) st = mfm__gpu_take(g, &a->batch_rows, g->batch_rows * 8, "the batch's non-zeros by feature", err);
-        }
+        st = mfm__gpu_put(g, &a->occ, NULL, (uint64_t)m->n_features * 4, "the batch's non-zeros by feature", err);
+        if (st == MFM_OK) st = mfm__gpu_take(g, &a->occ_start, listed * 4, "the batch's non-zeros by feature", err);
+        if (st == MFM_OK) st = mfm__gpu_take(g, &a->occ_count, listed * 4, "the batch's non-zeros by feature", err);
+        if (st == MFM_OK) st = mfm__gpu_take(g, &a->chunk_owner, batch_nnz * 8, "the batch's non-zeros by feature", err);
+        if (st == MFM_OK) st = mfm__gpu_put(g, &a->tally, NULL, 4 * 4, "the batch's non-zeros by feature", err);
+        if (st == MFM_OK) st = mfm__gpu_take(g, &a->occ_list, batch_nnz * 8, "the batch's non-zeros by feature", err);
+        if (st == MFM_OK) st = mfm__gpu_take(g, &a->batch_rows, g->batch_rows * 8, "the batch's non-zeros by feature", err);
     }
     if (st == MFM_OK && p->model == MFM_MODEL_FWFM && !p->linear_only) {
         const uint64_t entries = m->t[MFM_TENSOR_R].n_blocks;

@@ -26,7 +26,8 @@
    sums take one. The rows kernel counts each feature's non-zeros, mfm_train_ffm_starts and
    mfm_train_ffm_place list the batch's non-zeros feature by feature, and mfm_train_ffm_gather
    gives each feature's list to one warp, which adds up the feature's sums exactly in shared
-   memory and writes each once (see there). The sums are the same integers as the atomics'. */
+   memory and writes each once, rounded, so that V's step reads a float, not 16 bytes (see
+   there). The sums are the same integers as the atomics', rounded the same way. */
 
 enum { MFM_W0 = 0, MFM_W = 1, MFM_V = 2, MFM_R = 3 };     /* mfm_tensor */
 enum { MFM_FEATURES = 0, MFM_PAIRS = 1 };                 /* what is listed: features, entries of R */
@@ -61,6 +62,7 @@ struct mfm_train_args {
     mfm_u32 *tally;              /* gather: [2][2] the batch's non-zeros and chunks, for even and odd batches */
     mfm_u64 *occ_list;           /* gather: the batch's non-zeros feature by feature, each as row q << 32 | its place in the row */
     mfm_batch_row *batch_rows;   /* gather: n_batch */
+    void *spill;                 /* gather: V's exact sums (mfm_exact) of the features that span several chunks */
     mfm_u64 *count;              /* [2][2]: how many are listed, for even and odd batches */
     float *dlds;                 /* n_batch x C: weight * dL/ds */
     float *scores;               /* n_batch x C */
@@ -508,51 +510,81 @@ struct mfm_occurrence {
     float xa, scale;
 };
 
-/* One term of a gathered sum: lane item (p, t) of non-zero j adds coef V[b_p, f_a][t] to sum
-   (f_p, t). key: that sum, or a key of the lane's own when the item is past the row or j itself. */
+/* W terms of a gathered sum: lane item (p, t) of non-zero j adds coef V[b_p, f_a][t + u] to sum
+   (f_p, t + u), u = 0 .. W-1 (W = 4 where k is a multiple of 4: one 16-byte read). key: sum
+   (f_p, t), or a key of the lane's own when the item is past the row or j itself. */
+template <int W>
 struct mfm_term {
     mfm_u32 key;
-    float v;
+    float v[W];
     bool live;
 };
 
-template <int K>
-__device__ __forceinline__ mfm_term mfm_gather_term(const mfm_train_args &a, const float *V, const mfm_occurrence &o, float g, mfm_u32 item) {
-    const mfm_u32 k = K > 0 ? K : a.k, p = item / k, t = item - p * k;
-    mfm_term term = {0xFFFFFFFFu - (threadIdx.x & 31u), 0, item < o.z * k && p != o.j};
+template <int K, int W>
+__device__ __forceinline__ mfm_term<W> mfm_gather_term(const mfm_train_args &a, const float *V, const mfm_occurrence &o, float g, mfm_u32 item) {
+    const mfm_u32 k = K > 0 ? K : a.k, per = k / W, p = item / per, t = (item - p * per) * W;
+    mfm_term<W> term;
+    term.key = 0xFFFFFFFFu - 4 * (threadIdx.x & 31u);
+    term.live = item < o.z * per && p != o.j;
+#pragma unroll
+    for (int u = 0; u < W; u++) term.v[u] = 0;
     if (term.live) { /* coef multiplied in the rows kernel's order: the pair's first non-zero first */
         const mfm_u64 bt = o.lo + p;
         const float xb = mfm_x(a, bt, o.scale), coef = p < o.j ? g * xb * o.xa : g * o.xa * xb;
-        term.v = coef * V[((mfm_u64)a.features[bt] * a.n_fields + o.fa) * a.stride[MFM_V] + t];
+        const float *v = V + ((mfm_u64)a.features[bt] * a.n_fields + o.fa) * a.stride[MFM_V] + t;
+        if (W == 4) {
+            const float4 x = *reinterpret_cast<const float4 *>(v);
+            term.v[0] = coef * x.x, term.v[1] = coef * x.y, term.v[2] = coef * x.z, term.v[3] = coef * x.w;
+        } else {
+            term.v[0] = coef * v[0];
+        }
         term.key = a.fields[bt] * k + t;
     }
     return term;
 }
 
-/* The terms of a warp go into its sums; in a row whose fields repeat, lanes with one key take turns. */
-__device__ __forceinline__ void mfm_gather_add(mfm_exact *sum, const mfm_term &term, mfm_u32 repeats) {
+/* The terms of a warp go into its sums; in a row whose fields repeat, lanes with one key take
+   turns. With W = 4 lane l adds its term u + l/2 (mod 4) at step u: the eight lanes of each
+   16-byte shared-memory request then hit eight different banks' words, where term u at step u
+   would put lanes 0, 2, 4, 6 on the same ones. */
+template <int W>
+__device__ __forceinline__ void mfm_gather_add(mfm_exact *sum, const mfm_term<W> &term, mfm_u32 repeats) {
     const mfm_u32 me = threadIdx.x & 31u;
-    if (!repeats) {
-        if (term.live) mfm_exact_put(sum + term.key, mfm_exact_of(term.v));
-        return;
-    }
-    const unsigned peers = __match_any_sync(0xffffffffu, term.key);
-    for (unsigned left = peers; left; left &= left - 1) {
-        if (term.live && me == (mfm_u32)__ffs(left) - 1u) mfm_exact_put(sum + term.key, mfm_exact_of(term.v));
-        __syncwarp(peers);
+#pragma unroll
+    for (mfm_u32 u = 0; u < W; u++) {
+        const mfm_u32 r = (u + me / 2) % W, key = term.key + r;
+        const float v = W == 1 ? term.v[0] : r == 0 ? term.v[0] : r == 1 ? term.v[1 % W] : r == 2 ? term.v[2 % W] : term.v[3 % W];
+        if (!repeats) {
+            if (term.live) mfm_exact_put(sum + key, mfm_exact_of(v));
+            continue;
+        }
+        const unsigned peers = __match_any_sync(0xffffffffu, key);
+        for (unsigned left = peers; left; left &= left - 1) {
+            if (term.live && me == (mfm_u32)__ffs(left) - 1u) mfm_exact_put(sum + key, mfm_exact_of(v));
+            __syncwarp(peers);
+        }
     }
 }
 
-#define MFM_GATHER_AHEAD 4 /* passes of a warp over a row whose reads are in flight together */
+/* Where the gradient of a warp's sum s (class c, field f, factor t) of a feature is kept. */
+__device__ __forceinline__ mfm_u64 mfm_gather_slot(const mfm_train_args &a, mfm_u64 feature, mfm_u32 s) {
+    const mfm_u32 Fk = a.n_fields * a.k, c = s / Fk, f = (s - c * Fk) / a.k, t = s - c * Fk - f * a.k;
+    return mfm_grad_at(a, MFM_V, c, feature * a.n_fields + f, t);
+}
 
 /* Each warp takes chunks, and sums their pairs into its own exact sums in shared memory
    (classes x fields x k), as the rows kernel would add to the feature's slots. Lane l first
    reads the chunk's non-zero l (its row, place, field, value), so that the non-zeros' reads are
    in flight together; the warp then goes through them, the lanes sharing out a non-zero's items
-   (partner p, factor t). At the chunk's end each sum goes out: stored when the chunk is the
-   feature's only one (most are), else added with integer atomics. */
+   (partner p, factor t; four factors an item where k is a multiple of 4, so that a pass reads
+   four times the bytes and a row takes a quarter of the passes). At the chunk's end each sum
+   goes out, rounded to the float that the step reads: stored when the chunk is the feature's
+   only one (most are), else added with integer atomics into the spill sums, which the
+   feature's last chunk to end rounds. */
 template <int K>
 __device__ void mfm_train_ffm_gather(const mfm_train_args &a) {
+    constexpr int W = K > 0 && K % 4 == 0 ? 4 : 1; /* factors a lane reads at once */
+    constexpr int AHEAD = W == 4 ? 2 : 4;          /* passes over a row whose reads are in flight together: as many as 64 registers hold */
     const mfm_u32 C = a.n_classes, F = a.n_fields, k = K > 0 ? K : a.k, slots = C * F * k, me = threadIdx.x & 31u;
     const mfm_u32 n_chunks = a.tally[2 * a.parity + 1];
     mfm_exact *acc = reinterpret_cast<mfm_exact *>(mfm_r_stage) + (threadIdx.x / 32) * slots;
@@ -576,31 +608,54 @@ __device__ void mfm_train_ffm_gather(const mfm_train_args &a) {
             o.j = __shfl_sync(0xffffffffu, mine.j, u), o.z = __shfl_sync(0xffffffffu, mine.z, u), o.fa = __shfl_sync(0xffffffffu, mine.fa, u);
             o.repeats = __shfl_sync(0xffffffffu, mine.repeats, u);
             o.xa = __shfl_sync(0xffffffffu, mine.xa, u), o.scale = __shfl_sync(0xffffffffu, mine.scale, u);
+            const mfm_u32 items = o.z * (k / W);
             for (mfm_u32 c = 0; c < C; c++) {
                 const float g = a.dlds[o.q * C + c], *V = mfm_block(a, MFM_V, c, 0);
                 mfm_exact *sum = acc + c * F * k;
-                for (mfm_u32 base = 0; base < o.z * k; base += 32 * MFM_GATHER_AHEAD) {
-                    mfm_term term[MFM_GATHER_AHEAD];
+                for (mfm_u32 base = 0; base < items; base += 32 * AHEAD) {
+                    mfm_term<W> term[AHEAD];
 #pragma unroll
-                    for (mfm_u32 ahead = 0; ahead < MFM_GATHER_AHEAD; ahead++) term[ahead] = mfm_gather_term<K>(a, V, o, g, base + 32 * ahead + me);
+                    for (mfm_u32 ahead = 0; ahead < AHEAD; ahead++) term[ahead] = mfm_gather_term<K, W>(a, V, o, g, base + 32 * ahead + me);
 #pragma unroll
-                    for (mfm_u32 ahead = 0; ahead < MFM_GATHER_AHEAD; ahead++)
-                        if (base + 32 * ahead < o.z * k) mfm_gather_add(sum, term[ahead], o.repeats);
+                    for (mfm_u32 ahead = 0; ahead < AHEAD; ahead++)
+                        if (base + 32 * ahead < items) mfm_gather_add<W>(sum, term[ahead], o.repeats);
                     __syncwarp();
                 }
             }
         }
         const bool only = all <= a.chunk;
+        float *grad = static_cast<float *>(a.grad[MFM_V]);
+        mfm_exact *spill = static_cast<mfm_exact *>(a.spill);
         for (mfm_u32 s = me; s < slots; s += 32) {
             const mfm_exact x = acc[s];
             if (!(x.lo | x.hi)) continue;
-            const mfm_u32 c = s / (F * k), f = (s - c * F * k) / k, t = s - (c * F + f) * k;
-            mfm_exact *out = static_cast<mfm_exact *>(a.grad[MFM_V]) + mfm_grad_at(a, MFM_V, c, feature * F + f, t);
-            if (only) *out = x;
-            else mfm_exact_add_parts(out, x.lo, x.hi);
+            const mfm_u64 at = mfm_gather_slot(a, feature, s);
+            if (only) grad[at] = (float)mfm_exact_value(x); /* rounded as the exact step rounds it */
+            else mfm_exact_add_parts(spill + at, x.lo, x.hi);
             acc[s].lo = acc[s].hi = 0;
         }
-        if (nth == 0 && me == 0) a.occ[feature] = 0; /* for the next batch */
+        if (only) {
+            if (me == 0) a.occ[feature] = 0; /* for the next batch */
+        } else { /* the feature's chunks count themselves on occ, which place left at the feature's end */
+            mfm_u32 done = 0;
+            __threadfence();
+            __syncwarp();
+            if (me == 0) done = atomicAdd(a.occ + feature, 1u);
+            done = __shfl_sync(0xffffffffu, done, 0);
+            if (done == a.occ_start[i] + all + (all - 1) / a.chunk) { /* the last: every other chunk's sums are in */
+                __threadfence();
+                if (me == 0) a.occ[feature] = 0;
+                for (mfm_u32 s = me; s < slots; s += 32) {
+                    const mfm_u64 at = mfm_gather_slot(a, feature, s);
+                    ulonglong2 *w = reinterpret_cast<ulonglong2 *>(spill + at);
+                    const ulonglong2 x = __ldcg(w);
+                    if (!(x.x | x.y)) continue;
+                    const mfm_exact sum = {x.x, x.y};
+                    grad[at] = (float)mfm_exact_value(sum);
+                    __stcg(w, make_ulonglong2(0, 0));
+                }
+            }
+        }
         __syncwarp();
     }
 }
@@ -840,7 +895,9 @@ __device__ void mfm_train_apply(const mfm_train_args &a) {
         const mfm_item later = mfm_item_find(a, all, i + 2 * step);
         mfm_item_look(a, all, soon);
         const bool go = mfm_item_block(a, now);
-        if (go)
+        if (go && EXACT && a.gather && now.t == MFM_V) /* the gather rounded them already */
+            for (mfm_u32 c = 0; c < C; c++) mfm_step_block<false, OPT, WIDE>(a, now.t, c, now.b, rows);
+        else if (go)
             for (mfm_u32 c = 0; c < C; c++) mfm_step_block<EXACT, OPT, WIDE>(a, now.t, c, now.b, rows);
         if (all.ffm) mfm_clear_fields(now.word, go && now.word ? 1ull << (now.field % 64) : 0); /* for the next batch */
         now = soon;
