@@ -3566,11 +3566,14 @@ static void mfm__step(const mfm__optim *o, float *blk, uint32_t len, const float
 
 /* One worker's touched coordinates of one tensor in the current batch: ids in first-touch
    order, their gradient sums [index][class][len], and an open-addressing table id -> index
-   whose entries are live when their stamp is the batch's (so nothing is cleared per batch). */
+   whose entries are live when their stamp is the batch's (so the table is not cleared per
+   batch). The sums (and flags) past the n in use are zero: a batch clears what the last one
+   used with one memset, and a first touch finds its sums ready. */
 typedef struct mfm__coords {
     uint64_t *ids;
     float *g;
     uint64_t n, cap_ids, cap_g, last; /* last: the index mfm__own returned last */
+    uint64_t width;       /* floats per entry */
     uint32_t parts;       /* FFM keyed by feature: fields per entry, each with a touched flag */
     unsigned char *flags; /* [index][parts] */
     uint64_t cap_flags;
@@ -3672,24 +3675,45 @@ static int mfm__coords_direct(mfm__coords *o, uint64_t size) {
     return o->keys && o->index && o->stamp;
 }
 
-/* The gradient buffer (width = classes x len floats) of coordinate id, zeroed on its first
-   touch in this batch; NULL when memory is short. */
+/* Room for `more` first touches of width floats each: ids, sums, flags, and a table at most half
+   full. Taken once per row, so that a touch (mfm__own) neither checks nor grows anything. 0 when
+   memory is short. */
+static int mfm__coords_room(mfm__coords *o, uint64_t more, uint64_t width, uint32_t stamp) {
+    const uint64_t need = o->n + more, had_g = o->cap_g, had_flags = o->cap_flags;
+    if (need >= 0xFFFFFFF0u) return 0; /* the table's indices are 32-bit */
+    while (!o->direct && (need > (o->mask + 1) / 2 || !o->mask))
+        if (!mfm__coords_grow(o, stamp)) return 0;
+    if (!mfm__reserve((void **)&o->ids, &o->cap_ids, need, sizeof(uint64_t)) || !mfm__reserve((void **)&o->g, &o->cap_g, need * width, sizeof(float)) ||
+        (o->parts && !mfm__reserve((void **)&o->flags, &o->cap_flags, need * o->parts, 1)))
+        return 0;
+    memset(o->g + had_g, 0, (size_t)(o->cap_g - had_g) * sizeof(float)); /* new sums start at zero */
+    if (o->parts) memset(o->flags + had_flags, 0, (size_t)(o->cap_flags - had_flags));
+    o->width = width;
+    return 1;
+}
+
+/* A new batch: the entries in use go back to zero sums and no flags. */
+static void mfm__coords_clear(mfm__coords *o) {
+    if (o->n) memset(o->g, 0, (size_t)(o->n * o->width) * sizeof(float));
+    if (o->n && o->parts) memset(o->flags, 0, (size_t)(o->n * o->parts));
+    o->n = 0;
+}
+
+/* The gradient buffer (width = classes x len floats) of coordinate id, zero on its first touch
+   in this batch, inside the room mfm__coords_room made. */
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((always_inline)) inline
+#endif
 static float *mfm__own(mfm__coords *o, uint64_t id, uint32_t stamp, uint64_t width) {
     uint64_t h = id;
     if (o->direct) { /* entry id */
         if (o->stamp[h] == stamp) return o->g + (o->last = o->index[h]) * width;
     } else {
-        if ((o->n + 1 > (o->mask + 1) / 2 || !o->mask) && (o->n >= 0xFFFFFFF0u || !mfm__coords_grow(o, stamp))) return NULL;
         for (h = mfm__mix(id) & o->mask; o->stamp[h] == stamp; h = (h + 1) & o->mask)
             if (o->keys[h] == id) return o->g + (o->last = o->index[h]) * width;
     }
-    if (!mfm__reserve((void **)&o->ids, &o->cap_ids, o->n + 1, sizeof(uint64_t)) || !mfm__reserve((void **)&o->g, &o->cap_g, (o->n + 1) * width, sizeof(float)) ||
-        (o->parts && !mfm__reserve((void **)&o->flags, &o->cap_flags, (o->n + 1) * o->parts, 1)))
-        return NULL;
     o->stamp[h] = stamp, o->keys[h] = id, o->index[h] = (uint32_t)o->n;
     o->ids[o->n] = id;
-    memset(o->g + o->n * width, 0, width * sizeof(float));
-    if (o->parts) memset(o->flags + o->n * o->parts, 0, o->parts);
     return o->g + (o->last = o->n++) * width;
 }
 
@@ -3872,8 +3896,9 @@ static void mfm__fwfm_vector_gradients(const mfm__optim *o, const mfm_model *m, 
 
 /* Adds g * ds/dtheta of class c's score on one row (g = weight * dL/ds) to the coordinates
    worker `me` owns. Within a row, a coordinate receives its terms in the order of the partner
-   non-zero, which is the order the in-place path uses. 0 when memory is short. */
-static int mfm__gradient_row(const mfm__trainer *tr, mfm__worker *wk, int me, uint32_t c, const mfm__row *row, uint32_t n_owned, float g,
+   non-zero, which is the order the in-place path uses; mfm__gradient_room made room for the
+   row's first touches. */
+static void mfm__gradient_row(const mfm__trainer *tr, mfm__worker *wk, int me, uint32_t c, const mfm__row *row, uint32_t n_owned, float g,
                              const float *sum) {
     const uint32_t *owned = wk->owned; /* the row's non-zeros whose feature this worker owns, in order */
     const mfm_model *m = tr->m;
@@ -3883,15 +3908,15 @@ static int mfm__gradient_row(const mfm__trainer *tr, mfm__worker *wk, int me, ui
     int t;
     float *gc;
     if (me == 0) { /* pairs_only: w0 and w are touched with zero gradients: they stay 0 */
-        if (!(gc = mfm__own(&wk->own[MFM_TENSOR_W0], 0, stamp, C))) return 0;
+        gc = mfm__own(&wk->own[MFM_TENSOR_W0], 0, stamp, C);
         if (!pairs_only) gc[c] += g;
     }
     for (i = 0; i < n_owned; i++) {
         a = owned[i];
-        if (!(gc = mfm__own(&wk->own[MFM_TENSOR_W], row->feat[a], stamp, C))) return 0;
+        gc = mfm__own(&wk->own[MFM_TENSOR_W], row->feat[a], stamp, C);
         if (!pairs_only) gc[c] += g * row->x[a];
     }
-    if (m->params.linear_only) return 1;
+    if (m->params.linear_only) return;
     for (i = 0; i < n_owned; i++) {
         const uint32_t ia = row->feat[a = owned[i]], fa = m->params.model == MFM_MODEL_FM ? 0 : row->field[a];
         const float xa = row->x[a];
@@ -3899,7 +3924,7 @@ static int mfm__gradient_row(const mfm__trainer *tr, mfm__worker *wk, int me, ui
         case MFM_MODEL_FFM: /* slot (a, field b) receives g x_a x_b v(b, field a) */
             if (wk->own[MFM_TENSOR_V].parts) { /* one entry for all of a's slots: [field][class][k] */
                 unsigned char *touched;
-                if (!(gc = mfm__own(&wk->own[MFM_TENSOR_V], ia, stamp, (uint64_t)F * C * k))) return 0;
+                gc = mfm__own(&wk->own[MFM_TENSOR_V], ia, stamp, (uint64_t)F * C * k);
                 touched = wk->own[MFM_TENSOR_V].flags + wk->own[MFM_TENSOR_V].last * F;
                 for (b = 0; b < row->z; b++) {
                     const float coef = a < b ? g * xa * row->x[b] : g * row->x[b] * xa;
@@ -3913,7 +3938,7 @@ static int mfm__gradient_row(const mfm__trainer *tr, mfm__worker *wk, int me, ui
                 const float *vb = mfm__ffm_slot(m, c, row->feat[b], fa);
                 const float coef = a < b ? g * xa * row->x[b] : g * row->x[b] * xa;
                 if (b == a) continue;
-                if (!(gc = mfm__own(&wk->own[MFM_TENSOR_V], (uint64_t)ia * F + row->field[b], stamp, (uint64_t)C * k))) return 0;
+                gc = mfm__own(&wk->own[MFM_TENSOR_V], (uint64_t)ia * F + row->field[b], stamp, (uint64_t)C * k);
                 mfm__axpy(gc + (uint64_t)c * k, coef, vb, k);
             }
             break;
@@ -3921,7 +3946,7 @@ static int mfm__gradient_row(const mfm__trainer *tr, mfm__worker *wk, int me, ui
             break;
         default: { /* FM: ds/dv_at = x_a (sum_t - v_at x_a) */
             const float *v = mfm__block(m, MFM_TENSOR_V, c, ia), gx = g * xa;
-            if (!(gc = mfm__own(&wk->own[MFM_TENSOR_V], ia, stamp, (uint64_t)C * k))) return 0;
+            gc = mfm__own(&wk->own[MFM_TENSOR_V], ia, stamp, (uint64_t)C * k);
             const mfm__f4 gx4 = mfm__f4_set1(gx), xa4 = mfm__f4_set1(xa);
             gc += (uint64_t)c * k;
             for (t = 0; t + 4 <= k; t += 4)
@@ -3935,7 +3960,7 @@ static int mfm__gradient_row(const mfm__trainer *tr, mfm__worker *wk, int me, ui
         for (a = 0; a < row->z; a++) wk->row_v[a] = mfm__block(m, MFM_TENSOR_V, c, row->feat[a]);
         mfm__fwfm_vector_gradients(&tr->opt, m, c, row, wk->row_v, g, owned, n_owned, k, NULL, wk->pair_weight, wk->row_g);
         for (i = 0; i < n_owned; i++) {
-            if (!(gc = mfm__own(&wk->own[MFM_TENSOR_V], row->feat[owned[i]], stamp, (uint64_t)C * k))) return 0;
+            gc = mfm__own(&wk->own[MFM_TENSOR_V], row->feat[owned[i]], stamp, (uint64_t)C * k);
             mfm__axpy(gc + (uint64_t)c * k, 1.0f, wk->row_g + (uint64_t)i * k, k);
         }
     }
@@ -3950,11 +3975,10 @@ static int mfm__gradient_row(const mfm__trainer *tr, mfm__worker *wk, int me, ui
             for (i = 0; i < n_pairs; i++) {
                 const uint32_t fa = row->field[a], fb = row->field[b = partner[i]];
                 const uint64_t rid = fa < fb ? (uint64_t)fa * F + fb : (uint64_t)fb * F + fa;
-                if (!(gc = mfm__own(&wk->own[MFM_TENSOR_R], rid, stamp, C))) return 0;
+                gc = mfm__own(&wk->own[MFM_TENSOR_R], rid, stamp, C);
                 gc[c] += g * row->x[a] * row->x[b] * mfm__dot(mfm__block(m, MFM_TENSOR_V, c, row->feat[a]), mfm__block(m, MFM_TENSOR_V, c, row->feat[b]), k);
             }
         }
-    return 1;
 }
 
 /* Batch 1, a row whose coordinates each take part in one term only (mfm__row_is_simple): every
@@ -4175,6 +4199,25 @@ static void mfm__score_task(void *ctx, int index) {
     }
 }
 
+/* Room for a row's first touches in the worker's tables (see mfm__coords_room): n_owned of the
+   row's non-zeros are the worker's. 0 when memory is short. */
+static int mfm__gradient_room(const mfm__trainer *tr, mfm__worker *wk, const mfm__row *row, uint32_t n_owned) {
+    const mfm_model *m = tr->m;
+    const uint64_t C = m->n_classes, k = (uint64_t)m->k, F = m->n_fields, z = row->z;
+    const uint32_t stamp = tr->stamp_batch;
+    mfm__coords *v = &wk->own[MFM_TENSOR_V];
+    if (!mfm__coords_room(&wk->own[MFM_TENSOR_W0], 1, C, stamp) || !mfm__coords_room(&wk->own[MFM_TENSOR_W], n_owned, C, stamp)) return 0;
+    if (m->params.linear_only) return 1;
+    switch (m->params.model) {
+    case MFM_MODEL_FFM: /* keyed by feature (all of its slots in one entry), or by slot */
+        return v->parts ? mfm__coords_room(v, n_owned, F * C * k, stamp) : mfm__coords_room(v, (uint64_t)n_owned * z, C * k, stamp);
+    case MFM_MODEL_FWFM:
+        return mfm__coords_room(v, n_owned, C * k, stamp) && mfm__coords_room(&wk->own[MFM_TENSOR_R], z * (z - 1) / 2, C, stamp);
+    default:
+        return mfm__coords_room(v, n_owned, C * k, stamp);
+    }
+}
+
 /* Step 2: every row of the batch, in order, for the coordinates this worker owns. */
 static void mfm__gradient_task(void *ctx, int index) {
     const mfm__trainer *tr = (const mfm__trainer *)ctx;
@@ -4183,7 +4226,7 @@ static void mfm__gradient_task(void *ctx, int index) {
     uint64_t q;
     uint32_t c;
     int t;
-    for (t = 0; t < MFM_TENSOR_COUNT; t++) wk->own[t].n = 0;
+    for (t = 0; t < MFM_TENSOR_COUNT; t++) mfm__coords_clear(&wk->own[t]);
     wk->failed = 0;
     for (q = 0; q < tr->n_batch && !wk->failed; q++) {
         const mfm__row row = mfm__get_row(tr->m, tr->d, tr->rows[q], tr->ones, wk->scaled);
@@ -4193,8 +4236,23 @@ static void mfm__gradient_task(void *ctx, int index) {
             wk->owned[n_owned] = a;
             n_owned += !owner || owner[a] == index;
         }
-        for (c = 0; c < C && !wk->failed; c++)
-            wk->failed = !mfm__gradient_row(tr, wk, index, c, &row, n_owned, tr->dlds[q * C + c], tr->sums ? tr->sums + (q * C + c) * k : NULL);
+        if ((wk->failed = !mfm__gradient_room(tr, wk, &row, n_owned)) != 0) break;
+        for (c = 0; c < C; c++) mfm__gradient_row(tr, wk, index, c, &row, n_owned, tr->dlds[q * C + c], tr->sums ? tr->sums + (q * C + c) * k : NULL);
+    }
+}
+
+/* AdaGrad on the n touched blocks of a one-class tensor: the mean gradients in place (the
+   division mfm__adagrad_span would make), then the steps 64 blocks at a time, so that
+   mfm__adagrad_blocks runs single coordinates and blocks of four eight wide. */
+static void mfm__apply_adagrad(const mfm__trainer *tr, mfm__coords *o, mfm_tensor t, float rows, float l2) {
+    const uint32_t len = tr->m->t[t].len;
+    float *blk[64];
+    uint64_t j, i;
+    for (i = 0; i < o->n * len; i++) o->g[i] /= rows;
+    for (j = 0; j < o->n; j += 64) {
+        const uint32_t n = o->n - j < 64 ? (uint32_t)(o->n - j) : 64;
+        for (i = 0; i < n; i++) blk[i] = mfm__block(tr->m, t, 0, o->ids[j + i]);
+        mfm__adagrad_blocks(&tr->opt, blk, o->g + j * len, n, len, l2);
     }
 }
 
@@ -4203,7 +4261,7 @@ static void mfm__apply_task(void *ctx, int index) {
     const mfm__trainer *tr = (const mfm__trainer *)ctx;
     mfm_model *m = tr->m;
     const mfm_params *p = &m->params;
-    const mfm__worker *wk = &tr->workers[index];
+    mfm__worker *wk = &tr->workers[index];
     const float rows = (float)tr->n_batch;
     const float l1[MFM_TENSOR_COUNT] = {0, (float)p->l1_linear, (float)p->l1_factors, (float)p->l1_factors};
     const float l2[MFM_TENSOR_COUNT] = {0, (float)p->l2_linear, (float)p->l2_factors, (float)p->l2_factors};
@@ -4211,9 +4269,13 @@ static void mfm__apply_task(void *ctx, int index) {
     uint32_t c;
     int t;
     for (t = 0; t < MFM_TENSOR_COUNT; t++) {
-        const mfm__coords *o = &wk->own[t];
+        mfm__coords *o = &wk->own[t];
         const uint32_t len = m->t[t].len, parts = o->parts ? o->parts : 1; /* FFM by feature: its touched slots */
         uint32_t f;
+        if (tr->opt.kind == MFM_OPTIMIZER_ADAGRAD && m->n_classes == 1 && !o->parts) {
+            mfm__apply_adagrad(tr, o, (mfm_tensor)t, rows, l2[t]);
+            continue;
+        }
         for (j = 0; j < o->n; j++)
             for (f = 0; f < parts; f++)
                 if (!o->parts || o->flags[j * parts + f])
