@@ -4241,19 +4241,44 @@ static void mfm__gradient_task(void *ctx, int index) {
     }
 }
 
-/* AdaGrad on the n touched blocks of a one-class tensor: the mean gradients in place (the
-   division mfm__adagrad_span would make), then the steps 64 blocks at a time, so that
-   mfm__adagrad_blocks runs single coordinates and blocks of four eight wide. */
-static void mfm__apply_adagrad(const mfm__trainer *tr, mfm__coords *o, mfm_tensor t, float rows, float l2) {
-    const uint32_t len = tr->m->t[t].len;
-    float *blk[64];
-    uint64_t j, i;
-    for (i = 0; i < o->n * len; i++) o->g[i] /= rows;
-    for (j = 0; j < o->n; j += 64) {
-        const uint32_t n = o->n - j < 64 ? (uint32_t)(o->n - j) : 64;
-        for (i = 0; i < n; i++) blk[i] = mfm__block(tr->m, t, 0, o->ids[j + i]);
-        mfm__adagrad_blocks(&tr->opt, blk, o->g + j * len, n, len, l2);
+/* x[0 .. n) /= d, four at a time: the division mfm__adagrad_span would make. */
+static void mfm__divide(float *out, const float *x, uint64_t n, float d) {
+    uint64_t i;
+    for (i = 0; i + 4 <= n; i += 4) mfm__f4_store(out + i, mfm__f4_div(mfm__f4_load(x + i), mfm__f4_set1(d)));
+    for (; i < n; i++) out[i] = x[i] / d;
+}
+
+/* AdaGrad on the touched blocks of a one-class tensor (FFM by feature: the flagged fields of
+   each entry), many at a time: their mean gradients side by side (in place, or FFM's gathered
+   into `mean`), then mfm__adagrad_blocks, which steps single coordinates and blocks of four
+   eight wide. Blocks of at most MFM__APPLY_FLOATS floats. */
+#define MFM__APPLY_FLOATS 1024
+static void mfm__apply_adagrad(const mfm__trainer *tr, const mfm__coords *o, mfm_tensor t, float rows, float l2) {
+    const uint32_t len = tr->m->t[t].len, per = MFM__APPLY_FLOATS / len < 64 ? MFM__APPLY_FLOATS / len : 64;
+    float *blk[64], mean[MFM__APPLY_FLOATS];
+    uint64_t j;
+    uint32_t n = 0, f;
+    if (!o->parts) { /* the sums in place, 64 entries at a time */
+        mfm__divide(o->g, o->g, o->n * len, rows);
+        for (j = 0; j < o->n; j += n) {
+            n = o->n - j < per ? (uint32_t)(o->n - j) : per;
+            for (f = 0; f < n; f++) blk[f] = mfm__block(tr->m, t, 0, o->ids[j + f]);
+            mfm__adagrad_blocks(&tr->opt, blk, o->g + j * len, n, len, l2);
+        }
+        return;
     }
+    for (j = 0; j < o->n; j++)
+        for (f = 0; f < o->parts; f++) {
+            const uint64_t slot = j * o->parts + f;
+            if (!o->flags[slot]) continue;
+            blk[n] = mfm__block(tr->m, t, 0, o->ids[j] * o->parts + f);
+            mfm__divide(mean + n * len, o->g + slot * len, len, rows);
+            if (++n == per) {
+                mfm__adagrad_blocks(&tr->opt, blk, mean, n, len, l2);
+                n = 0;
+            }
+        }
+    if (n) mfm__adagrad_blocks(&tr->opt, blk, mean, n, len, l2);
 }
 
 /* Step 3: one step per owned coordinate with the batch's mean gradient. */
@@ -4261,7 +4286,7 @@ static void mfm__apply_task(void *ctx, int index) {
     const mfm__trainer *tr = (const mfm__trainer *)ctx;
     mfm_model *m = tr->m;
     const mfm_params *p = &m->params;
-    mfm__worker *wk = &tr->workers[index];
+    const mfm__worker *wk = &tr->workers[index];
     const float rows = (float)tr->n_batch;
     const float l1[MFM_TENSOR_COUNT] = {0, (float)p->l1_linear, (float)p->l1_factors, (float)p->l1_factors};
     const float l2[MFM_TENSOR_COUNT] = {0, (float)p->l2_linear, (float)p->l2_factors, (float)p->l2_factors};
@@ -4269,10 +4294,10 @@ static void mfm__apply_task(void *ctx, int index) {
     uint32_t c;
     int t;
     for (t = 0; t < MFM_TENSOR_COUNT; t++) {
-        mfm__coords *o = &wk->own[t];
+        const mfm__coords *o = &wk->own[t];
         const uint32_t len = m->t[t].len, parts = o->parts ? o->parts : 1; /* FFM by feature: its touched slots */
         uint32_t f;
-        if (tr->opt.kind == MFM_OPTIMIZER_ADAGRAD && m->n_classes == 1 && !o->parts) {
+        if (tr->opt.kind == MFM_OPTIMIZER_ADAGRAD && m->n_classes == 1 && len <= MFM__APPLY_FLOATS) {
             mfm__apply_adagrad(tr, o, (mfm_tensor)t, rows, l2[t]);
             continue;
         }
