@@ -3686,8 +3686,8 @@ static int mfm__coords_room(mfm__coords *o, uint64_t more, uint64_t width, uint3
     if (!mfm__reserve((void **)&o->ids, &o->cap_ids, need, sizeof(uint64_t)) || !mfm__reserve((void **)&o->g, &o->cap_g, need * width, sizeof(float)) ||
         (o->parts && !mfm__reserve((void **)&o->flags, &o->cap_flags, need * o->parts, 1)))
         return 0;
-    memset(o->g + had_g, 0, (size_t)(o->cap_g - had_g) * sizeof(float)); /* new sums start at zero */
-    if (o->parts) memset(o->flags + had_flags, 0, (size_t)(o->cap_flags - had_flags));
+    if (o->cap_g > had_g) memset(o->g + had_g, 0, (size_t)(o->cap_g - had_g) * sizeof(float)); /* new sums start at zero */
+    if (o->cap_flags > had_flags) memset(o->flags + had_flags, 0, (size_t)(o->cap_flags - had_flags));
     o->width = width;
     return 1;
 }
