@@ -3567,8 +3567,8 @@ static void mfm__step(const mfm__optim *o, float *blk, uint32_t len, const float
 /* One worker's touched coordinates of one tensor in the current batch: ids in first-touch
    order, their gradient sums [index][class][len], and an open-addressing table id -> index
    whose entries are live when their stamp is the batch's (so the table is not cleared per
-   batch). The sums (and flags) past the n in use are zero: a batch clears what the last one
-   used with one memset, and a first touch finds its sums ready. */
+   batch). The sums (and flags) past the n in use are zero: the step sets what it read back to
+   zero while it is in cache (mfm__coords_zero), and a first touch finds its sums ready. */
 typedef struct mfm__coords {
     uint64_t *ids;
     float *g;
@@ -3692,11 +3692,10 @@ static int mfm__coords_room(mfm__coords *o, uint64_t more, uint64_t width, uint3
     return 1;
 }
 
-/* A new batch: the entries in use go back to zero sums and no flags. */
-static void mfm__coords_clear(mfm__coords *o) {
-    if (o->n) memset(o->g, 0, (size_t)(o->n * o->width) * sizeof(float));
-    if (o->n && o->parts) memset(o->flags, 0, (size_t)(o->n * o->parts));
-    o->n = 0;
+/* Entries j .. j+n-1 back to zero sums and no flags, once stepped. */
+static void mfm__coords_zero(const mfm__coords *o, uint64_t j, uint64_t n) {
+    memset(o->g + j * o->width, 0, (size_t)(n * o->width) * sizeof(float));
+    if (o->parts) memset(o->flags + j * o->parts, 0, (size_t)(n * o->parts));
 }
 
 /* The gradient buffer (width = classes x len floats) of coordinate id, zero on its first touch
@@ -4226,7 +4225,7 @@ static void mfm__gradient_task(void *ctx, int index) {
     uint64_t q;
     uint32_t c;
     int t;
-    for (t = 0; t < MFM_TENSOR_COUNT; t++) mfm__coords_clear(&wk->own[t]);
+    for (t = 0; t < MFM_TENSOR_COUNT; t++) wk->own[t].n = 0;
     wk->failed = 0;
     for (q = 0; q < tr->n_batch && !wk->failed; q++) {
         const mfm__row row = mfm__get_row(tr->m, tr->d, tr->rows[q], tr->ones, wk->scaled);
@@ -4264,10 +4263,11 @@ static void mfm__apply_adagrad(const mfm__trainer *tr, const mfm__coords *o, mfm
             n = o->n - j < per ? (uint32_t)(o->n - j) : per;
             for (f = 0; f < n; f++) blk[f] = mfm__block(tr->m, t, 0, o->ids[j + f]);
             mfm__adagrad_blocks(&tr->opt, blk, o->g + j * len, n, len, l2);
+            mfm__coords_zero(o, j, n);
         }
         return;
     }
-    for (j = 0; j < o->n; j++)
+    for (j = 0; j < o->n; j++) {
         for (f = 0; f < o->parts; f++) {
             const uint64_t slot = j * o->parts + f;
             if (!o->flags[slot]) continue;
@@ -4278,6 +4278,8 @@ static void mfm__apply_adagrad(const mfm__trainer *tr, const mfm__coords *o, mfm
                 n = 0;
             }
         }
+        mfm__coords_zero(o, j, 1);
+    }
     if (n) mfm__adagrad_blocks(&tr->opt, blk, mean, n, len, l2);
 }
 
@@ -4301,7 +4303,7 @@ static void mfm__apply_task(void *ctx, int index) {
             mfm__apply_adagrad(tr, o, (mfm_tensor)t, rows, l2[t]);
             continue;
         }
-        for (j = 0; j < o->n; j++)
+        for (j = 0; j < o->n; j++) {
             for (f = 0; f < parts; f++)
                 if (!o->parts || o->flags[j * parts + f])
                     for (c = 0; c < m->n_classes; c++) {
@@ -4312,6 +4314,8 @@ static void mfm__apply_task(void *ctx, int index) {
                         else
                             mfm__step(&tr->opt, blk, len, g, rows, l1[t], l2[t]);
                     }
+            mfm__coords_zero(o, j, 1);
+        }
     }
 }
 
