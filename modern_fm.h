@@ -4642,7 +4642,7 @@ static void mfm__make_order(const mfm__epoch_order *o) {
    next epoch's order (`meanwhile`, when given) while the device works through its batches. */
 typedef struct mfm__gpu_trainer mfm__gpu_trainer;
 static mfm_status mfm__gpu_fit_start(mfm__gpu_trainer **out, mfm_model *m, const mfm_csr *d, uint64_t n_train, const mfm_csr *valid,
-                                     const float *class_weights, const mfm__data_info *info, mfm_error *err);
+                                     const float *class_weights, const mfm__data_info *info, int ahead, mfm_error *err);
 static mfm_status mfm__gpu_fit_pass(mfm__gpu_trainer *g, const mfm_csr *d, const uint64_t *order, uint64_t n, const mfm__epoch_order *meanwhile, double *loss,
                                     double *weight, mfm_error *err);
 static mfm_status mfm__gpu_fit_metric(mfm__gpu_trainer *g, const mfm_csr *valid, double *metric, int *higher_better, mfm_error *err);
@@ -4695,7 +4695,7 @@ static mfm_status mfm__fit(mfm_model *m, const mfm_csr *d, const mfm_csr *valida
             (on_gpu ? !mfm__class_weights_of(m, d, rows, n, &class_weights) : !mfm__trainer_init(&tr, m, d, rows, n, &info)))
             st = mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for the training buffers (%" PRIu64 " rows)", n);
     }
-    if (st == MFM_OK) st = on_gpu ? mfm__gpu_fit_start(&gpu, m, d, n, valid, class_weights, &info, err) : mfm__pool_start(&pool, tr.n_workers, err);
+    if (st == MFM_OK) st = on_gpu ? mfm__gpu_fit_start(&gpu, m, d, n, valid, class_weights, &info, order_next != NULL, err) : mfm__pool_start(&pool, tr.n_workers, err);
     if (st != MFM_OK) goto done;
     pool_on = !on_gpu;
     if (!partial)
@@ -7016,7 +7016,10 @@ struct mfm__gpu_trainer {
     int n_owned, streaming;
     uint64_t free_bytes;          /* what the fit may still take on the device */
     mfm__cu_ptr best[4];          /* early stopping: the best epoch's tables */
-    mfm__cu_ptr order;            /* resident rows: the epoch's order */
+    mfm__cu_ptr order[2];         /* resident rows: the pass's order (order[order_at]), and the next one's */
+    int order_at;
+    const uint64_t *order_sent;   /* the host order that went up during the last pass, into order[order_at] */
+    mfm__cu_event order_copied;   /* its copy, on the stream `copy` */
     mfm__cu_ptr valid_offsets, valid_features, valid_fields, valid_values;
     uint64_t n_valid, batch_rows, batches; /* batches launched: the parity of the next */
     uint32_t stamp;
@@ -7074,6 +7077,7 @@ static void mfm__gpu_fit_free(mfm__gpu_trainer *g) {
         }
         if (g->stream) mfm__cuda.cu.cuStreamDestroy(g->stream);
         if (g->copy) mfm__cuda.cu.cuStreamDestroy(g->copy);
+        if (g->order_copied) mfm__cuda.cu.cuEventDestroy(g->order_copied);
         mfm__cuda.cu.cuCtxSetCurrent(saved);
     }
     MFM_FREE(g->valid_scores);
@@ -7088,7 +7092,7 @@ static uint64_t mfm__touch_bound(uint64_t n_blocks, uint64_t rows, uint64_t per_
 /* Uploads the model, the rows (or makes the chunk buffers) and the validation rows; allocates
    the gradient sums, touched lists and per-batch buffers. */
 static mfm_status mfm__gpu_fit_start(mfm__gpu_trainer **out, mfm_model *m, const mfm_csr *d, uint64_t n_train, const mfm_csr *valid,
-                                     const float *class_weights, const mfm__data_info *info, mfm_error *err) {
+                                     const float *class_weights, const mfm__data_info *info, int ahead, mfm_error *err) {
     const mfm_params *p = &m->params;
     const uint32_t C = m->n_classes, z = (uint32_t)(info->max_row_nnz ? info->max_row_nnz : 1);
     const uint64_t nnz = d->row_offsets[d->n_rows], gsize = p->deterministic ? 16 : 4;
@@ -7181,7 +7185,7 @@ static mfm_status mfm__gpu_fit_start(mfm__gpu_trainer **out, mfm_model *m, const
             st = mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for the validation scores");
     }
     /* the rows: resident when they fit (keeping 1/16 for the early-stopping copy and slack) */
-    resident_bytes = (d->n_rows + 1) * 8 + nnz * 4 * (1 + (uint64_t)fields + (d->values != NULL)) + d->n_rows * 4 * (1 + (uint64_t)(d->weights != NULL)) + n_train * 8;
+    resident_bytes = (d->n_rows + 1) * 8 + nnz * 4 * (1 + (uint64_t)fields + (d->values != NULL)) + d->n_rows * 4 * (1 + (uint64_t)(d->weights != NULL)) + n_train * 8 * (ahead ? 2 : 1);
     if (st == MFM_OK && resident_bytes <= g->free_bytes - g->free_bytes / 16) {
         st = mfm__gpu_put(g, &a->offsets, d->row_offsets, (d->n_rows + 1) * 8, "the training rows", err);
         if (st == MFM_OK) st = mfm__gpu_put(g, &a->features, d->features, nnz * 4, "the training rows", err);
@@ -7189,7 +7193,9 @@ static mfm_status mfm__gpu_fit_start(mfm__gpu_trainer **out, mfm_model *m, const
         if (st == MFM_OK && d->values) st = mfm__gpu_put(g, &a->values, d->values, nnz * 4, "the training rows", err);
         if (st == MFM_OK) st = mfm__gpu_put(g, &a->labels, d->labels, d->n_rows * 4, "the training rows", err);
         if (st == MFM_OK && d->weights) st = mfm__gpu_put(g, &a->weights, d->weights, d->n_rows * 4, "the training rows", err);
-        if (st == MFM_OK) st = mfm__gpu_take(g, &g->order, n_train * 8, "the row order", err);
+        if (st == MFM_OK) st = mfm__gpu_take(g, &g->order[0], n_train * 8, "the row order", err);
+        if (st == MFM_OK && ahead) st = mfm__gpu_take(g, &g->order[1], n_train * 8, "the next epoch's row order", err);
+        if (st == MFM_OK && ahead && (r = mfm__cuda.cu.cuEventCreate(&g->order_copied, 2)) != 0) st = mfm__cu_fail(err, r, "cuEventCreate");
     } else if (st == MFM_OK) { /* streamed: chunks of whole batches, at least one batch of the longest rows */
         int b;
         const uint64_t rows_wanted = n_train / 4 < ((uint64_t)1 << 16) ? n_train / 4 : ((uint64_t)1 << 16); /* at least four chunks */
@@ -7315,10 +7321,13 @@ static mfm_status mfm__gpu_fit_pass(mfm__gpu_trainer *g, const mfm_csr *d, const
     if ((st = mfm__gpu_enter(g->m->params.device, &dev, &saved, err)) != MFM_OK) return st;
     if ((r = mfm__cuda.cu.cuMemsetD8Async(a->totals, 0, 2 * sizeof(double), g->stream)) != 0) st = mfm__cu_fail(err, r, "cuMemsetD8Async");
     if (st == MFM_OK && !g->streaming) {
-        if ((r = mfm__cuda.cu.cuMemcpyHtoDAsync(g->order, order, (size_t)(n * 8), g->stream)) != 0) st = mfm__cu_fail(err, r, "cuMemcpyHtoDAsync (the row order)");
+        if (g->order_sent && (r = mfm__cuda.cu.cuStreamWaitEvent(g->stream, g->order_copied, 0)) != 0) st = mfm__cu_fail(err, r, "cuStreamWaitEvent (the row order)");
+        if (st == MFM_OK && order != g->order_sent && (r = mfm__cuda.cu.cuMemcpyHtoDAsync(g->order[g->order_at], order, (size_t)(n * 8), g->stream)) != 0)
+            st = mfm__cu_fail(err, r, "cuMemcpyHtoDAsync (the row order)");
+        g->order_sent = NULL;
         a->offset_base = a->first = 0;
         for (start = 0; start < n && st == MFM_OK; start += batch) {
-            a->rows = g->order + start * 8;
+            a->rows = g->order[g->order_at] + start * 8;
             a->n_batch = n - start < batch ? n - start : batch;
             st = mfm__gpu_batch(g, err);
         }
@@ -7374,8 +7383,18 @@ static mfm_status mfm__gpu_fit_pass(mfm__gpu_trainer *g, const mfm_csr *d, const
             next = end;
         }
     }
+    if (st == MFM_OK && meanwhile) {
+        mfm__make_order(meanwhile);
+        if (!g->streaming && g->order[1]) { /* up on the other stream while the batches run, into the buffer that the last pass read */
+            g->order_at ^= 1;
+            if ((r = mfm__cuda.cu.cuMemcpyHtoDAsync(g->order[g->order_at], meanwhile->out, (size_t)(n * 8), g->copy)) != 0 ||
+                (r = mfm__cuda.cu.cuEventRecord(g->order_copied, g->copy)) != 0)
+                st = mfm__cu_fail(err, r, "cuMemcpyHtoDAsync (the next epoch's row order)");
+            else
+                g->order_sent = meanwhile->out;
+        }
+    }
     if (st == MFM_OK && (r = mfm__cuda.cu.cuMemcpyDtoHAsync(totals, a->totals, sizeof totals, g->stream)) != 0) st = mfm__cu_fail(err, r, "training on the GPU");
-    if (st == MFM_OK && meanwhile) mfm__make_order(meanwhile);
     if (st == MFM_OK && (r = mfm__cuda.cu.cuStreamSynchronize(g->stream)) != 0) st = mfm__cu_fail(err, r, "training on the GPU");
     mfm__gpu_leave(saved);
     *loss = totals[0];
@@ -7505,8 +7524,8 @@ MFMDEF mfm_status mfm_cache_clear(size_t *n_removed, mfm_error *err) {
 
 #define MFM__NO_CUDA_SENTENCE "this build has no GPU support: it was compiled with MFM_NO_CUDA"
 static mfm_status mfm__gpu_fit_start(mfm__gpu_trainer **out, mfm_model *m, const mfm_csr *d, uint64_t n_train, const mfm_csr *valid,
-                                     const float *class_weights, const mfm__data_info *info, mfm_error *err) {
-    (void)m, (void)d, (void)n_train, (void)valid, (void)class_weights, (void)info;
+                                     const float *class_weights, const mfm__data_info *info, int ahead, mfm_error *err) {
+    (void)m, (void)d, (void)n_train, (void)valid, (void)class_weights, (void)info, (void)ahead;
     *out = NULL;
     return mfm__fail(err, MFM_ERR_CUDA_UNAVAILABLE, MFM__NO_CUDA_SENTENCE);
 }

@@ -369,10 +369,21 @@ __device__ void mfm_train_gradients(const mfm_train_args &a, mfm_u32 c, const mf
     if (a.linear_only) return;
     if (a.model == MFM_FM) { /* ds/dv_it = x_i (sum_t - v_it x_i) */
         const float *sum = a.sums + (q * a.n_classes + c) * a.k;
-        for (mfm_u32 i = 0; i < row.z; i++) {
-            const mfm_u32 f = a.features[row.lo + i];
-            const float x = mfm_x(a, row.lo + i, row.scale), gx = g * x, *v = mfm_block(a, MFM_V, c, f);
-            for (mfm_u32 t = lane; t < a.k; t += a.group) mfm_add<EXACT>(a.grad[MFM_V], mfm_grad_at(a, MFM_V, c, f, t), gx * (sum[t] - v[t] * x));
+        const mfm_u32 k = K > 0 ? K : a.k, per = k / 4;
+        if (!EXACT && k % 4 == 0) { /* a lane takes four factors of a non-zero, added with one vector atomic (exact sums stay a
+                                       factor a lane: four 128-bit sums on one lane took a fifth longer than one on each of four) */
+            for (mfm_u32 item = lane; item < row.z * per; item += a.group) {
+                const mfm_u32 i = item / per, t = (item - i * per) * 4, f = a.features[row.lo + i];
+                const float x = mfm_x(a, row.lo + i, row.scale), gx = g * x;
+                const float4 v = *reinterpret_cast<const float4 *>(mfm_block(a, MFM_V, c, f) + t), s = *reinterpret_cast<const float4 *>(sum + t);
+                mfm_add4<EXACT>(a.grad[MFM_V], mfm_grad_at(a, MFM_V, c, f, t), make_float4(gx * (s.x - v.x * x), gx * (s.y - v.y * x), gx * (s.z - v.z * x), gx * (s.w - v.w * x)));
+            }
+        } else {
+            for (mfm_u32 i = 0; i < row.z; i++) {
+                const mfm_u32 f = a.features[row.lo + i];
+                const float x = mfm_x(a, row.lo + i, row.scale), gx = g * x, *v = mfm_block(a, MFM_V, c, f);
+                for (mfm_u32 t = lane; t < a.k; t += a.group) mfm_add<EXACT>(a.grad[MFM_V], mfm_grad_at(a, MFM_V, c, f, t), gx * (sum[t] - v[t] * x));
+            }
         }
         return;
     }
