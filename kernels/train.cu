@@ -167,9 +167,9 @@ template <bool EXACT>
 __device__ __forceinline__ float mfm_take(void *grad, mfm_u64 i) {
     if (EXACT) { /* both words with one 16-byte request each way (the table starts on 256 bytes) */
         ulonglong2 *s = reinterpret_cast<ulonglong2 *>(static_cast<mfm_exact *>(grad) + i);
-        const ulonglong2 w = __ldcg(s);
+        const ulonglong2 w = *s;
         const mfm_exact sum = {w.x, w.y};
-        __stcg(s, make_ulonglong2(0, 0));
+        *s = make_ulonglong2(0, 0);
         return (float)mfm_exact_value(sum);
     }
     float *g = static_cast<float *>(grad) + i;
@@ -185,8 +185,8 @@ __device__ __forceinline__ void mfm_take4(void *grad, mfm_u64 i, float *out) {
         for (int u = 0; u < 4; u++) out[u] = mfm_take<EXACT>(grad, i + u);
     } else {
         float4 *g = reinterpret_cast<float4 *>(static_cast<float *>(grad) + i);
-        const float4 v = __ldcg(g);
-        __stcg(g, make_float4(0, 0, 0, 0));
+        const float4 v = *g;
+        *g = make_float4(0, 0, 0, 0);
         out[0] = v.x, out[1] = v.y, out[2] = v.z, out[3] = v.w;
     }
 }
@@ -701,15 +701,17 @@ __device__ __forceinline__ void mfm_step(const mfm_train_args &a, int t, float &
 }
 
 /* N floats at p (N = 1, or a multiple of 4 with p on 16 bytes) into v, and back: a memory
-   request for every four, cached in L2 only (each is read and written once a batch). */
+   request for every four. Plain accesses, not __ldcg/__stcg: those are strong (GPU-scope)
+   operations, and Nsight Compute found the step's next reads waiting for its last strong
+   stores to leave (fast FFM at batch 65536: k = 4 +4 %, k = 8 +5 %). */
 template <int N>
 __device__ __forceinline__ void mfm_load(float *v, const float *p) {
 #pragma unroll
     for (int q = 0; q < N; q += 4) {
         if (N == 1) {
-            v[0] = __ldcg(p);
+            v[0] = *p;
         } else {
-            const float4 x = __ldcg(reinterpret_cast<const float4 *>(p + q));
+            const float4 x = *reinterpret_cast<const float4 *>(p + q);
             v[q] = x.x, v[q + 1] = x.y, v[q + 2] = x.z, v[q + 3] = x.w;
         }
     }
@@ -720,9 +722,9 @@ __device__ __forceinline__ void mfm_store(float *p, const float *v) {
 #pragma unroll
     for (int q = 0; q < N; q += 4) {
         if (N == 1)
-            __stcg(p, v[0]);
+            *p = v[0];
         else
-            __stcg(reinterpret_cast<float4 *>(p + q), make_float4(v[q], v[q + 1], v[q + 2], v[q + 3]));
+            *reinterpret_cast<float4 *>(p + q) = make_float4(v[q], v[q + 1], v[q + 2], v[q + 3]);
     }
 }
 
@@ -936,9 +938,11 @@ MFM_TRAIN_FFM_GATHER(_k4, 4)
 MFM_TRAIN_FFM_GATHER(_k8, 8)
 MFM_TRAIN_FFM_GATHER(_k16, 16)
 
-/* mfm_train_apply_{fast,exact}_{sgd,adagrad,adam,ftrl}{,_wide} (_wide: k a multiple of 8) */
+/* mfm_train_apply_{fast,exact}_{sgd,adagrad,adam,ftrl}{,_wide} (_wide: k a multiple of 8). The
+   narrow kernels may take 85 registers (three blocks a multiprocessor): at 64 they spilled, and
+   fast FFM k = 4 ran 2 % slower. */
 #define MFM_TRAIN_APPLY(sums, EXACT, opt, OPT)                                                                                                        \
-    extern "C" __global__ void __launch_bounds__(256) mfm_train_apply_##sums##_##opt(const mfm_train_args a) { mfm_train_apply<EXACT, OPT, false>(a); } \
+    extern "C" __global__ void __launch_bounds__(256, 3) mfm_train_apply_##sums##_##opt(const mfm_train_args a) { mfm_train_apply<EXACT, OPT, false>(a); } \
     extern "C" __global__ void __launch_bounds__(256) mfm_train_apply_##sums##_##opt##_wide(const mfm_train_args a) { mfm_train_apply<EXACT, OPT, true>(a); }
 MFM_TRAIN_APPLY(fast, false, sgd, MFM_SGD)
 MFM_TRAIN_APPLY(fast, false, adagrad, MFM_ADAGRAD)
