@@ -3573,7 +3573,6 @@ typedef struct mfm__coords {
     uint64_t *ids;
     float *g;
     uint64_t n, cap_ids, cap_g, last; /* last: the index mfm__own returned last */
-    uint64_t width;       /* floats per entry */
     uint32_t parts;       /* FFM keyed by feature: fields per entry, each with a touched flag */
     unsigned char *flags; /* [index][parts] */
     uint64_t cap_flags;
@@ -3688,13 +3687,12 @@ static int mfm__coords_room(mfm__coords *o, uint64_t more, uint64_t width, uint3
         return 0;
     if (o->cap_g > had_g) memset(o->g + had_g, 0, (size_t)(o->cap_g - had_g) * sizeof(float)); /* new sums start at zero */
     if (o->cap_flags > had_flags) memset(o->flags + had_flags, 0, (size_t)(o->cap_flags - had_flags));
-    o->width = width;
     return 1;
 }
 
-/* Entries j .. j+n-1 back to zero sums and no flags, once stepped. */
-static void mfm__coords_zero(const mfm__coords *o, uint64_t j, uint64_t n) {
-    memset(o->g + j * o->width, 0, (size_t)(n * o->width) * sizeof(float));
+/* Entries j .. j+n-1 (width floats each) back to zero sums and no flags, once stepped. */
+static void mfm__coords_zero(const mfm__coords *o, uint64_t j, uint64_t n, uint64_t width) {
+    memset(o->g + j * width, 0, (size_t)(n * width) * sizeof(float));
     if (o->parts) memset(o->flags + j * o->parts, 0, (size_t)(n * o->parts));
 }
 
@@ -4263,7 +4261,7 @@ static void mfm__apply_adagrad(const mfm__trainer *tr, const mfm__coords *o, mfm
             n = o->n - j < per ? (uint32_t)(o->n - j) : per;
             for (f = 0; f < n; f++) blk[f] = mfm__block(tr->m, t, 0, o->ids[j + f]);
             mfm__adagrad_blocks(&tr->opt, blk, o->g + j * len, n, len, l2);
-            mfm__coords_zero(o, j, n);
+            mfm__coords_zero(o, j, n, len);
         }
         return;
     }
@@ -4278,7 +4276,7 @@ static void mfm__apply_adagrad(const mfm__trainer *tr, const mfm__coords *o, mfm
                 n = 0;
             }
         }
-        mfm__coords_zero(o, j, 1);
+        mfm__coords_zero(o, j, 1, (uint64_t)o->parts * len);
     }
     if (n) mfm__adagrad_blocks(&tr->opt, blk, mean, n, len, l2);
 }
@@ -4314,7 +4312,7 @@ static void mfm__apply_task(void *ctx, int index) {
                         else
                             mfm__step(&tr->opt, blk, len, g, rows, l1[t], l2[t]);
                     }
-            mfm__coords_zero(o, j, 1);
+            mfm__coords_zero(o, j, 1, (uint64_t)parts * m->n_classes * len);
         }
     }
 }
