@@ -1,4 +1,4 @@
-/* kernels/train.cu - one training batch on the GPU in two launches (SPEC 5):
+/* kernels/train.cu - one training batch on the GPU in two launches (three with a sweep, below; SPEC 5):
      mfm_train_rows_*    every row of the batch on a group of lanes (as in predict.cu): its score
                          against the parameters as the batch found them, its loss and
                          weight * dL/ds, then its data gradients added into dense gradient
@@ -20,6 +20,10 @@
              added with integer atomics. Integer sums do not depend on their order, so the sum
              is exact and the same every run; it is rounded once, when the step reads it.
    With score_only the rows kernel writes the scores and nothing else (validation rows).
+   Where a batch touches many features (`sweep`, the host's choice), the rows kernel only
+   stamps them, and mfm_train_list lists them afterwards from a sweep of the stamps, a few
+   thousand ids at a time in id order: the step then walks the tables from low addresses to
+   high, a few pages at a time, not all over them (Criteo FM k = 8 at batch 65536: +45 %).
 
    Deterministic FFM gathers its pair sums by feature instead (when a warp's sums fit shared
    memory; `gather`): a pair's exact sums would take 12 integer atomics a float4 where the fast
@@ -78,6 +82,7 @@ struct mfm_train_args {
     float lr, ftrl_beta, smoothing;
     mfm_u32 n_fields, n_classes, k, group, stamp, parity, mask_words;
     mfm_u32 r_shared;            /* FwFM: R's sums of a block go through shared memory first */
+    mfm_u32 sweep;               /* the features are listed by mfm_train_list, not on their first touch */
     mfm_u32 gather, chunk;       /* deterministic FFM: the pairs' sums are gathered by feature (the top of this file), in chunks of `chunk` non-zeros */
     int model, task, optimizer, linear_only, pairs_only, normalize, score_only;
 };
@@ -204,9 +209,13 @@ __device__ __forceinline__ mfm_u64 mfm_grad_at(const mfm_train_args &a, int t, m
 
 /* Lists feature or entry x (what: MFM_FEATURES, MFM_PAIRS) on its first touch in this batch.
    The lanes that list together take their places with one atomic: the counter is one address
-   that every first touch of the batch goes to. */
+   that every first touch of the batch goes to. A sweep's features are only stamped. */
 __device__ __forceinline__ void mfm_touch(const mfm_train_args &a, int what, mfm_u64 x) {
     mfm_u32 *m = a.mark[what] + x;
+    if (what == MFM_FEATURES && a.sweep) {
+        if (*m != a.stamp) *m = a.stamp;
+        return;
+    }
     const bool first = *m != a.stamp && atomicExch(m, a.stamp) != a.stamp;
     const unsigned together = __activemask(), listing = __ballot_sync(together, first);
     const mfm_u32 me = threadIdx.x & 31u, leader = __ffs(listing) - 1;
@@ -474,6 +483,48 @@ __device__ void mfm_train_rows(const mfm_train_args &a) {
                 }
             }
         }
+    }
+}
+
+/* The features stamped by this batch into the list, in id order: a block takes 2048 features
+   at a time, eight a thread, and takes its places with one atomic (one a warp queued 31,000
+   atomics on the counter, 27 us a batch). */
+extern "C" __global__ void __launch_bounds__(256) mfm_train_list(const mfm_train_args a) {
+    __shared__ mfm_u32 warp_at[8];
+    __shared__ mfm_u64 block_at;
+    const mfm_u64 n = a.n_blocks[MFM_W];
+    const mfm_u32 me = threadIdx.x & 31u, warp = threadIdx.x / 32;
+    for (mfm_u64 tile = (mfm_u64)blockIdx.x * 2048; tile < n; tile += (mfm_u64)gridDim.x * 2048) {
+        const mfm_u64 first = tile + threadIdx.x * 8;
+        mfm_u32 bits = 0, upto, at;
+        if (first + 8 <= n) { /* the marks start on 256 bytes: two 16-byte reads */
+            const uint4 x = reinterpret_cast<const uint4 *>(a.mark[MFM_FEATURES] + first)[0], y = reinterpret_cast<const uint4 *>(a.mark[MFM_FEATURES] + first)[1];
+            const mfm_u32 m[8] = {x.x, x.y, x.z, x.w, y.x, y.y, y.z, y.w};
+#pragma unroll
+            for (mfm_u32 u = 0; u < 8; u++) bits |= (mfm_u32)(m[u] == a.stamp) << u;
+        } else {
+            for (mfm_u32 u = 0; first + u < n; u++) bits |= (mfm_u32)(a.mark[MFM_FEATURES][first + u] == a.stamp) << u;
+        }
+        upto = __popc(bits); /* then the thread's and those before it in the warp */
+        for (mfm_u32 o = 1; o < 32; o *= 2) {
+            const mfm_u32 x = __shfl_up_sync(0xffffffffu, upto, o);
+            if (me >= o) upto += x;
+        }
+        if (me == 31) warp_at[warp] = upto;
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            mfm_u32 total = 0;
+            for (mfm_u32 w = 0; w < 8; w++) {
+                const mfm_u32 count = warp_at[w];
+                warp_at[w] = total, total += count;
+            }
+            block_at = total ? atomicAdd(a.count + 2 * a.parity + MFM_FEATURES, (mfm_u64)total) : 0;
+        }
+        __syncthreads();
+        at = warp_at[warp] + upto - __popc(bits);
+        for (mfm_u32 u = 0; u < 8; u++)
+            if (bits >> u & 1) a.list[MFM_FEATURES][block_at + at++] = first + u;
+        __syncthreads();
     }
 }
 

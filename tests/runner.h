@@ -129,6 +129,7 @@
     X(test_gpu_train_variants)              \
     X(test_gpu_train_ftrl_zeros)            \
     X(test_gpu_train_deterministic)         \
+    X(test_gpu_train_listing)               \
     X(test_gpu_train_early_stopping)        \
     X(test_gpu_train_resume_and_partial)    \
     X(test_gpu_train_streaming)

@@ -623,6 +623,37 @@ void test_gpu_train_deterministic(void) {
     free_train_data(&wide);
 }
 
+/* Both ways a batch lists the features it touched (kernels/train.cu): with 2 rows of about 20
+   non-zeros over 200,000 features on their first touches, with 500 rows by a sweep of the marks
+   (the host sweeps from 1/128 of the features). Either way the GPU trains what the CPU
+   trains, and the deterministic mode the same bits twice. */
+void test_gpu_train_listing(void) {
+    static const mfm_model_type models[] = {MFM_MODEL_FM, MFM_MODEL_FFM, MFM_MODEL_FWFM};
+    static const int batches[] = {2, 500};
+    train_data t;
+    size_t im, ib;
+    if (!gpu_ready()) return;
+    make_train_data(&t, 31, 2000, 200000, 6, MFM_TASK_BINARY);
+    for (im = 0; im < 3; im++)
+        for (ib = 0; ib < 2; ib++) {
+            mfm_params p;
+            mfm_model *cpu, *gpu, *again;
+            memset(&p, 0, sizeof p);
+            p.model = models[im], p.k = 4, p.batch_size = batches[ib], p.n_epochs = 2, p.seed = 3;
+            p.learning_rate = 0.1, p.l2_linear = 1e-3, p.l2_factors = 2e-3, p.init_scale = 0.1, p.deterministic = 1;
+            cpu = train_on(p, MFM_BACKEND_CPU, &t.g.d);
+            gpu = train_on(p, MFM_BACKEND_CUDA, &t.g.d);
+            again = train_on(p, MFM_BACKEND_CUDA, &t.g.d);
+            if (cpu && gpu)
+                CHECK(score_gap(cpu, gpu, &t.g.d) <= TRAIN_RTOL, "model %d batch %d: scores differ by %.3g (relative)", (int)p.model, p.batch_size, score_gap(cpu, gpu, &t.g.d));
+            if (gpu && again) CHECK(same_bits(gpu, again), "model %d batch %d: two deterministic runs differ", (int)p.model, p.batch_size);
+            mfm_model_free(cpu);
+            mfm_model_free(gpu);
+            mfm_model_free(again);
+        }
+    free_train_data(&t);
+}
+
 typedef struct stop_log {
     int epochs, best;
 } stop_log;
