@@ -553,12 +553,12 @@ static const char *const mfm__kernel_chunks[] = {
     "   that every first touch of the batch goes to. A sweep's features are only stamped. */\n"
     "__device__ __forceinline__ void mfm_touch(const mfm_train_args &a, int what, mfm_u64 x) {\n"
     "    mfm_u32 *m = a.mark[what] + x;\n"
-    "    if (what == MFM_FEATURES && a.sweep) {\n"
+    "    if (what == MFM_FEATURES && a.sweep) { /* every lane that stores here stores the same stamp */\n"
     "        if (*m != a.stamp) *m = a.stamp;\n"
     "        return;\n"
     "    }\n"
-    "    const bool first = *m != a.stamp && atomicExch(m, a.stamp) != a.stamp;\n"
-    "    const unsigned together = __activemask(), listing = __ballot_sync(together, first);\n",
+    "    const bool first = *m != a.stamp && atomicExch(m, a.stamp) != a.stamp;\n",
+    "    const unsigned together = __activemask(), listing = __ballot_sync(together, first);\n"
     "    const mfm_u32 me = threadIdx.x & 31u, leader = __ffs(listing) - 1;\n"
     "    mfm_u64 at = 0;\n"
     "    if (!listing) return;\n"
@@ -634,9 +634,9 @@ static const char *const mfm__kernel_chunks[] = {
     "        const float xx = mfm_x(a, at, row.scale) * mfm_x(a, bt, row.scale);\n"
     "        if (a.model == MFM_FFM)\n"
     "            part += mfm_dot<K>(V + ((mfm_u64)a.features[at] * a.n_fields + fb) * stride, V + ((mfm_u64)a.features[bt] * a.n_fields + fa) * stride, a.k) * xx;\n"
-    "        else\n"
+    "        else\n",
     "            part += mfm_dot<K>(V + a.features[at] * stride, V + a.features[bt] * stride, a.k) * (mfm_pair_weight(a, c, fa, fb) * xx);\n"
-    "    }\n",
+    "    }\n"
     "    return s + mfm_group_sum(part, mask, a.group);\n"
     "}\n"
     "\n"
@@ -719,8 +719,8 @@ static const char *const mfm__kernel_chunks[] = {
     "    if (a.linear_only) return;\n"
     "    if (a.model == MFM_FM) { /* ds/dv_it = x_i (sum_t - v_it x_i) */\n"
     "        const float *sum = a.sums + (q * a.n_classes + c) * a.k;\n"
-    "        const mfm_u32 k = K > 0 ? K : a.k, per = k / 4;\n"
-    "        if (!EXACT && k % 4 == 0) { /* a lane takes four factors of a non-zero, added with one vector atomic (exact sums stay a\n",
+    "        const mfm_u32 k = K > 0 ? K : a.k, per = k / 4;\n",
+    "        if (!EXACT && k % 4 == 0) { /* a lane takes four factors of a non-zero, added with one vector atomic (exact sums stay a\n"
     "                                       factor a lane: four 128-bit sums on one lane took a fifth longer than one on each of four) */\n"
     "            for (mfm_u32 item = lane; item < row.z * per; item += a.group) {\n"
     "                const mfm_u32 i = item / per, t = (item - i * per) * 4, f = a.features[row.lo + i];\n"
@@ -777,9 +777,9 @@ static const char *const mfm__kernel_chunks[] = {
     "            }\n"
     "            for (; t < k; t++) {\n"
     "                mfm_add<EXACT>(a.grad[MFM_V], sums + sa * k + t, coef * vb[t]);\n"
-    "                mfm_add<EXACT>(a.grad[MFM_V], sums + sb * k + t, coef * va[t]);\n"
+    "                mfm_add<EXACT>(a.grad[MFM_V], sums + sb * k + t, coef * va[t]);\n",
     "            }\n"
-    "        } else { /* r(f_a, f_b) receives coef <v_a, v_b> */\n",
+    "        } else { /* r(f_a, f_b) receives coef <v_a, v_b> */\n"
     "            const float dot = mfm_dot<K>(V + a.features[at] * stride, V + a.features[bt] * stride, k);\n"
     "            mfm_add_r<EXACT>(a, c, fa < fb ? (mfm_u64)fa * a.n_fields + fb : (mfm_u64)fb * a.n_fields + fa, coef * dot, first_class);\n"
     "        }\n"
@@ -827,9 +827,9 @@ static const char *const mfm__kernel_chunks[] = {
     "    }\n"
     "}\n"
     "\n"
-    "/* The features stamped by this batch into the list, in id order: a block takes 2048 features\n"
-    "   at a time, eight a thread, and takes its places with one atomic (one a warp queued 31,000\n"
-    "   atomics on the counter, 27 us a batch). */\n"
+    "/* The features stamped by this batch into the list: a block takes 2048 features at a time,\n"
+    "   eight a thread, lists them in id order and takes their places with one atomic (one atomic a\n"
+    "   warp queued 31,000 on the counter, 27 us a batch); the blocks' turns come about in id order. */\n"
     "extern \"C\" __global__ void __launch_bounds__(256) mfm_train_list(const mfm_train_args a) {\n"
     "    __shared__ mfm_u32 warp_at[8];\n"
     "    __shared__ mfm_u64 block_at;\n"
@@ -856,11 +856,11 @@ static const char *const mfm__kernel_chunks[] = {
     "        if (threadIdx.x == 0) {\n"
     "            mfm_u32 total = 0;\n"
     "            for (mfm_u32 w = 0; w < 8; w++) {\n"
-    "                const mfm_u32 count = warp_at[w];\n"
+    "                const mfm_u32 count = warp_at[w];\n",
     "                warp_at[w] = total, total += count;\n"
     "            }\n"
     "            block_at = total ? atomicAdd(a.count + 2 * a.parity + MFM_FEATURES, (mfm_u64)total) : 0;\n"
-    "        }\n",
+    "        }\n"
     "        __syncthreads();\n"
     "        at = warp_at[warp] + upto - __popc(bits);\n"
     "        for (mfm_u32 u = 0; u < 8; u++)\n"
@@ -932,9 +932,9 @@ static const char *const mfm__kernel_chunks[] = {
     "#pragma unroll\n"
     "    for (int u = 0; u < W; u++) term.v[u] = 0;\n"
     "    if (term.live) { /* coef multiplied in the rows kernel's order: the pair's first non-zero first */\n"
-    "        const mfm_u64 bt = o.lo + p;\n"
+    "        const mfm_u64 bt = o.lo + p;\n",
     "        const float xb = mfm_x(a, bt, o.scale), coef = p < o.j ? g * xb * o.xa : g * o.xa * xb;\n"
-    "        const float *v = V + ((mfm_u64)a.features[bt] * a.n_fields + o.fa) * a.stride[MFM_V] + t;\n",
+    "        const float *v = V + ((mfm_u64)a.features[bt] * a.n_fields + o.fa) * a.stride[MFM_V] + t;\n"
     "        if (W == 4) {\n"
     "            const float4 x = *reinterpret_cast<const float4 *>(v);\n"
     "            term.v[0] = coef * x.x, term.v[1] = coef * x.y, term.v[2] = coef * x.z, term.v[3] = coef * x.w;\n"
@@ -997,10 +997,10 @@ static const char *const mfm__kernel_chunks[] = {
     "        const mfm_u64 owner = a.chunk_owner[chunk], i = owner >> 32, feature = a.list[MFM_FEATURES][i];\n"
     "        const mfm_u32 nth = (mfm_u32)owner, all = a.occ_count[i], from = nth * a.chunk, count = all - from < a.chunk ? all - from : a.chunk;\n"
     "        const mfm_u64 at = a.occ_start[i] + from;\n"
-    "        mfm_occurrence mine = {0, 0, 0, 0, 0, 0, 0, 0};\n"
+    "        mfm_occurrence mine = {0, 0, 0, 0, 0, 0, 0, 0};\n",
     "        if (me < count) {\n"
     "            const mfm_u64 e = a.occ_list[at + me], r = a.rows ? a.rows[e >> 32] : a.first + (e >> 32);\n"
-    "            const mfm_batch_row row = a.batch_rows[e >> 32];\n",
+    "            const mfm_batch_row row = a.batch_rows[e >> 32];\n"
     "            mine.q = e >> 32, mine.j = (mfm_u32)e, mine.lo = a.offsets[r] - a.offset_base, mine.z = (mfm_u32)(a.offsets[r + 1] - a.offsets[r]);\n"
     "            mine.fa = a.fields[mine.lo + mine.j], mine.xa = mfm_x(a, mine.lo + mine.j, row.scale);\n"
     "            mine.scale = row.scale, mine.repeats = row.repeats;\n"
@@ -1070,12 +1070,12 @@ static const char *const mfm__kernel_chunks[] = {
     "   the optimizer: each has kernels of its own, which hold only its own registers. */\n"
     "template <int OPT>\n"
     "__device__ __forceinline__ void mfm_step(const mfm_train_args &a, int t, float &theta, float &s1, float &s2, float &s3, float gsum, float rows) {\n"
-    "    const float l1 = a.l1[t], l2 = a.l2[t];\n"
+    "    const float l1 = a.l1[t], l2 = a.l2[t];\n",
     "    if (OPT == MFM_SGD) {\n"
     "        theta -= a.lr * (gsum / rows + l2 * theta);\n"
     "    } else if (OPT == MFM_ADAGRAD) {\n"
     "        const float g = gsum / rows + l2 * theta;\n"
-    "        s1 += g * g;\n",
+    "        s1 += g * g;\n"
     "        theta -= a.lr * g / sqrtf(s1 + 1e-10f);\n"
     "    } else if (OPT == MFM_ADAM) { /* s1 = m, s2 = v, s3 = steps taken */\n"
     "        const float g = gsum / rows + l2 * theta, n = s3 + 1.0f;\n"
@@ -1152,13 +1152,13 @@ static const char *const mfm__kernel_chunks[] = {
     "    mfm_u32 j = 0;\n"
     "    for (; WIDE && len % 8 == 0 && j < len; j += 8) {\n"
     "        mfm_take4<EXACT>(a.grad[t], at + j, g);\n"
-    "        mfm_take4<EXACT>(a.grad[t], at + j + 4, g + 4);\n"
+    "        mfm_take4<EXACT>(a.grad[t], at + j + 4, g + 4);\n",
     "        mfm_step_run<8, OPT>(a, t, blk, len, j, g, rows);\n"
     "    }\n"
     "    for (; len % 4 == 0 && j < len; j += 4) {\n"
     "        mfm_take4<EXACT>(a.grad[t], at + j, g);\n"
     "        mfm_step_run<4, OPT>(a, t, blk, len, j, g, rows);\n"
-    "    }\n",
+    "    }\n"
     "    for (; j < len; j++) {\n"
     "        g[0] = mfm_take<EXACT>(a.grad[t], at + j);\n"
     "        mfm_step_run<1, OPT>(a, t, blk, len, j, g, rows);\n"
@@ -1247,12 +1247,12 @@ static const char *const mfm__kernel_chunks[] = {
     "__device__ __forceinline__ bool mfm_item_block(const mfm_train_args &a, mfm_item &it) {\n"
     "    if (it.t < 0) return false;\n"
     "    if (!it.word) return true;\n"
-    "    if (!(it.bits >> (it.field % 64) & 1)) return false;\n"
+    "    if (!(it.bits >> (it.field % 64) & 1)) return false;\n",
     "    it.b = it.b * a.n_fields + it.field;\n"
     "    return true;\n"
     "}\n"
     "\n"
-    "/* Blocks of 256 threads; the first C + 1 have their own jobs (see the top of this file). In\n",
+    "/* Blocks of 256 threads; the first C + 1 have their own jobs (see the top of this file). In\n"
     "   the rest each thread steps one block of parameters, item i of: the listed features' w, their\n"
     "   v (FFM: a feature's blocks field by field, so that neighbouring threads share a feature and\n"
     "   its field mask; a block whose bit is clear is skipped), the listed entries of R. One place\n"
@@ -1323,11 +1323,11 @@ static const char *const mfm__kernel_chunks[] = {
     "MFM_TRAIN_ROWS(exact, true, _k16, 16)\n"
     "\n"
     "/* mfm_train_ffm_gather{,_k4,_k8,_k16}: blocks of whole warps, each warp's sums in shared memory */\n"
-    "#define MFM_TRAIN_FFM_GATHER(ks, K) \\\n"
+    "#define MFM_TRAIN_FFM_GATHER(ks, K) \\\n",
     "    extern \"C\" __global__ void __launch_bounds__(256) mfm_train_ffm_gather##ks(const mfm_train_args a) { mfm_train_ffm_gather<K>(a); }\n"
     "MFM_TRAIN_FFM_GATHER(, 0)\n"
     "MFM_TRAIN_FFM_GATHER(_k4, 4)\n"
-    "MFM_TRAIN_FFM_GATHER(_k8, 8)\n",
+    "MFM_TRAIN_FFM_GATHER(_k8, 8)\n"
     "MFM_TRAIN_FFM_GATHER(_k16, 16)\n"
     "\n"
     "/* mfm_train_apply_{fast,exact}_{sgd,adagrad,adam,ftrl}{,_wide} (_wide: k a multiple of 8). The\n"

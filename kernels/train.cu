@@ -212,7 +212,7 @@ __device__ __forceinline__ mfm_u64 mfm_grad_at(const mfm_train_args &a, int t, m
    that every first touch of the batch goes to. A sweep's features are only stamped. */
 __device__ __forceinline__ void mfm_touch(const mfm_train_args &a, int what, mfm_u64 x) {
     mfm_u32 *m = a.mark[what] + x;
-    if (what == MFM_FEATURES && a.sweep) {
+    if (what == MFM_FEATURES && a.sweep) { /* every lane that stores here stores the same stamp */
         if (*m != a.stamp) *m = a.stamp;
         return;
     }
@@ -486,9 +486,9 @@ __device__ void mfm_train_rows(const mfm_train_args &a) {
     }
 }
 
-/* The features stamped by this batch into the list, in id order: a block takes 2048 features
-   at a time, eight a thread, and takes its places with one atomic (one a warp queued 31,000
-   atomics on the counter, 27 us a batch). */
+/* The features stamped by this batch into the list: a block takes 2048 features at a time,
+   eight a thread, lists them in id order and takes their places with one atomic (one atomic a
+   warp queued 31,000 on the counter, 27 us a batch); the blocks' turns come about in id order. */
 extern "C" __global__ void __launch_bounds__(256) mfm_train_list(const mfm_train_args a) {
     __shared__ mfm_u32 warp_at[8];
     __shared__ mfm_u64 block_at;
