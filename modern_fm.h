@@ -3614,7 +3614,7 @@ typedef struct mfm__trainer {
     float *sums;          /* batch x C x k: FM's per-row sums */
     uint32_t stamp_batch; /* tells the coordinate tables' live entries from stale ones */
     /* several workers: the owner of each non-zero's feature, found once per batch while scoring
-       (nz_owner[batch_nz[q] + j] for the batch's row q), and of each FwFM field pair (lo * F + hi) */
+       (nz_owner[batch_nz[q] + j] for the batch's row q), and of each FwFM field pair (at lo * F + hi and hi * F + lo) */
     uint64_t *batch_nz, cap_batch_nz;
     uint16_t *nz_owner, *pair_owner;
     uint64_t cap_nz_owner;
@@ -3963,11 +3963,11 @@ static void mfm__gradient_row(const mfm__trainer *tr, mfm__worker *wk, int me, u
     }
     if (m->params.model == MFM_MODEL_FWFM) /* r(fa, fb) receives g x_a x_b <v_a, v_b> */
         for (a = 0; a < row->z; a++) {
+            const uint16_t *owner = tr->pair_owner ? tr->pair_owner + (uint64_t)row->field[a] * F : NULL; /* [fb]: r(fa, fb)'s */
             uint32_t n_pairs = 0, *partner = wk->owned + row->z; /* a's partners b > a whose pair this worker owns */
             for (b = a + 1; b < row->z; b++) { /* without a branch: owners look random, so one would often mispredict */
-                const uint32_t fa = row->field[a], fb = row->field[b];
                 partner[n_pairs] = b;
-                n_pairs += !tr->pair_owner || tr->pair_owner[fa < fb ? (uint64_t)fa * F + fb : (uint64_t)fb * F + fa] == me;
+                n_pairs += !owner || owner[row->field[b]] == me;
             }
             for (i = 0; i < n_pairs; i++) {
                 const uint32_t fa = row->field[a], fb = row->field[b = partner[i]];
@@ -4410,8 +4410,8 @@ static int mfm__trainer_init(mfm__trainer *tr, mfm_model *m, const mfm_csr *d, c
         const uint64_t F = m->n_fields;
         uint64_t lo, hi;
         if (!(tr->pair_owner = (uint16_t *)mfm__alloc(F * F, sizeof(uint16_t)))) return 0;
-        for (lo = 0; lo < F; lo++)
-            for (hi = lo; hi < F; hi++) tr->pair_owner[lo * F + hi] = (uint16_t)mfm__owner(lo * F + hi, tr->n_workers);
+        for (lo = 0; lo < F; lo++) /* r(lo, hi)'s owner at [lo][hi] and [hi][lo]: a row looks it up without ordering the pair */
+            for (hi = lo; hi < F; hi++) tr->pair_owner[lo * F + hi] = tr->pair_owner[hi * F + lo] = (uint16_t)mfm__owner(lo * F + hi, tr->n_workers);
     }
     tr->workers = (mfm__worker *)mfm__calloc((uint64_t)tr->n_workers, sizeof(mfm__worker));
     if (!tr->workers) return 0;
