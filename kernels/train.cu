@@ -208,6 +208,14 @@ __device__ __forceinline__ void mfm_take4(void *grad, mfm_u64 i, float *out) {
 
 /* ---- the parameters ---- */
 
+/* Asks for the cache lines of [p, p + bytes) to come into L1 ahead of their reads: a hint that
+   no register waits on. */
+__device__ __forceinline__ void mfm_prefetch(const void *p, mfm_u64 bytes) {
+    const char *end = static_cast<const char *>(p) + bytes;
+    for (const char *line = reinterpret_cast<const char *>(reinterpret_cast<mfm_u64>(p) & ~(mfm_u64)127); line < end; line += 128)
+        asm volatile("prefetch.global.L1 [%0];" ::"l"(line));
+}
+
 __device__ __forceinline__ float *mfm_block(const mfm_train_args &a, int t, mfm_u32 c, mfm_u64 b) {
     return a.table[t] + (c * a.n_blocks[t] + b) * a.stride[t];
 }
@@ -398,26 +406,22 @@ __device__ void mfm_train_gradients(const mfm_train_args &a, mfm_u32 c, const mf
                 mfm_add4<EXACT>(a.grad[MFM_V], mfm_grad_at(a, MFM_V, c, f, t), make_float4(gx * (s.x - v.x * x), gx * (s.y - v.y * x), gx * (s.z - v.z * x), gx * (s.w - v.w * x)));
             }
         } else if (EXACT) { /* a lane takes factor t of N non-zeros at a time: their low words' atomics go out together */
-            constexpr int N = 4; /* Criteo at batch 256: k = 4 53 % -> 69 % of the fast mode, k = 16 50 % -> 63 % (two: 64 %, 60 %) */
+            constexpr int N = 4; /* Criteo at batch 256: k = 4 53 % -> 69 % of the fast mode, k = 16 50 % -> 63 % (two: 64 %, 60 %; eight spilled) */
             for (mfm_u32 t = lane; t < a.k; t += a.group) {
                 const float st = sum[t];
-                mfm_u32 i = 0;
-                for (; i + N <= row.z; i += N) {
+                for (mfm_u32 i = 0; i < row.z; i += N) { /* past the row's end: a 0 to the first sum, which adds nothing */
                     mfm_exact *at[N];
                     float d[N];
 #pragma unroll
                     for (int u = 0; u < N; u++) {
-                        const mfm_u32 f = a.features[row.lo + i + u];
-                        const float x = mfm_x(a, row.lo + i + u, row.scale), gx = g * x;
+                        const bool in = i + u < row.z;
+                        const mfm_u64 nz = row.lo + (in ? i + u : i);
+                        const mfm_u32 f = a.features[nz];
+                        const float x = mfm_x(a, nz, row.scale), gx = g * x;
                         at[u] = static_cast<mfm_exact *>(a.grad[MFM_V]) + mfm_grad_at(a, MFM_V, c, f, t);
-                        d[u] = gx * (st - mfm_block(a, MFM_V, c, f)[t] * x);
+                        d[u] = in ? gx * (st - mfm_block(a, MFM_V, c, f)[t] * x) : 0.0f;
                     }
                     mfm_exact_add_n<N>(at, d);
-                }
-                for (; i < row.z; i++) { /* the row's last z mod N */
-                    const mfm_u32 f = a.features[row.lo + i];
-                    const float x = mfm_x(a, row.lo + i, row.scale), gx = g * x;
-                    mfm_add<EXACT>(a.grad[MFM_V], mfm_grad_at(a, MFM_V, c, f, t), gx * (st - mfm_block(a, MFM_V, c, f)[t] * x));
                 }
             }
         } else {
@@ -895,7 +899,7 @@ __device__ T mfm_block_sum(T *shared, mfm_u64 n, F v) {
 /* One block to step: item i of the list of all of them (see mfm_train_apply). Its reads come
    in three stages, each an iteration ahead of the next, so that a thread's reads of the next two
    items are in flight while it steps this one: where it is listed, then (FFM's v) its word of
-   the field mask, then the block. */
+   the field mask, with a prefetch of its block and sums, then the block. */
 struct mfm_item {
     mfm_u64 b;      /* the list's entry, then (mfm_item_block) the block */
     mfm_u64 *word;  /* FFM's v: the word of the feature's field mask that holds the field's bit */
@@ -927,11 +931,31 @@ __device__ __forceinline__ mfm_item mfm_item_find(const mfm_train_args &a, const
     return it;
 }
 
-/* Stage 2: FFM's v reads the feature's word of the field mask. */
+/* Stage 2: FFM's v reads the feature's word of the field mask, and every item asks for its
+   block and its sums (all classes') to come into L1, so that stage 3's reads find them there.
+   Without it the step waited on those reads (Nsight Compute, fast FFM k = 4 at batch 65536: 57
+   of the 63 cycles between a warp's instructions; 18 % of DRAM's bandwidth). A/B on 2M Criteo
+   rows, FFM: k = 4 at batch 65536 13.3M -> 17.7M rows/s (deterministic 8.5M -> 10.0M); with k = 8
+   and 16 (the wide kernels) the deterministic mode gains too (k = 8 at batch 4096 3.06M ->
+   3.83M, at 65536 5.37M -> 6.34M; k = 16 at 4096 +4 %) but the fast one loses (k = 8 -2 to -3 %,
+   k = 16 at 4096 -15 %), into L1 or L2 alike, so the wide fast kernels go without. The same
+   hint in the rows kernel's pair loop, two pairs ahead, was slower (FFM k = 4 -8 %, FwFM k = 8
+   -33 %). */
+template <bool EXACT, bool WIDE>
 __device__ __forceinline__ void mfm_item_look(const mfm_train_args &a, const mfm_items &all, mfm_item &it) {
-    if (!all.ffm || it.t != MFM_V) return;
-    it.word = a.field_mask + it.b * a.mask_words + it.field / 64;
-    it.bits = __ldcg(it.word);
+    mfm_u64 b = it.b;
+    if (it.t < 0) return;
+    if (all.ffm && it.t == MFM_V) {
+        it.word = a.field_mask + it.b * a.mask_words + it.field / 64;
+        it.bits = __ldcg(it.word);
+        b = it.b * a.n_fields + it.field;
+    }
+    if (WIDE && !EXACT) return;
+    const mfm_u64 sum_bytes = EXACT && !(a.gather && it.t == MFM_V) ? sizeof(mfm_exact) : sizeof(float); /* the gather's sums are rounded */
+    for (mfm_u32 c = 0; c < a.n_classes; c++) {
+        mfm_prefetch(mfm_block(a, it.t, c, b), a.stride[it.t] * sizeof(float));
+        mfm_prefetch(static_cast<const char *>(a.grad[it.t]) + mfm_grad_at(a, it.t, c, b, 0) * sum_bytes, a.len[it.t] * sum_bytes);
+    }
 }
 
 /* Stage 3: whether the item has a block to step (FFM's v: whether its field's bit is set), and
@@ -987,10 +1011,10 @@ __device__ void mfm_train_apply(const mfm_train_args &a) {
     const mfm_u64 step = (mfm_u64)(gridDim.x - C - 1) * blockDim.x, warp_lane = threadIdx.x & 31u;
     mfm_u64 i = (mfm_u64)(blockIdx.x - C - 1) * blockDim.x + threadIdx.x;
     mfm_item now = mfm_item_find(a, all, i), soon = mfm_item_find(a, all, i + step);
-    mfm_item_look(a, all, now);
+    mfm_item_look<EXACT, WIDE>(a, all, now);
     for (; i - warp_lane < all.n; i += step) {
         const mfm_item later = mfm_item_find(a, all, i + 2 * step);
-        mfm_item_look(a, all, soon);
+        mfm_item_look<EXACT, WIDE>(a, all, soon);
         const bool go = mfm_item_block(a, now);
         if (go && EXACT && a.gather && now.t == MFM_V) /* the gather rounded them already */
             for (mfm_u32 c = 0; c < C; c++) mfm_step_block<false, OPT, WIDE>(a, now.t, c, now.b, rows);
