@@ -3597,6 +3597,7 @@ typedef struct mfm__worker {
     float *dlds;  /* C: batch 1's weight * dL/ds */
     double *prob; /* C */
     uint32_t *owned; /* batches: the row's non-zeros this worker owns, then (FwFM) a's partners */
+    uint32_t *entry; /* batches, FM and FwFM: the w entry (mfm__coords) of each owned non-zero, its v entry too */
     double loss, weight;
     char apart[128]; /* keeps the next worker's fields off this one's cache lines */
 } mfm__worker;
@@ -3629,8 +3630,9 @@ static uint64_t mfm__mix(uint64_t id) { return (id * 0x9E3779B97F4A7C15ull) >> 2
 
 /* Which of n workers owns the coordinates keyed by id. Runs of 16 ids share an owner, so that
    no cache line of a table of small blocks (w and r take 8 bytes with AdaGrad) is written by
-   two workers: such lines would bounce between the cores at every batch. */
-static int mfm__owner(uint64_t id, int n) { return n == 1 ? 0 : (int)(mfm__mix(id >> 4) % (uint64_t)n); }
+   two workers: such lines would bounce between the cores at every batch. The hash's low 32 bits
+   scaled to [0, n) by a multiply, not a division: a batch asks this of every non-zero. */
+static int mfm__owner(uint64_t id, int n) { return n == 1 ? 0 : (int)(((mfm__mix(id >> 4) & 0xFFFFFFFFu) * (uint64_t)n) >> 32); }
 
 static void mfm__coords_free(mfm__coords *o) {
     MFM_FREE(o->flags);
@@ -3712,6 +3714,14 @@ static float *mfm__own(mfm__coords *o, uint64_t id, uint32_t stamp, uint64_t wid
     o->stamp[h] = stamp, o->keys[h] = id, o->index[h] = (uint32_t)o->n;
     o->ids[o->n] = id;
     return o->g + (o->last = o->n++) * width;
+}
+
+/* FM's and FwFM's v of feature id, whose w is entry `w_entry` of the w table: both tables are
+   keyed by feature, and a row touches a feature's w before its v, so they list the batch's
+   features in the same order and v's entry is w's; no second lookup. */
+static float *mfm__own_like_w(mfm__coords *o, uint32_t w_entry, uint64_t id, uint64_t width) {
+    if (w_entry == o->n) o->ids[o->n++] = id;
+    return o->g + (o->last = w_entry) * width;
 }
 
 #if defined(__GNUC__) || defined(__clang__)
@@ -3911,6 +3921,7 @@ static void mfm__gradient_row(const mfm__trainer *tr, mfm__worker *wk, int me, u
     for (i = 0; i < n_owned; i++) {
         a = owned[i];
         gc = mfm__own(&wk->own[MFM_TENSOR_W], row->feat[a], stamp, C);
+        wk->entry[i] = wk->own[MFM_TENSOR_W].last;
         if (!pairs_only) gc[c] += g * row->x[a];
     }
     if (m->params.linear_only) return;
@@ -3943,7 +3954,7 @@ static void mfm__gradient_row(const mfm__trainer *tr, mfm__worker *wk, int me, u
             break;
         default: { /* FM: ds/dv_at = x_a (sum_t - v_at x_a) */
             const float *v = mfm__block(m, MFM_TENSOR_V, c, ia), gx = g * xa;
-            gc = mfm__own(&wk->own[MFM_TENSOR_V], ia, stamp, (uint64_t)C * k);
+            gc = mfm__own_like_w(&wk->own[MFM_TENSOR_V], wk->entry[i], ia, (uint64_t)C * k);
             const mfm__f4 gx4 = mfm__f4_set1(gx), xa4 = mfm__f4_set1(xa);
             gc += (uint64_t)c * k;
             for (t = 0; t + 4 <= k; t += 4)
@@ -3957,7 +3968,7 @@ static void mfm__gradient_row(const mfm__trainer *tr, mfm__worker *wk, int me, u
         for (a = 0; a < row->z; a++) wk->row_v[a] = mfm__block(m, MFM_TENSOR_V, c, row->feat[a]);
         mfm__fwfm_vector_gradients(&tr->opt, m, c, row, wk->row_v, g, owned, n_owned, k, NULL, wk->pair_weight, wk->row_g);
         for (i = 0; i < n_owned; i++) {
-            gc = mfm__own(&wk->own[MFM_TENSOR_V], row->feat[owned[i]], stamp, (uint64_t)C * k);
+            gc = mfm__own_like_w(&wk->own[MFM_TENSOR_V], wk->entry[i], row->feat[owned[i]], (uint64_t)C * k);
             mfm__axpy(gc + (uint64_t)c * k, 1.0f, wk->row_g + (uint64_t)i * k, k);
         }
     }
@@ -4340,6 +4351,7 @@ static void mfm__trainer_free(mfm__trainer *tr) {
         MFM_FREE(wk->row_g);
         MFM_FREE(wk->row_v);
         MFM_FREE(wk->owned);
+        MFM_FREE(wk->entry);
         MFM_FREE(wk->pair_weight);
         MFM_FREE(wk->row_weight);
         MFM_FREE(wk->one_blk);
@@ -4438,7 +4450,8 @@ static int mfm__trainer_init(mfm__trainer *tr, mfm_model *m, const mfm_csr *d, c
         wk->one_blk = (float **)mfm__alloc(MFM__MAX_SIMPLE_NNZ * MFM__MAX_SIMPLE_NNZ / 2, sizeof(float *));
         wk->one_g = (float *)mfm__alloc(MFM__MAX_SIMPLE_NNZ * MFM__MAX_SIMPLE_NNZ / 2, sizeof(float));
         wk->owned = (uint32_t *)mfm__alloc(2 * (uint64_t)info->max_row_nnz, sizeof(uint32_t));
-        if (!wk->dlds || !wk->sum || !wk->score || !wk->prob || !wk->scaled || !wk->row_g || !wk->one_blk || !wk->one_g || !wk->owned) return 0;
+        wk->entry = (uint32_t *)mfm__alloc(info->max_row_nnz, sizeof(uint32_t));
+        if (!wk->dlds || !wk->sum || !wk->score || !wk->prob || !wk->scaled || !wk->row_g || !wk->one_blk || !wk->one_g || !wk->owned || !wk->entry) return 0;
     }
     return 1;
 }
