@@ -3580,6 +3580,7 @@ typedef struct mfm__coords {
     uint32_t *index, *stamp;
     uint64_t mask; /* table size - 1; 0 before the first touch */
     int direct;    /* ids index the table (size mask + 1): FwFM's few field pairs, no hashing or probing */
+    int like_w;    /* FM's and FwFM's v: its entries are w's (mfm__own_like_w), so it keeps no table */
 } mfm__coords;
 
 typedef struct mfm__worker {
@@ -3682,7 +3683,7 @@ static int mfm__coords_direct(mfm__coords *o, uint64_t size) {
 static int mfm__coords_room(mfm__coords *o, uint64_t more, uint64_t width, uint32_t stamp) {
     const uint64_t need = o->n + more, had_g = o->cap_g, had_flags = o->cap_flags;
     if (need >= 0xFFFFFFF0u) return 0; /* the table's indices are 32-bit */
-    while (!o->direct && (need > (o->mask + 1) / 2 || !o->mask))
+    while (!o->direct && !o->like_w && (need > (o->mask + 1) / 2 || !o->mask))
         if (!mfm__coords_grow(o, stamp)) return 0;
     if (!mfm__reserve((void **)&o->ids, &o->cap_ids, need, sizeof(uint64_t)) || !mfm__reserve((void **)&o->g, &o->cap_g, need * width, sizeof(float)) ||
         (o->parts && !mfm__reserve((void **)&o->flags, &o->cap_flags, need * o->parts, 1)))
@@ -4434,6 +4435,7 @@ static int mfm__trainer_init(mfm__trainer *tr, mfm_model *m, const mfm_csr *d, c
         wk->dlds = (float *)mfm__alloc(C, sizeof(float));
         /* FFM with few fields keys its slots by feature: one table entry per feature, not per slot */
         if (p->model == MFM_MODEL_FFM && (uint64_t)m->n_fields * C * m->k <= MFM__FFM_DENSE_FLOATS) wk->own[MFM_TENSOR_V].parts = m->n_fields;
+        wk->own[MFM_TENSOR_V].like_w = p->model != MFM_MODEL_FFM;
         wk->prob = (double *)mfm__alloc(C, sizeof(double));
         wk->scaled = (float *)mfm__alloc(info->max_row_nnz, sizeof(float));
         wk->row_g = (float *)mfm__alloc(((uint64_t)info->max_row_nnz + 2) * m->k, sizeof(float));
