@@ -688,6 +688,16 @@ MFMDEF mfm_status mfm_gpu_predict_resident(mfm_gpu_model *model, const mfm_gpu_d
 #define MFM__SSE2 1
 #endif
 
+/* Keeps a loop-heavy function out of the long one that calls it, whose registers its loops would
+   otherwise share, and spill. */
+#if defined(__GNUC__) || defined(__clang__)
+#define MFM__NOINLINE __attribute__((noinline))
+#elif defined(_MSC_VER)
+#define MFM__NOINLINE __declspec(noinline)
+#else
+#define MFM__NOINLINE
+#endif
+
 #include <errno.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -1573,6 +1583,8 @@ struct mfm_model {
     uint64_t epochs_trained;
     int has_state; /* 0 after loading a file saved without the optimizer state, until a fit */
     mfm__table t[MFM_TENSOR_COUNT];
+    int wide;          /* eight lanes where the CPU has them (mfm__use_avx, asked at creation) */
+    uint64_t *pair_id; /* FwFM: [fa * F + fb], either order: the block of r(fa, fb) in a class's R (its upper triangle) */
 };
 
 static int mfm__state_slots(mfm_optimizer o) {
@@ -1597,6 +1609,7 @@ MFMDEF void mfm_model_free(mfm_model *model) {
     int t;
     if (!model) return;
     for (t = 0; t < MFM_TENSOR_COUNT; t++) MFM_FREE(model->t[t].allocation);
+    MFM_FREE(model->pair_id);
     MFM_FREE(model->class_weight_values);
     MFM_FREE(model);
 }
@@ -1664,6 +1677,8 @@ static float *mfm__table_alloc(uint64_t floats, void **allocation) {
     return (float *)p;
 }
 
+static int mfm__use_avx(void); /* >>score */
+
 MFMDEF mfm_status mfm_model_create(const mfm_params *params, uint32_t n_features, uint32_t n_fields, uint32_t n_classes,
                                    mfm_model **out, mfm_error *err) {
     mfm_params p = mfm_params_resolve(params);
@@ -1709,6 +1724,15 @@ MFMDEF mfm_status mfm_model_create(const mfm_params *params, uint32_t n_features
                              t == MFM_TENSOR_V ? "V" : t == MFM_TENSOR_R ? "R" : "W", mfm__model_names[p.model], floats);
         }
     }
+    if (p.model == MFM_MODEL_FWFM) { /* a pair's weight is then one lookup, without ordering its fields */
+        uint64_t fa, fb;
+        if (!(m->pair_id = (uint64_t *)mfm__alloc((uint64_t)n_fields * n_fields, sizeof(uint64_t)))) {
+            mfm_model_free(m);
+            return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for the field pairs of a FwFM model");
+        }
+        for (fa = 0; fa < n_fields; fa++)
+            for (fb = 0; fb < n_fields; fb++) m->pair_id[fa * n_fields + fb] = fa < fb ? fa * n_fields + fb : fb * n_fields + fa;
+    }
     if (p.class_weight == MFM_CLASS_WEIGHT_EXPLICIT) {
         uint32_t count = p.task == MFM_TASK_BINARY ? 2 : n_classes;
         m->class_weight_values = (float *)mfm__alloc(count, sizeof(float));
@@ -1723,6 +1747,7 @@ MFMDEF mfm_status mfm_model_create(const mfm_params *params, uint32_t n_features
     }
     m->params = p;
     m->has_state = 1;
+    m->wide = mfm__use_avx();
     mfm__init_parameters(m);
     if (p.adagrad_init != 0) mfm__init_state(m);
     *out = m;
@@ -3134,7 +3159,6 @@ static float mfm__fwfm_r(const mfm_model *m, uint32_t c, uint32_t fa, uint32_t f
     return *mfm__block(m, MFM_TENSOR_R, c, (uint64_t)lo * m->n_fields + hi);
 }
 
-/* Score of class c. FM leaves sum[t] = sum_i v_it x_i (k values) for its gradient. */
 /* FFM's pair term: every pair adds into the same four lanes, and one sum ends it. */
 #if defined(__GNUC__) || defined(__clang__)
 __attribute__((always_inline)) inline
@@ -3161,27 +3185,108 @@ static float mfm__ffm_pairs(const mfm_model *m, uint32_t c, const mfm__row *row,
     return mfm__f4_sum(acc4) + rest;
 }
 
-/* FwFM's pair term, in four lanes like FFM's: v_a v_b weighted by r(fa, fb) x_a x_b. */
+/* FwFM's weight of the pair (a, b): x_a x_b r(fa, fb), the same whichever comes first (r: class
+   c's R, of stride rs; id: the row of m->pair_id for fa). */
 #if defined(__GNUC__) || defined(__clang__)
 __attribute__((always_inline)) inline
 #endif
-static float mfm__fwfm_pairs(const mfm_model *m, uint32_t c, const mfm__row *row, int k) {
-    mfm__f4 acc4 = mfm__f4_set1(0.0f);
-    float rest = 0;
-    uint32_t a, b;
-    int t;
-    for (a = 0; a < row->z; a++) {
-        const float *va = mfm__block(m, MFM_TENSOR_V, c, row->feat[a]);
-        for (b = a + 1; b < row->z; b++) {
-            const float *vb = mfm__block(m, MFM_TENSOR_V, c, row->feat[b]);
-            const float w = mfm__fwfm_r(m, c, row->field[a], row->field[b]) * row->x[a] * row->x[b];
-            const mfm__f4 w4 = mfm__f4_set1(w);
-            for (t = 0; t + 4 <= k; t += 4) acc4 = mfm__f4_add(acc4, mfm__f4_mul(mfm__f4_mul(mfm__f4_load(va + t), mfm__f4_load(vb + t)), w4));
-            for (; t < k; t++) rest += va[t] * vb[t] * w;
-        }
-    }
-    return mfm__f4_sum(acc4) + rest;
+static float mfm__fwfm_weight(const float *r, uint64_t rs, const uint64_t *id, const mfm__row *row, uint32_t a, uint32_t b) {
+    return row->x[a] * row->x[b] * r[id[row->field[b]] * rs];
 }
+
+/* <v_a, v_b_j> for four partners, in lanes. Where k is a multiple of 8 the order is eight-lane
+   (mfm__dots4_wide's): lanes t mod 8 summed over the groups of eight factors, then
+   ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)); four lanes keep it as two halves of four. Other
+   k: mfm__dot4 where k is a multiple of 4, else mfm__dot one by one. */
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((always_inline)) inline
+#endif
+static mfm__f4 mfm__dots4(const float *a, const float *b0, const float *b1, const float *b2, const float *b3, int k) {
+    if (k % 8 == 0) {
+        const float *const b[4] = {b0, b1, b2, b3};
+        mfm__f4 lo[4], hi[4];
+        int j, t;
+        for (j = 0; j < 4; j++) {
+            lo[j] = mfm__f4_mul(mfm__f4_load(a), mfm__f4_load(b[j]));
+            hi[j] = mfm__f4_mul(mfm__f4_load(a + 4), mfm__f4_load(b[j] + 4));
+            for (t = 8; t < k; t += 8) {
+                lo[j] = mfm__f4_add(lo[j], mfm__f4_mul(mfm__f4_load(a + t), mfm__f4_load(b[j] + t)));
+                hi[j] = mfm__f4_add(hi[j], mfm__f4_mul(mfm__f4_load(a + t + 4), mfm__f4_load(b[j] + t + 4)));
+            }
+        }
+        return mfm__f4_add(mfm__f4_sum4(lo[0], lo[1], lo[2], lo[3]), mfm__f4_sum4(hi[0], hi[1], hi[2], hi[3]));
+    }
+    if (k % 4 == 0) return mfm__dot4(a, b0, b1, b2, b3, k);
+    return mfm__f4_set4(mfm__dot(a, b0, k), mfm__dot(a, b1, k), mfm__dot(a, b2, k), mfm__dot(a, b3, k));
+}
+
+#if defined(MFM__AVX)
+/* mfm__dots4 for k a multiple of 8, eight lanes wide. */
+MFM__AVX_INLINE static __m128 mfm__dots4_wide(const float *a, const float *b0, const float *b1, const float *b2, const float *b3, int k) {
+    __m256 p0 = _mm256_mul_ps(_mm256_loadu_ps(a), _mm256_loadu_ps(b0)), p1 = _mm256_mul_ps(_mm256_loadu_ps(a), _mm256_loadu_ps(b1));
+    __m256 p2 = _mm256_mul_ps(_mm256_loadu_ps(a), _mm256_loadu_ps(b2)), p3 = _mm256_mul_ps(_mm256_loadu_ps(a), _mm256_loadu_ps(b3));
+    __m256 h;
+    int t;
+    for (t = 8; t < k; t += 8) {
+        const __m256 a8 = _mm256_loadu_ps(a + t);
+        p0 = _mm256_add_ps(p0, _mm256_mul_ps(a8, _mm256_loadu_ps(b0 + t)));
+        p1 = _mm256_add_ps(p1, _mm256_mul_ps(a8, _mm256_loadu_ps(b1 + t)));
+        p2 = _mm256_add_ps(p2, _mm256_mul_ps(a8, _mm256_loadu_ps(b2 + t)));
+        p3 = _mm256_add_ps(p3, _mm256_mul_ps(a8, _mm256_loadu_ps(b3 + t)));
+    }
+    h = _mm256_hadd_ps(_mm256_hadd_ps(p0, p1), _mm256_hadd_ps(p2, p3)); /* lane j: partner j's (l0 + l1) + (l2 + l3); lane 4 + j: its upper half's */
+    return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+}
+#endif
+
+/* FwFM's pair term: the sum over pairs a < b of W_ab <v_a, v_b> (W_ab = mfm__fwfm_weight). Each
+   dot product is taken whole (DOTS4: mfm__dots4 or mfm__dots4_wide, the same bits), four partners
+   b at a time, a last group of fewer padded with the first's vector and weight 0, then weighted
+   and added in four lanes, the partners'. With `keep` (a batch of one row: room for [2][z][z]),
+   the step finds the weights W_ab = W_ba (0 on the diagonal) at keep[a * z + b] and the dots at
+   keep[z * z + a * z + b], a < b: it reads both, not the tables. The body of a function with
+   mfm__fwfm_pairs's parameters, returning a float. */
+#define MFM__FWFM_PAIRS(DOTS4)                                                                                                   \
+    const mfm__table *R = &m->t[MFM_TENSOR_R], *V = &m->t[MFM_TENSOR_V];                                                          \
+    const float *const r = R->data + (uint64_t)c * R->n_blocks * R->stride, *const vt = V->data + (uint64_t)c * V->n_blocks * V->stride; \
+    const uint64_t rs = R->stride, vs = V->stride, z = row->z;                                                                    \
+    const uint32_t *const feat = row->feat, *const field = row->field;                                                            \
+    const float *const x = row->x;                                                                                                \
+    mfm__f4 acc4 = mfm__f4_set1(0.0f);                                                                                            \
+    float w[4], d[4];                                                                                                             \
+    uint64_t a, b, j;                                                                                                             \
+    for (a = 0; a < z; a++) {                                                                                                     \
+        const float *const va = vt + feat[a] * vs, xa = x[a];                                                                     \
+        const uint64_t *const at = m->pair_id + (uint64_t)field[a] * m->n_fields;                                                 \
+        float *const wa = keep ? keep + a * z : NULL, *const da = keep ? keep + z * z + a * z : NULL;                             \
+        if (wa) wa[a] = 0;                                                                                                        \
+        for (b = a + 1; b < z; b += 4) {                                                                                          \
+            const uint64_t n = z - b < 4 ? z - b : 4, b1 = n > 1 ? b + 1 : b, b2 = n > 2 ? b + 2 : b, b3 = n > 3 ? b + 3 : b;     \
+            const float w0 = xa * x[b] * r[at[field[b]] * rs], w1 = xa * x[b1] * r[at[field[b1]] * rs]; /* mfm__fwfm_weight */   \
+            const float w2 = xa * x[b2] * r[at[field[b2]] * rs], w3 = xa * x[b3] * r[at[field[b3]] * rs];                        \
+            const mfm__f4 w4 = mfm__f4_set4(w0, n > 1 ? w1 : 0.0f, n > 2 ? w2 : 0.0f, n > 3 ? w3 : 0.0f);                         \
+            const mfm__f4 d4 = DOTS4(va, vt + feat[b] * vs, vt + feat[b1] * vs, vt + feat[b2] * vs, vt + feat[b3] * vs, k);       \
+            acc4 = mfm__f4_add(acc4, mfm__f4_mul(w4, d4));                                                                        \
+            if (!wa) continue;                                                                                                    \
+            mfm__f4_store(w, w4);                                                                                                 \
+            mfm__f4_store(d, d4);                                                                                                 \
+            for (j = 0; j < n; j++) wa[b + j] = keep[(b + j) * z + a] = w[j], da[b + j] = d[j]; /* W_ba too, down the column */   \
+        }                                                                                                                         \
+    }                                                                                                                             \
+    return mfm__f4_sum(acc4);
+
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((always_inline)) inline
+#endif
+static float mfm__fwfm_pairs(const mfm_model *m, uint32_t c, const mfm__row *row, int k, float *keep) {
+    MFM__FWFM_PAIRS(mfm__dots4)
+}
+
+#if defined(MFM__AVX)
+MFM__AVX_FN static float mfm__fwfm_pairs_wide(const mfm_model *m, uint32_t c, const mfm__row *row, int k, float *keep) {
+    MFM__FWFM_PAIRS(mfm__dots4_wide)
+}
+#endif
 
 /* FM's pair term: sum_{a<b} <v_a, v_b> x_a x_b = 1/2 sum_t [(sum_a v_at x_a)^2 - sum_a (v_at x_a)^2];
    sum[t] = sum_a v_at x_a stays for the gradient. The squares add up in four lanes, then the
@@ -3227,7 +3332,9 @@ static float mfm__fm_pairs(const mfm_model *m, uint32_t c, const mfm__row *row, 
     return 0.5f * (mfm__dot(sum, sum, k) - (mfm__f4_sum(sq4) + sq));
 }
 
-static float mfm__score(const mfm_model *m, uint32_t c, const mfm__row *row, float *sum) {
+/* Score of class c. FM leaves sum[t] = sum_i v_it x_i (k values) for its gradient; FwFM, given
+   `keep`, its pair weights and dots (mfm__fwfm_pairs). */
+static float mfm__score(const mfm_model *m, uint32_t c, const mfm__row *row, float *sum, float *keep) {
     const int k = m->k;
     float s = 0;
     uint32_t a;
@@ -3240,7 +3347,10 @@ static float mfm__score(const mfm_model *m, uint32_t c, const mfm__row *row, flo
     case MFM_MODEL_FFM: /* k = 4 (the common case) gets its own copy, with the k-loop unrolled */
         return s + (k == 4 ? mfm__ffm_pairs(m, c, row, 4) : mfm__ffm_pairs(m, c, row, k));
     case MFM_MODEL_FWFM:
-        return s + (k == 4 ? mfm__fwfm_pairs(m, c, row, 4) : k == 8 ? mfm__fwfm_pairs(m, c, row, 8) : mfm__fwfm_pairs(m, c, row, k));
+#if defined(MFM__AVX)
+        if (m->wide && k % 8 == 0) return s + mfm__fwfm_pairs_wide(m, c, row, k, keep);
+#endif
+        return s + (k == 4 ? mfm__fwfm_pairs(m, c, row, 4, keep) : k == 8 ? mfm__fwfm_pairs(m, c, row, 8, keep) : mfm__fwfm_pairs(m, c, row, k, keep));
     default: /* k = 4, 8 and 16 get their own copies, with the sums in registers */
         return s + (k == 4 ? mfm__fm_pairs(m, c, row, sum, 4) : k == 8 ? mfm__fm_pairs(m, c, row, sum, 8) : k == 16 ? mfm__fm_pairs(m, c, row, sum, 16) : mfm__fm_pairs(m, c, row, sum, k));
     }
@@ -3589,9 +3699,11 @@ typedef struct mfm__worker {
     float *sum;    /* C x k: FM's per-row sums */
     float *scaled; /* the row's values under normalize_rows */
     float *row_g;  /* batch 1: z x k gradients of a row's vectors (FM, FwFM), or one pair's (FFM) */
-    const float **row_v; /* FwFM: the row's vectors, and the pair weights of four of them (4 x z) */
+    const float **row_v; /* FwFM: the row's vectors; room for the pair weights of four of them (4 x z), or for
+                            one's dot products with its partners; and the ids of its pairs */
     float *pair_weight;
-    float *row_weight; /* batch 1, FwFM: every pair weight of the row (z x z) */
+    uint64_t *pair_ids;
+    float *pair_keep;  /* batch 1, FwFM: per class, the weights and dots of the row's pairs (2 x z x z, mfm__fwfm_pairs) */
     float **one_blk; /* batch 1: the blocks (w, FwFM's r, V) stepped together, and their gradients */
     float *one_g;
     float *score; /* C */
@@ -3789,7 +3901,7 @@ static void mfm__prefetch_ahead(const mfm__trainer *tr, const uint64_t *rows, ui
     if (i + 1 < n) mfm__prefetch_row(tr->m, d, rows[i + 1]);
 }
 
-/* y += c x over k values, four lanes at a time (the lanes of mfm__fwfm_pair). */
+/* y += c x over k values, four lanes at a time. */
 static void mfm__axpy(float *y, float c, const float *x, int k) {
     const mfm__f4 c4 = mfm__f4_set1(c);
     int t = 0;
@@ -3797,109 +3909,156 @@ static void mfm__axpy(float *y, float c, const float *x, int k) {
     for (; t < k; t++) y[t] += c * x[t];
 }
 
-/* FwFM within one row: the weights w[j][b] = coef r(fa, fb) with which v_b reaches v_a, for
-   the group of vectors a = a[0..group), coef = g x_lo x_hi (lo, hi: a and b in row order). */
-#if defined(__GNUC__) || defined(__clang__)
-__attribute__((always_inline)) inline
-#endif
-static void mfm__fwfm_weights(const mfm_model *m, uint32_t c, const mfm__row *row, float g, const uint32_t *a, uint32_t group, float *w) {
+/* FwFM within one row: v_a's gradient is g times the sum over its partners b, in row order, of
+   W_ab v_b (mfm__fwfm_weight). W_aa = 0 stands for "not a partner": adding 0 v_a to a sum that
+   starts at +0 leaves its bits as they are, and the loops need no branch. The weight rows of a
+   group of vectors a[0 .. group), into w[j * z + b]: */
+static void mfm__fwfm_weights(const mfm_model *m, uint32_t c, const mfm__row *row, const uint32_t *a, uint32_t group, float *w) {
+    const mfm__table *R = &m->t[MFM_TENSOR_R];
+    const float *const r = R->data + (uint64_t)c * R->n_blocks * R->stride;
+    const uint32_t z = row->z;
     uint32_t j, b;
-    for (j = 0; j < group; j++)
-        for (b = 0; b < row->z; b++) {
-            const uint32_t lo = a[j] < b ? a[j] : b, hi = a[j] < b ? b : a[j];
-            w[j * row->z + b] = b == a[j] ? 0.0f : g * row->x[lo] * row->x[hi] * mfm__fwfm_r(m, c, row->field[lo], row->field[hi]);
-        }
+    for (j = 0; j < group; j++) {
+        const uint64_t *const at = m->pair_id + (uint64_t)row->field[a[j]] * m->n_fields;
+        for (b = 0; b < z; b++) w[j * z + b] = mfm__fwfm_weight(r, R->stride, at, row, a[j], b);
+        w[j * z + a[j]] = 0;
+    }
 }
 
-/* ... and the gradient of each listed vector v_a (a = list[i], into gv[i * k ...]): the sum
-   over its partners b != a, in order, of w[a][b] v_b. Four vectors' sums go side by side, four
-   independent chains of additions where one would wait on each addition; w: room for 4 x z. */
-static void mfm__fwfm_vector_gradients_narrow(const mfm_model *m, uint32_t c, const mfm__row *row, const float *const *v, float g, const uint32_t *list,
-                                              uint32_t n, int k, const float *all, float *room, float *gv) {
-    const uint32_t z = row->z;
-    const int k4 = k - k % 4;
-    uint32_t i, j, b;
-    int t;
-    for (i = 0; i < n; i += 4) {
-        const uint32_t group = n - i < 4 ? n - i : 4, *a = list + i;
-        const float *w = all ? all + (uint64_t)a[0] * z : room;
-        if (!all) mfm__fwfm_weights(m, c, row, g, a, group, room);
-        for (t = 0; group == 4 && t < k4; t += 4) {
-            mfm__f4 s0 = mfm__f4_set1(0.0f), s1 = s0, s2 = s0, s3 = s0;
-            for (b = 0; b < z; b++) {
-                const mfm__f4 vb = mfm__f4_load(v[b] + t);
-                if (b != a[0]) s0 = mfm__f4_add(s0, mfm__f4_mul(mfm__f4_set1(w[b]), vb));
-                if (b != a[1]) s1 = mfm__f4_add(s1, mfm__f4_mul(mfm__f4_set1(w[z + b]), vb));
-                if (b != a[2]) s2 = mfm__f4_add(s2, mfm__f4_mul(mfm__f4_set1(w[2 * z + b]), vb));
-                if (b != a[3]) s3 = mfm__f4_add(s3, mfm__f4_mul(mfm__f4_set1(w[3 * z + b]), vb));
-            }
-            mfm__f4_store(gv + (uint64_t)i * k + t, s0);
-            mfm__f4_store(gv + (uint64_t)(i + 1) * k + t, s1);
-            mfm__f4_store(gv + (uint64_t)(i + 2) * k + t, s2);
-            mfm__f4_store(gv + (uint64_t)(i + 3) * k + t, s3);
+/* The gradients out[j][t0 .. k) of four vectors whose weight rows are w[j]: four independent
+   chains of additions side by side, where one would wait on each addition. */
+static void mfm__fwfm_group_narrow(const float *const *v, uint32_t z, const float *const *w, float g, int t0, int k, float *const *out) {
+    const mfm__f4 g4 = mfm__f4_set1(g), zero = mfm__f4_set1(0.0f);
+    uint32_t b, j;
+    int t = t0;
+    for (; t + 4 <= k; t += 4) {
+        mfm__f4 s0 = zero, s1 = zero, s2 = zero, s3 = zero;
+        for (b = 0; b < z; b++) {
+            const mfm__f4 vb = mfm__f4_load(v[b] + t);
+            s0 = mfm__f4_add(s0, mfm__f4_mul(mfm__f4_set1(w[0][b]), vb));
+            s1 = mfm__f4_add(s1, mfm__f4_mul(mfm__f4_set1(w[1][b]), vb));
+            s2 = mfm__f4_add(s2, mfm__f4_mul(mfm__f4_set1(w[2][b]), vb));
+            s3 = mfm__f4_add(s3, mfm__f4_mul(mfm__f4_set1(w[3][b]), vb));
         }
-        for (j = 0; j < group; j++) /* what the four chains left: the factors past the last four, or a group of fewer */
-            for (t = group == 4 ? k4 : 0; t < k; t += t + 4 <= k ? 4 : 1) {
-                float *out = gv + (uint64_t)(i + j) * k + t;
-                if (t + 4 <= k) {
-                    mfm__f4 sum = mfm__f4_set1(0.0f);
-                    for (b = 0; b < z; b++)
-                        if (b != a[j]) sum = mfm__f4_add(sum, mfm__f4_mul(mfm__f4_set1(w[j * z + b]), mfm__f4_load(v[b] + t)));
-                    mfm__f4_store(out, sum);
-                } else {
-                    float sum = 0;
-                    for (b = 0; b < z; b++)
-                        if (b != a[j]) sum += w[j * z + b] * v[b][t];
-                    *out = sum;
-                }
-            }
+        mfm__f4_store(out[0] + t, mfm__f4_add(zero, mfm__f4_mul(g4, s0)));
+        mfm__f4_store(out[1] + t, mfm__f4_add(zero, mfm__f4_mul(g4, s1)));
+        mfm__f4_store(out[2] + t, mfm__f4_add(zero, mfm__f4_mul(g4, s2)));
+        mfm__f4_store(out[3] + t, mfm__f4_add(zero, mfm__f4_mul(g4, s3)));
     }
+    for (; t < k; t++)
+        for (j = 0; j < 4; j++) {
+            float sum = 0;
+            for (b = 0; b < z; b++) sum += w[j][b] * v[b][t];
+            out[j][t] = 0 + g * sum;
+        }
 }
 
 #if defined(MFM__AVX)
-/* The same sums eight factors at a time (k a multiple of 8) for whole groups of four: lane by
-   lane the same additions. */
-MFM__AVX_FN static void mfm__fwfm_vector_gradients_wide(const mfm_model *m, uint32_t c, const mfm__row *row, const float *const *v, float g,
-                                                        const uint32_t *list, uint32_t n, int k, const float *all, float *room, float *gv) {
-    const uint32_t z = row->z;
-    uint32_t i, b;
-    int t;
-    for (i = 0; i + 4 <= n; i += 4) {
-        const uint32_t *a = list + i;
-        const float *w = all ? all + (uint64_t)a[0] * z : room;
-        if (!all) mfm__fwfm_weights(m, c, row, g, a, 4, room);
-        for (t = 0; t < k; t += 8) {
-            __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
-            for (b = 0; b < z; b++) {
-                const __m256 vb = _mm256_loadu_ps(v[b] + t);
-                if (b != a[0]) s0 = _mm256_add_ps(s0, _mm256_mul_ps(_mm256_set1_ps(w[b]), vb));
-                if (b != a[1]) s1 = _mm256_add_ps(s1, _mm256_mul_ps(_mm256_set1_ps(w[z + b]), vb));
-                if (b != a[2]) s2 = _mm256_add_ps(s2, _mm256_mul_ps(_mm256_set1_ps(w[2 * z + b]), vb));
-                if (b != a[3]) s3 = _mm256_add_ps(s3, _mm256_mul_ps(_mm256_set1_ps(w[3 * z + b]), vb));
-            }
-            _mm256_storeu_ps(gv + (uint64_t)i * k + t, s0);
-            _mm256_storeu_ps(gv + (uint64_t)(i + 1) * k + t, s1);
-            _mm256_storeu_ps(gv + (uint64_t)(i + 2) * k + t, s2);
-            _mm256_storeu_ps(gv + (uint64_t)(i + 3) * k + t, s3);
+/* ... eight factors at a time, from 0 up to the last multiple of 8; returns where it stopped.
+   Lane by lane the same operations. */
+MFM__AVX_FN static int mfm__fwfm_group_wide(const float *const *v, uint32_t z, const float *const *w, float g, int k, float *const *out) {
+    const __m256 g8 = _mm256_set1_ps(g), zero = _mm256_setzero_ps();
+    uint32_t b;
+    int t = 0;
+    for (; t + 8 <= k; t += 8) {
+        __m256 s0 = zero, s1 = zero, s2 = zero, s3 = zero;
+        for (b = 0; b < z; b++) {
+            const __m256 vb = _mm256_loadu_ps(v[b] + t);
+            s0 = _mm256_add_ps(s0, _mm256_mul_ps(_mm256_set1_ps(w[0][b]), vb));
+            s1 = _mm256_add_ps(s1, _mm256_mul_ps(_mm256_set1_ps(w[1][b]), vb));
+            s2 = _mm256_add_ps(s2, _mm256_mul_ps(_mm256_set1_ps(w[2][b]), vb));
+            s3 = _mm256_add_ps(s3, _mm256_mul_ps(_mm256_set1_ps(w[3][b]), vb));
         }
+        _mm256_storeu_ps(out[0] + t, _mm256_add_ps(zero, _mm256_mul_ps(g8, s0)));
+        _mm256_storeu_ps(out[1] + t, _mm256_add_ps(zero, _mm256_mul_ps(g8, s1)));
+        _mm256_storeu_ps(out[2] + t, _mm256_add_ps(zero, _mm256_mul_ps(g8, s2)));
+        _mm256_storeu_ps(out[3] + t, _mm256_add_ps(zero, _mm256_mul_ps(g8, s3)));
     }
-    if (i < n) /* the last group of fewer than four: one chain each, as the four-lane code takes it */
-        mfm__fwfm_vector_gradients_narrow(m, c, row, v, g, list + i, n - i, k, all, room, gv + (uint64_t)i * k);
+    return t;
 }
 #endif
 
-/* all: NULL, or every weight of the row already in place (z x z; then list is 0, 1, ..., n - 1);
-   room: 4 x z floats for the weights of four vectors otherwise. */
+/* The gradients of the listed vectors v_a, a = list[i], into gv[i * k ...], four at a time (a
+   group of fewer repeats its first vector, whose sums are then written twice, the same). all:
+   every weight of the row in place (z x z, mfm__fwfm_pairs's keep), or NULL, and then room for
+   four rows of weights. */
 static void mfm__fwfm_vector_gradients(const mfm__optim *o, const mfm_model *m, uint32_t c, const mfm__row *row, const float *const *v, float g,
                                        const uint32_t *list, uint32_t n, int k, const float *all, float *room, float *gv) {
+    const uint32_t z = row->z;
+    uint32_t i, j;
+    for (i = 0; i < n; i += 4) {
+        const uint32_t group = n - i < 4 ? n - i : 4;
+        const float *w[4];
+        float *out[4];
+        int t = 0;
+        if (!all) mfm__fwfm_weights(m, c, row, list + i, group, room);
+        for (j = 0; j < 4; j++) {
+            const uint32_t at = j < group ? j : 0;
+            w[j] = all ? all + (uint64_t)list[i + at] * z : room + (uint64_t)at * z;
+            out[j] = gv + (uint64_t)(i + at) * k;
+        }
 #if defined(MFM__AVX)
-    if (o->wide && k % 8 == 0) {
-        mfm__fwfm_vector_gradients_wide(m, c, row, v, g, list, n, k, all, room, gv);
-        return;
-    }
+        if (o->wide) t = mfm__fwfm_group_wide(v, z, w, g, k, out);
 #endif
+        mfm__fwfm_group_narrow(v, z, w, g, t, k, out);
+    }
     (void)o;
-    mfm__fwfm_vector_gradients_narrow(m, c, row, v, g, list, n, k, all, room, gv);
+}
+
+/* out[i] = g x_a x_b <v_a, v_b> for a's partners b = p[i], i < n (room for n + 3), four at a time
+   (fewer repeat the first); the body of a function with mfm__fwfm_partner_terms's parameters. */
+#define MFM__FWFM_PARTNER_TERMS(DOTS4)                                                                                    \
+    uint64_t i;                                                                                                           \
+    for (i = 0; i < n; i += 4) {                                                                                          \
+        const uint64_t group = n - i < 4 ? n - i : 4;                                                                     \
+        const uint32_t p0 = p[i], p1 = p[i + (group > 1)], p2 = p[i + (group > 2 ? 2 : 0)], p3 = p[i + (group > 3 ? 3 : 0)]; \
+        const mfm__f4 xx = mfm__f4_mul(mfm__f4_set1(x[a]), mfm__f4_set4(x[p0], x[p1], x[p2], x[p3]));                  \
+        mfm__f4_store(out + i, mfm__f4_mul(mfm__f4_mul(mfm__f4_set1(g), xx), DOTS4(v[a], v[p0], v[p1], v[p2], v[p3], k))); \
+    }
+
+static void mfm__fwfm_partner_terms(const float *const *v, const float *x, uint64_t a, const uint32_t *p, uint64_t n, float g, int k, float *out) {
+    MFM__FWFM_PARTNER_TERMS(mfm__dots4)
+}
+
+#if defined(MFM__AVX)
+MFM__AVX_FN static void mfm__fwfm_partner_terms_wide(const float *const *v, const float *x, uint64_t a, const uint32_t *p, uint64_t n, float g, int k, float *out) {
+    MFM__FWFM_PARTNER_TERMS(mfm__dots4_wide)
+}
+#endif
+
+/* A batch row's FwFM pairs whose r worker `me` owns: r(fa, fb) receives g x_a x_b <v_a, v_b>
+   (wk->row_v: the row's vectors). Read through locals: the sums' stores could alias anything. */
+MFM__NOINLINE static void mfm__fwfm_pair_gradients(const mfm__trainer *tr, mfm__worker *wk, int me, uint32_t c, const mfm__row *row, float g) {
+    const mfm_model *m = tr->m;
+    const uint64_t F = m->n_fields, C = m->n_classes, z = row->z;
+    const uint32_t stamp = tr->stamp_batch, *const field = row->field;
+    const int k = m->k;
+    mfm__coords *const own_r = &wk->own[MFM_TENSOR_R]; /* direct: entry id is r's block id */
+    const uint32_t *const stamps = own_r->stamp, *const index = own_r->index;
+    const float *const x = row->x, *const *const v = wk->row_v;
+    float *const sums = own_r->g + c, *const dots = wk->pair_weight; /* a's with its partners */
+    uint32_t *const partner = wk->owned + z; /* a's partners b > a whose pair this worker owns */
+    uint64_t *const pairs = wk->pair_ids;
+    uint64_t a, i;
+    for (a = 0; a < z; a++) {
+        const uint16_t *owner = tr->pair_owner ? tr->pair_owner + (uint64_t)field[a] * F : NULL; /* [fb]: r(fa, fb)'s */
+        const uint64_t *const id = m->pair_id + (uint64_t)field[a] * F;
+        uint64_t n_pairs = 0, b;
+        for (b = a + 1; b < z; b++) { /* without a branch: owners look random, so one would often mispredict */
+            partner[n_pairs] = (uint32_t)b;
+            pairs[n_pairs] = id[field[b]];
+            n_pairs += !owner || owner[field[b]] == me;
+        }
+        for (i = 0; i < n_pairs; i++) /* the first touches in the batch, listed; apart from the sums, whose loop then keeps its registers */
+            if (stamps[pairs[i]] != stamp) mfm__own(own_r, pairs[i], stamp, C);
+#if defined(MFM__AVX)
+        if (tr->opt.wide && k % 8 == 0)
+            mfm__fwfm_partner_terms_wide(v, x, a, partner, n_pairs, g, k, dots);
+        else
+#endif
+            mfm__fwfm_partner_terms(v, x, a, partner, n_pairs, g, k, dots);
+        for (i = 0; i < n_pairs; i++) sums[(uint64_t)index[pairs[i]] * C] += dots[i];
+    }
 }
 
 /* Adds g * ds/dtheta of class c's score on one row (g = weight * dL/ds) to the coordinates
@@ -3973,21 +4132,7 @@ static void mfm__gradient_row(const mfm__trainer *tr, mfm__worker *wk, int me, u
             mfm__axpy(gc + (uint64_t)c * k, 1.0f, wk->row_g + (uint64_t)i * k, k);
         }
     }
-    if (m->params.model == MFM_MODEL_FWFM) /* r(fa, fb) receives g x_a x_b <v_a, v_b> */
-        for (a = 0; a < row->z; a++) {
-            const uint16_t *owner = tr->pair_owner ? tr->pair_owner + (uint64_t)row->field[a] * F : NULL; /* [fb]: r(fa, fb)'s */
-            uint32_t n_pairs = 0, *partner = wk->owned + row->z; /* a's partners b > a whose pair this worker owns */
-            for (b = a + 1; b < row->z; b++) { /* without a branch: owners look random, so one would often mispredict */
-                partner[n_pairs] = b;
-                n_pairs += !owner || owner[row->field[b]] == me;
-            }
-            for (i = 0; i < n_pairs; i++) {
-                const uint32_t fa = row->field[a], fb = row->field[b = partner[i]];
-                const uint64_t rid = fa < fb ? (uint64_t)fa * F + fb : (uint64_t)fb * F + fa;
-                gc = mfm__own(&wk->own[MFM_TENSOR_R], rid, stamp, C);
-                gc[c] += g * row->x[a] * row->x[b] * mfm__dot(mfm__block(m, MFM_TENSOR_V, c, row->feat[a]), mfm__block(m, MFM_TENSOR_V, c, row->feat[b]), k);
-            }
-        }
+    if (m->params.model == MFM_MODEL_FWFM) mfm__fwfm_pair_gradients(tr, wk, me, c, row, g);
 }
 
 /* Batch 1, a row whose coordinates each take part in one term only (mfm__row_is_simple): every
@@ -4004,48 +4149,41 @@ static void mfm__steps(const mfm__optim *o, float *const *blk, const float *grad
     for (i = 0; i < n; i++) mfm__step(o, blk[i], len, grad + (uint64_t)i * len, 1.0f, l1, l2);
 }
 
-/* FwFM's pairs of a row that is a batch of its own. r(fa, fb) is read by its pair alone and
-   receives coef <v_a, v_b> (coef = g x_a x_b); v_a receives the sum of mfm__fwfm_vector_gradients.
-   Both are collected, then stepped. */
-#if defined(__GNUC__) || defined(__clang__)
-__attribute__((always_inline)) inline
-#endif
-static void mfm__fwfm_row_update(const mfm__trainer *tr, mfm__worker *wk, uint32_t c, const mfm__row *row, float g, int k) {
+/* FwFM's pairs of a row that is a batch of its own, from the weights and dots its score kept
+   (`keep`, see mfm__fwfm_pairs). r(fa, fb) is read by its pair alone and receives
+   g x_a x_b <v_a, v_b>; v_a receives mfm__fwfm_vector_gradients's sum. Both are collected, then
+   stepped. */
+static void mfm__fwfm_row_update(const mfm__trainer *tr, mfm__worker *wk, uint32_t c, const mfm__row *row, float g, const float *keep) {
     mfm_model *m = tr->m;
     const float l1v = (float)m->params.l1_factors, l2v = (float)m->params.l2_factors;
-    const uint32_t z = row->z;
+    const uint64_t z = row->z, rs = m->t[MFM_TENSOR_R].stride;
+    const float *const dot = keep + z * z, *const x = row->x, *const r = mfm__block(m, MFM_TENSOR_R, c, 0);
+    const uint32_t *const field = row->field;
     const float **const v = wk->row_v;
-    float *const weight = wk->row_weight; /* [a * z + b]: with which v_b reaches v_a */
-    uint32_t a, b, n_r = 0;
+    float **const blk = wk->one_blk, *const gr = wk->one_g;
+    uint64_t a, n_r = 0;
     for (a = 0; a < z; a++) {
         v[a] = mfm__block(m, MFM_TENSOR_V, c, row->feat[a]);
         wk->owned[a] = a;
     }
-    for (a = 0; a < z; a++) {
-        float *const coef = wk->one_g + n_r - (a + 1); /* coef[b]: the pair (a, b)'s, where its r gradient goes */
-        weight[a * z + a] = 0;
-        for (b = a + 1; b < z; b++) {
-            const uint32_t fa = row->field[a], fb = row->field[b];
-            float *rab = mfm__block(m, MFM_TENSOR_R, c, fa < fb ? (uint64_t)fa * m->n_fields + fb : (uint64_t)fb * m->n_fields + fa);
-            coef[b] = g * row->x[a] * row->x[b];
-            weight[a * z + b] = weight[b * z + a] = coef[b] * *rab; /* mfm__fwfm_weights's value, once per pair */
-            wk->one_blk[n_r++] = rab;
-        }
-        b = a + 1;
-        if (k % 4 == 0) /* four dot products at a time */
-            for (; b + 4 <= z; b += 4) {
-                const mfm__f4 dots = mfm__dot4(v[a], v[b], v[b + 1], v[b + 2], v[b + 3], k);
-                mfm__f4_store(coef + b, mfm__f4_add(mfm__f4_set1(0.0f), mfm__f4_mul(mfm__f4_load(coef + b), dots)));
-            }
-        for (; b < z; b++) coef[b] = 0 + coef[b] * mfm__dot(v[a], v[b], k);
+    for (a = 0; a < z; a++) { /* read through locals: the stores could alias the row for all the compiler knows */
+        const uint64_t *const at = m->pair_id + (uint64_t)field[a] * m->n_fields;
+        const float xa = x[a], *const da = dot + a * z;
+        uint64_t b;
+        const mfm__f4 g4 = mfm__f4_set1(g), xa4 = mfm__f4_set1(xa), zero = mfm__f4_set1(0.0f);
+        float *const gr_a = gr + n_r - (a + 1);
+        for (b = a + 1; b < z; b++) blk[n_r++] = (float *)r + at[field[b]] * rs;
+        for (b = a + 1; b + 4 <= z; b += 4) /* the batched path's value, four at a time */
+            mfm__f4_store(gr_a + b, mfm__f4_add(zero, mfm__f4_mul(mfm__f4_mul(g4, mfm__f4_mul(xa4, mfm__f4_load(x + b))), mfm__f4_load(da + b))));
+        for (; b < z; b++) gr_a[b] = 0 + g * (xa * x[b]) * da[b];
     }
-    mfm__fwfm_vector_gradients(&tr->opt, m, c, row, v, g, wk->owned, z, k, weight, NULL, wk->row_g);
+    mfm__fwfm_vector_gradients(&tr->opt, m, c, row, v, g, wk->owned, (uint32_t)z, m->k, keep, NULL, wk->row_g);
     mfm__steps(&tr->opt, wk->one_blk, wk->one_g, n_r, 1, l1v, l2v);
     for (a = 0; a < z; a++) wk->one_blk[a] = mfm__block(m, MFM_TENSOR_V, c, row->feat[a]);
-    mfm__steps(&tr->opt, wk->one_blk, wk->row_g, z, (uint32_t)k, l1v, l2v);
+    mfm__steps(&tr->opt, wk->one_blk, wk->row_g, (uint32_t)z, (uint32_t)m->k, l1v, l2v);
 }
 
-static void mfm__update_row(const mfm__trainer *tr, mfm__worker *wk, uint32_t c, const mfm__row *row, float g, const float *sum) {
+static void mfm__update_row(const mfm__trainer *tr, mfm__worker *wk, uint32_t c, const mfm__row *row, float g, const float *sum, const float *keep) {
     mfm_model *m = tr->m;
     const mfm_params *p = &m->params;
     const mfm__optim *o = &tr->opt;
@@ -4091,13 +4229,8 @@ static void mfm__update_row(const mfm__trainer *tr, mfm__worker *wk, uint32_t c,
                 mfm__step(o, vb, (uint32_t)k, gb, 1.0f, l1v, l2v);
             }
         break;
-    case MFM_MODEL_FWFM: /* k = 4 and 8 get copies with the k-loops unrolled */
-        if (k == 4)
-            mfm__fwfm_row_update(tr, wk, c, row, g, 4);
-        else if (k == 8)
-            mfm__fwfm_row_update(tr, wk, c, row, g, 8);
-        else
-            mfm__fwfm_row_update(tr, wk, c, row, g, k);
+    case MFM_MODEL_FWFM:
+        mfm__fwfm_row_update(tr, wk, c, row, g, keep);
         break;
     default: /* FM: the sums are frozen in `sum`; every v_a is read before any is written */
         for (a = 0; a < row->z; a++) {
@@ -4141,7 +4274,7 @@ static int mfm__row_is_simple(mfm__trainer *tr, const mfm__row *row) {
 
 /* Scores one row for every class, adds its loss to the worker, and writes weight * dL/ds of
    every class to dlds (C values) and, for FM, the row's sums to sums (C x k). */
-static void mfm__row_loss(const mfm__trainer *tr, mfm__worker *wk, uint64_t r, const mfm__row *row, float *dlds, float *sums) {
+static void mfm__row_loss(const mfm__trainer *tr, mfm__worker *wk, uint64_t r, const mfm__row *row, float *dlds, float *sums, float *keep) {
     const mfm_model *m = tr->m;
     const mfm_csr *d = tr->d;
     const uint32_t C = m->n_classes;
@@ -4150,7 +4283,7 @@ static void mfm__row_loss(const mfm__trainer *tr, mfm__worker *wk, uint64_t r, c
     double loss;
     uint32_t c;
     if (tr->class_weights) weight *= tr->class_weights[(uint32_t)y];
-    for (c = 0; c < C; c++) wk->score[c] = mfm__score(m, c, row, sums + (uint64_t)c * m->k);
+    for (c = 0; c < C; c++) wk->score[c] = mfm__score(m, c, row, sums + (uint64_t)c * m->k, keep ? keep + (uint64_t)c * 2 * row->z * row->z : NULL);
     if (m->params.task == MFM_TASK_MULTICLASS) {
         double lse = mfm__softmax(wk->score, C, wk->prob);
         loss = 0;
@@ -4179,9 +4312,10 @@ static void mfm__row_loss(const mfm__trainer *tr, mfm__worker *wk, uint64_t r, c
    scored, then stepped in place. */
 static void mfm__train_row(const mfm__trainer *tr, mfm__worker *wk, uint64_t r) {
     const mfm__row row = mfm__get_row(tr->m, tr->d, r, tr->ones, wk->scaled);
+    const uint64_t kept = 2 * (uint64_t)row.z * row.z; /* per class (FwFM) */
     uint32_t c;
-    mfm__row_loss(tr, wk, r, &row, wk->dlds, wk->sum);
-    for (c = 0; c < tr->m->n_classes; c++) mfm__update_row(tr, wk, c, &row, wk->dlds[c], wk->sum + (uint64_t)c * tr->m->k);
+    mfm__row_loss(tr, wk, r, &row, wk->dlds, wk->sum, wk->pair_keep);
+    for (c = 0; c < tr->m->n_classes; c++) mfm__update_row(tr, wk, c, &row, wk->dlds[c], wk->sum + (uint64_t)c * tr->m->k, wk->pair_keep ? wk->pair_keep + c * kept : NULL);
 }
 
 /* The [lo, hi) share of `count` items that worker `index` of `n` takes. */
@@ -4204,7 +4338,7 @@ static void mfm__score_task(void *ctx, int index) {
         uint32_t j;
         mfm__prefetch_ahead(tr, tr->rows, q, hi);
         for (j = 0; tr->nz_owner && j < row.z; j++) tr->nz_owner[tr->batch_nz[q] + j] = (uint16_t)mfm__owner(row.feat[j], tr->n_workers);
-        mfm__row_loss(tr, wk, tr->rows[q], &row, tr->dlds + q * C, tr->sums ? tr->sums + q * C * k : wk->sum);
+        mfm__row_loss(tr, wk, tr->rows[q], &row, tr->dlds + q * C, tr->sums ? tr->sums + q * C * k : wk->sum, NULL);
     }
 }
 
@@ -4354,7 +4488,8 @@ static void mfm__trainer_free(mfm__trainer *tr) {
         MFM_FREE(wk->owned);
         MFM_FREE(wk->entry);
         MFM_FREE(wk->pair_weight);
-        MFM_FREE(wk->row_weight);
+        MFM_FREE(wk->pair_ids);
+        MFM_FREE(wk->pair_keep);
         MFM_FREE(wk->one_blk);
         MFM_FREE(wk->one_g);
     }
@@ -4402,7 +4537,7 @@ static int mfm__trainer_init(mfm__trainer *tr, mfm_model *m, const mfm_csr *d, c
     tr->d = d;
     tr->smoothing = (float)p->label_smoothing;
     tr->opt.kind = p->optimizer;
-    tr->opt.wide = mfm__use_avx();
+    tr->opt.wide = m->wide;
     tr->opt.lr = (float)p->learning_rate;
     tr->opt.ftrl_beta = (float)p->ftrl_beta;
     tr->opt.beta1 = p->adam_beta1;
@@ -4443,10 +4578,11 @@ static int mfm__trainer_init(mfm__trainer *tr, mfm_model *m, const mfm_csr *d, c
             if (!mfm__coords_direct(&wk->own[MFM_TENSOR_R], (uint64_t)m->n_fields * m->n_fields)) return 0;
             wk->row_v = (const float **)mfm__alloc(info->max_row_nnz, sizeof(float *));
             wk->pair_weight = (float *)mfm__alloc(4 * (uint64_t)info->max_row_nnz, sizeof(float));
-            if (!wk->row_v || !wk->pair_weight) return 0;
+            wk->pair_ids = (uint64_t *)mfm__alloc(info->max_row_nnz, sizeof(uint64_t));
+            if (!wk->row_v || !wk->pair_weight || !wk->pair_ids) return 0;
             if (p->batch_size == 1) { /* rows that update in place have at most MFM__MAX_SIMPLE_NNZ non-zeros */
                 const uint64_t z = info->max_row_nnz < MFM__MAX_SIMPLE_NNZ ? info->max_row_nnz : MFM__MAX_SIMPLE_NNZ;
-                if (!(wk->row_weight = (float *)mfm__alloc(z * z, sizeof(float)))) return 0;
+                if (!(wk->pair_keep = (float *)mfm__alloc(2 * z * z * m->n_classes, sizeof(float)))) return 0;
             }
         }
         wk->one_blk = (float **)mfm__alloc(MFM__MAX_SIMPLE_NNZ * MFM__MAX_SIMPLE_NNZ / 2, sizeof(float *));
@@ -4863,7 +4999,7 @@ static void mfm__predict_task(void *ctx, int index) {
         mfm__row row = mfm__get_row(m, pr->d, r, pr->ones, pr->scaled + (uint64_t)index * pr->max_row_nnz);
         float *out = pr->out + r * width;
         if (r + 1 < hi) mfm__prefetch_row(m, pr->d, r + 1);
-        for (c = 0; c < C; c++) score[c] = mfm__score(m, c, &row, sum + (uint64_t)c * m->k);
+        for (c = 0; c < C; c++) score[c] = mfm__score(m, c, &row, sum + (uint64_t)c * m->k, NULL);
         if (pr->kind == MFM_OUTPUT_SCORE || m->params.task == MFM_TASK_REGRESSION) {
             memcpy(out, score, width * sizeof(float));
         } else if (m->params.task == MFM_TASK_BINARY) {
