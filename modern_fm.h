@@ -3074,6 +3074,17 @@ static float mfm__dot(const float *a, const float *b, int k) {
     return mfm__f4_sum(acc) + rest;
 }
 
+/* p_j += a[t ..] b_j[t ..], LANES factors at a time over all k: four dot products' lanes side by
+   side (VEC, LOAD, ADD, MUL: the lanes' type and operations). */
+#define MFM__DOTS_LANES(VEC, LANES, LOAD, ADD, MUL)         \
+    for (t = 0; t < k; t += LANES) {                        \
+        const VEC a_ = LOAD(a + t);                         \
+        p0 = ADD(p0, MUL(a_, LOAD(b0 + t)));                \
+        p1 = ADD(p1, MUL(a_, LOAD(b1 + t)));                \
+        p2 = ADD(p2, MUL(a_, LOAD(b2 + t)));                \
+        p3 = ADD(p3, MUL(a_, LOAD(b3 + t)));                \
+    }
+
 /* mfm__dot(a, b_j, k), j = 0 .. 3, in lanes, bit for bit, for k a multiple of 4: four sums
    side by side, so that four chains of additions run at once. */
 #if defined(__GNUC__) || defined(__clang__)
@@ -3082,13 +3093,7 @@ __attribute__((always_inline)) inline
 static mfm__f4 mfm__dot4(const float *a, const float *b0, const float *b1, const float *b2, const float *b3, int k) {
     mfm__f4 p0 = mfm__f4_set1(0.0f), p1 = p0, p2 = p0, p3 = p0;
     int t;
-    for (t = 0; t < k; t += 4) {
-        const mfm__f4 a4 = mfm__f4_load(a + t);
-        p0 = mfm__f4_add(p0, mfm__f4_mul(a4, mfm__f4_load(b0 + t)));
-        p1 = mfm__f4_add(p1, mfm__f4_mul(a4, mfm__f4_load(b1 + t)));
-        p2 = mfm__f4_add(p2, mfm__f4_mul(a4, mfm__f4_load(b2 + t)));
-        p3 = mfm__f4_add(p3, mfm__f4_mul(a4, mfm__f4_load(b3 + t)));
-    }
+    MFM__DOTS_LANES(mfm__f4, 4, mfm__f4_load, mfm__f4_add, mfm__f4_mul)
     return mfm__f4_add(mfm__f4_sum4(p0, p1, p2, p3), mfm__f4_set1(0.0f)); /* mfm__dot adds its (empty) rest */
 }
 
@@ -3195,7 +3200,7 @@ static float mfm__fwfm_weight(const float *r, uint64_t rs, const uint64_t *id, c
 }
 
 /* <v_a, v_b_j> for four partners, in lanes. Where k is a multiple of 8 the order is eight-lane
-   (mfm__dots4_wide's): lanes t mod 8 summed over the groups of eight factors, then
+   (mfm__dots4_wide's): lanes t mod 8 summed from 0 over the groups of eight factors, then
    ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)); four lanes keep it as two halves of four. Other
    k: mfm__dot4 where k is a multiple of 4, else mfm__dot one by one. */
 #if defined(__GNUC__) || defined(__clang__)
@@ -3207,9 +3212,8 @@ static mfm__f4 mfm__dots4(const float *a, const float *b0, const float *b1, cons
         mfm__f4 lo[4], hi[4];
         int j, t;
         for (j = 0; j < 4; j++) {
-            lo[j] = mfm__f4_mul(mfm__f4_load(a), mfm__f4_load(b[j]));
-            hi[j] = mfm__f4_mul(mfm__f4_load(a + 4), mfm__f4_load(b[j] + 4));
-            for (t = 8; t < k; t += 8) {
+            lo[j] = hi[j] = mfm__f4_set1(0.0f);
+            for (t = 0; t < k; t += 8) {
                 lo[j] = mfm__f4_add(lo[j], mfm__f4_mul(mfm__f4_load(a + t), mfm__f4_load(b[j] + t)));
                 hi[j] = mfm__f4_add(hi[j], mfm__f4_mul(mfm__f4_load(a + t + 4), mfm__f4_load(b[j] + t + 4)));
             }
@@ -3223,17 +3227,9 @@ static mfm__f4 mfm__dots4(const float *a, const float *b0, const float *b1, cons
 #if defined(MFM__AVX)
 /* mfm__dots4 for k a multiple of 8, eight lanes wide. */
 MFM__AVX_INLINE static __m128 mfm__dots4_wide(const float *a, const float *b0, const float *b1, const float *b2, const float *b3, int k) {
-    __m256 p0 = _mm256_mul_ps(_mm256_loadu_ps(a), _mm256_loadu_ps(b0)), p1 = _mm256_mul_ps(_mm256_loadu_ps(a), _mm256_loadu_ps(b1));
-    __m256 p2 = _mm256_mul_ps(_mm256_loadu_ps(a), _mm256_loadu_ps(b2)), p3 = _mm256_mul_ps(_mm256_loadu_ps(a), _mm256_loadu_ps(b3));
-    __m256 h;
+    __m256 p0 = _mm256_setzero_ps(), p1 = p0, p2 = p0, p3 = p0, h;
     int t;
-    for (t = 8; t < k; t += 8) {
-        const __m256 a8 = _mm256_loadu_ps(a + t);
-        p0 = _mm256_add_ps(p0, _mm256_mul_ps(a8, _mm256_loadu_ps(b0 + t)));
-        p1 = _mm256_add_ps(p1, _mm256_mul_ps(a8, _mm256_loadu_ps(b1 + t)));
-        p2 = _mm256_add_ps(p2, _mm256_mul_ps(a8, _mm256_loadu_ps(b2 + t)));
-        p3 = _mm256_add_ps(p3, _mm256_mul_ps(a8, _mm256_loadu_ps(b3 + t)));
-    }
+    MFM__DOTS_LANES(__m256, 8, _mm256_loadu_ps, _mm256_add_ps, _mm256_mul_ps)
     h = _mm256_hadd_ps(_mm256_hadd_ps(p0, p1), _mm256_hadd_ps(p2, p3)); /* lane j: partner j's (l0 + l1) + (l2 + l3); lane 4 + j: its upper half's */
     return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
 }
@@ -3925,26 +3921,32 @@ static void mfm__fwfm_weights(const mfm_model *m, uint32_t c, const mfm__row *ro
     }
 }
 
-/* The gradients out[j][t0 .. k) of four vectors whose weight rows are w[j]: four independent
-   chains of additions side by side, where one would wait on each addition. */
+/* The gradients out[j][t .. k) of four vectors whose weight rows are w[j], LANES factors at a
+   time while they fit: four independent chains of additions side by side, where one would wait
+   on each addition. In a function with mfm__fwfm_group_narrow's parameters and a uint32_t b;
+   VEC, LOAD, ...: the lanes' type and operations (the same, lane by lane, at either width). */
+#define MFM__FWFM_GROUP(VEC, LANES, LOAD, STORE, SET1, ADD, MUL)                 \
+    for (; t + LANES <= k; t += LANES) {                                         \
+        const VEC g_ = SET1(g), zero_ = SET1(0.0f);                              \
+        VEC s0 = zero_, s1 = zero_, s2 = zero_, s3 = zero_;                      \
+        for (b = 0; b < z; b++) {                                                \
+            const VEC vb = LOAD(v[b] + t);                                       \
+            s0 = ADD(s0, MUL(SET1(w[0][b]), vb));                                \
+            s1 = ADD(s1, MUL(SET1(w[1][b]), vb));                                \
+            s2 = ADD(s2, MUL(SET1(w[2][b]), vb));                                \
+            s3 = ADD(s3, MUL(SET1(w[3][b]), vb));                                \
+        }                                                                        \
+        STORE(out[0] + t, ADD(zero_, MUL(g_, s0)));                              \
+        STORE(out[1] + t, ADD(zero_, MUL(g_, s1)));                              \
+        STORE(out[2] + t, ADD(zero_, MUL(g_, s2)));                              \
+        STORE(out[3] + t, ADD(zero_, MUL(g_, s3)));                              \
+    }
+
+/* Four lanes from factor t0, then one at a time. */
 static void mfm__fwfm_group_narrow(const float *const *v, uint32_t z, const float *const *w, float g, int t0, int k, float *const *out) {
-    const mfm__f4 g4 = mfm__f4_set1(g), zero = mfm__f4_set1(0.0f);
     uint32_t b, j;
     int t = t0;
-    for (; t + 4 <= k; t += 4) {
-        mfm__f4 s0 = zero, s1 = zero, s2 = zero, s3 = zero;
-        for (b = 0; b < z; b++) {
-            const mfm__f4 vb = mfm__f4_load(v[b] + t);
-            s0 = mfm__f4_add(s0, mfm__f4_mul(mfm__f4_set1(w[0][b]), vb));
-            s1 = mfm__f4_add(s1, mfm__f4_mul(mfm__f4_set1(w[1][b]), vb));
-            s2 = mfm__f4_add(s2, mfm__f4_mul(mfm__f4_set1(w[2][b]), vb));
-            s3 = mfm__f4_add(s3, mfm__f4_mul(mfm__f4_set1(w[3][b]), vb));
-        }
-        mfm__f4_store(out[0] + t, mfm__f4_add(zero, mfm__f4_mul(g4, s0)));
-        mfm__f4_store(out[1] + t, mfm__f4_add(zero, mfm__f4_mul(g4, s1)));
-        mfm__f4_store(out[2] + t, mfm__f4_add(zero, mfm__f4_mul(g4, s2)));
-        mfm__f4_store(out[3] + t, mfm__f4_add(zero, mfm__f4_mul(g4, s3)));
-    }
+    MFM__FWFM_GROUP(mfm__f4, 4, mfm__f4_load, mfm__f4_store, mfm__f4_set1, mfm__f4_add, mfm__f4_mul)
     for (; t < k; t++)
         for (j = 0; j < 4; j++) {
             float sum = 0;
@@ -3954,26 +3956,11 @@ static void mfm__fwfm_group_narrow(const float *const *v, uint32_t z, const floa
 }
 
 #if defined(MFM__AVX)
-/* ... eight factors at a time, from 0 up to the last multiple of 8; returns where it stopped.
-   Lane by lane the same operations. */
+/* Eight lanes from factor 0 up to the last multiple of 8; returns where it stopped. */
 MFM__AVX_FN static int mfm__fwfm_group_wide(const float *const *v, uint32_t z, const float *const *w, float g, int k, float *const *out) {
-    const __m256 g8 = _mm256_set1_ps(g), zero = _mm256_setzero_ps();
     uint32_t b;
     int t = 0;
-    for (; t + 8 <= k; t += 8) {
-        __m256 s0 = zero, s1 = zero, s2 = zero, s3 = zero;
-        for (b = 0; b < z; b++) {
-            const __m256 vb = _mm256_loadu_ps(v[b] + t);
-            s0 = _mm256_add_ps(s0, _mm256_mul_ps(_mm256_set1_ps(w[0][b]), vb));
-            s1 = _mm256_add_ps(s1, _mm256_mul_ps(_mm256_set1_ps(w[1][b]), vb));
-            s2 = _mm256_add_ps(s2, _mm256_mul_ps(_mm256_set1_ps(w[2][b]), vb));
-            s3 = _mm256_add_ps(s3, _mm256_mul_ps(_mm256_set1_ps(w[3][b]), vb));
-        }
-        _mm256_storeu_ps(out[0] + t, _mm256_add_ps(zero, _mm256_mul_ps(g8, s0)));
-        _mm256_storeu_ps(out[1] + t, _mm256_add_ps(zero, _mm256_mul_ps(g8, s1)));
-        _mm256_storeu_ps(out[2] + t, _mm256_add_ps(zero, _mm256_mul_ps(g8, s2)));
-        _mm256_storeu_ps(out[3] + t, _mm256_add_ps(zero, _mm256_mul_ps(g8, s3)));
-    }
+    MFM__FWFM_GROUP(__m256, 8, _mm256_loadu_ps, _mm256_storeu_ps, _mm256_set1_ps, _mm256_add_ps, _mm256_mul_ps)
     return t;
 }
 #endif
