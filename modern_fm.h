@@ -3158,10 +3158,9 @@ static const float *mfm__ffm_slot(const mfm_model *m, uint32_t c, uint32_t i, ui
     return mfm__block(m, MFM_TENSOR_V, c, (uint64_t)i * m->n_fields + g);
 }
 
-/* FwFM's r(a, b) reads the upper triangle. */
+/* FwFM's r(a, b), read in its upper triangle (m->pair_id). */
 static float mfm__fwfm_r(const mfm_model *m, uint32_t c, uint32_t fa, uint32_t fb) {
-    uint32_t lo = fa < fb ? fa : fb, hi = fa < fb ? fb : fa;
-    return *mfm__block(m, MFM_TENSOR_R, c, (uint64_t)lo * m->n_fields + hi);
+    return *mfm__block(m, MFM_TENSOR_R, c, m->pair_id[(uint64_t)fa * m->n_fields + fb]);
 }
 
 /* FFM's pair term: every pair adds into the same four lanes, and one sum ends it. */
