@@ -4135,6 +4135,54 @@ static void mfm__steps(const mfm__optim *o, float *const *blk, const float *grad
     for (i = 0; i < n; i++) mfm__step(o, blk[i], len, grad + (uint64_t)i * len, 1.0f, l1, l2);
 }
 
+/* Whether a row holds every field once, in order (z = F, field[a] = a): the Criteo and Avazu
+   shape. Then the pairs (a, b > a) of a are R's consecutive blocks a F + a + 1 .. a F + F - 1. */
+static int mfm__fwfm_dense(const mfm_model *m, const mfm__row *row) {
+    uint32_t a;
+    if (row->z != m->n_fields) return 0;
+    for (a = 0; a < row->z; a++)
+        if (row->field[a] != a) return 0;
+    return 1;
+}
+
+#if defined(MFM__AVX)
+/* AdaGrad's steps of a dense row's r (mfm__fwfm_dense) at batch 1, blocks [r, G] side by side:
+   eight pairs from two loads, split into eight r and eight G, the last group of a masked. The
+   gradient and the step are mfm__fwfm_row_update's and mfm__adagrad's, lane by lane (the same
+   bits); dot: the row's dots (z x z, a < b), x: its values. */
+MFM__AVX_FN static void mfm__fwfm_dense_r_adagrad(const mfm__optim *o, float *r, uint64_t F, const float *x, const float *dot, float g, float l2) {
+    static const int32_t first[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0}; /* first + 8 - n: lanes below n */
+    const __m256 g8 = _mm256_set1_ps(g), zero = _mm256_setzero_ps();
+    uint64_t a, b;
+    for (a = 0; a + 1 < F; a++) {
+        const __m256 xa8 = _mm256_set1_ps(x[a]);
+        const float *const da = dot + a * F;
+        float *const ra = r + a * F * 2; /* block a F + b at ra + 2 b */
+        for (b = a + 1; b < F; b += 8) {
+            const uint64_t n = F - b < 8 ? F - b : 8, n_lo = 2 * n < 8 ? 2 * n : 8;
+            const __m256i mask = _mm256_loadu_si256((const __m256i *)(first + 8 - n));
+            const __m256i mask_lo = _mm256_loadu_si256((const __m256i *)(first + 8 - n_lo)), mask_hi = _mm256_loadu_si256((const __m256i *)(first + 8 - (2 * n - n_lo)));
+            float *const p = ra + 2 * b;
+            const int whole = n == 8;
+            const __m256 xb = whole ? _mm256_loadu_ps(x + b) : _mm256_maskload_ps(x + b, mask);
+            const __m256 d = whole ? _mm256_loadu_ps(da + b) : _mm256_maskload_ps(da + b, mask);
+            const __m256 lo = whole ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, mask_lo); /* r0 G0 r1 G1 | r2 G2 r3 G3 */
+            const __m256 hi = whole ? _mm256_loadu_ps(p + 8) : _mm256_maskload_ps(p + 8, mask_hi);
+            const __m256 t = _mm256_permute2f128_ps(lo, hi, 0x20), u = _mm256_permute2f128_ps(lo, hi, 0x31);
+            __m256 th = _mm256_shuffle_ps(t, u, 0x88), G = _mm256_shuffle_ps(t, u, 0xDD), il, ih, out_lo, out_hi;
+            mfm__adagrad8(&th, &G, _mm256_add_ps(zero, _mm256_mul_ps(_mm256_mul_ps(g8, _mm256_mul_ps(xa8, xb)), d)), o->lr, l2);
+            il = _mm256_unpacklo_ps(th, G), ih = _mm256_unpackhi_ps(th, G); /* r0 G0 r1 G1 | r4 G4 r5 G5, and 2, 3 | 6, 7 */
+            out_lo = _mm256_permute2f128_ps(il, ih, 0x20), out_hi = _mm256_permute2f128_ps(il, ih, 0x31);
+            if (whole) {
+                _mm256_storeu_ps(p, out_lo), _mm256_storeu_ps(p + 8, out_hi);
+            } else {
+                _mm256_maskstore_ps(p, mask_lo, out_lo), _mm256_maskstore_ps(p + 8, mask_hi, out_hi);
+            }
+        }
+    }
+}
+#endif
+
 /* FwFM's pairs of a row that is a batch of its own, from the weights and dots its score kept
    (`keep`, see mfm__fwfm_pairs). r(fa, fb) is read by its pair alone and receives
    g x_a x_b <v_a, v_b>; v_a receives mfm__fwfm_vector_gradients's sum. Both are collected, then
@@ -4152,6 +4200,11 @@ static void mfm__fwfm_row_update(const mfm__trainer *tr, mfm__worker *wk, uint32
         v[a] = mfm__block(m, MFM_TENSOR_V, c, row->feat[a]);
         wk->owned[a] = a;
     }
+#if defined(MFM__AVX)
+    if (tr->opt.wide && tr->opt.kind == MFM_OPTIMIZER_ADAGRAD && rs == 2 && mfm__fwfm_dense(m, row))
+        mfm__fwfm_dense_r_adagrad(&tr->opt, (float *)r, z, x, dot, g, l2v);
+    else
+#endif
     for (a = 0; a < z; a++) { /* read through locals: the stores could alias the row for all the compiler knows */
         const uint64_t *const at = m->pair_id + (uint64_t)field[a] * m->n_fields;
         const float xa = x[a], *const da = dot + a * z;

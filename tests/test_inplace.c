@@ -78,15 +78,18 @@ void test_inplace_equals_batched(void) {
 /* AdaGrad's batch-1 steps run eight lanes wide where the CPU has AVX and four lanes wide
    elsewhere (or with MFM_SIMD=sse2): both must give the bits of the batched path, for every
    model and for k = 1 (single coordinates), 4 (blocks taken in pairs), 8 and 16 (whole
-   registers) and 13 (eight, four, then one). Rows are long enough for runs of eight singles. */
+   registers) and 13 (eight, four, then one). Rows are long enough for runs of eight singles;
+   in the second data set every row holds every field once, in order (FwFM's dense rows, whose
+   r steps eight pairs from two loads, the last group of a partner list masked). */
 void test_simd_widths_agree(void) {
     static const mfm_model_type models[] = {MFM_MODEL_FM, MFM_MODEL_FFM, MFM_MODEL_FWFM};
     static const int ks[] = {1, 4, 8, 13, 16};
     enum { CAP = 1 << 21 };
     float *batched = (float *)malloc(CAP * sizeof(float)), *wide = (float *)malloc(CAP * sizeof(float)), *narrow = (float *)malloc(CAP * sizeof(float));
-    size_t mi, ki;
+    size_t mi, ki, dense;
     REQUIRE(batched && wide && narrow, "out of memory");
     if (!mfm__use_avx()) runner_skip("this CPU has no AVX: only the four-lane steps run");
+    for (dense = 0; dense < 2; dense++)
     for (mi = 0; mi < 3; mi++)
         for (ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
             data_spec spec;
@@ -99,10 +102,10 @@ void test_simd_widths_agree(void) {
             spec.n_rows = 150;
             spec.feature_range = 400;
             spec.n_fields = 24;
-            spec.min_nnz = 9;
+            spec.min_nnz = dense ? 20 : 9;
             spec.max_nnz = 20;
             spec.with_values = 1;
-            spec.seed = 300 + mi * 8 + ki;
+            spec.seed = 300 + dense * 64 + mi * 8 + ki;
             data_random(&td, &spec);
             for (r = 0; r < td.csr.n_rows; r++) /* distinct fields: every row takes the in-place path */
                 for (j = td.offsets[r]; j < td.offsets[r + 1]; j++) td.fields[j] = (uint32_t)(j - td.offsets[r]);
@@ -122,10 +125,10 @@ void test_simd_widths_agree(void) {
             unsetenv("MFM_SIMD");
             if (mfm_train(&p, &td.csr, &m, NULL) == MFM_OK) nb = dump_model(m, batched, CAP);
             mfm_model_free(m);
-            CHECK(nw > 0 && nw == nb && memcmp(wide, batched, nw * sizeof(float)) == 0, "%s k %d: eight-lane steps differ from the batched path",
-                  model_name(p.model), p.k);
-            CHECK(nn > 0 && nn == nb && memcmp(narrow, batched, nn * sizeof(float)) == 0, "%s k %d: four-lane steps differ from the batched path",
-                  model_name(p.model), p.k);
+            CHECK(nw > 0 && nw == nb && memcmp(wide, batched, nw * sizeof(float)) == 0, "%s k %d%s: eight-lane steps differ from the batched path",
+                  model_name(p.model), p.k, dense ? ", dense rows" : "");
+            CHECK(nn > 0 && nn == nb && memcmp(narrow, batched, nn * sizeof(float)) == 0, "%s k %d%s: four-lane steps differ from the batched path",
+                  model_name(p.model), p.k, dense ? ", dense rows" : "");
             data_free(&td);
         }
     free(batched);
