@@ -3009,7 +3009,8 @@ MFMDEF mfm_status mfm_dataset_write_cache(const mfm_dataset *ds, const char *pat
    ============================================================================================ */
 
 /* Every lane does IEEE single-precision operations, so both builds give the same bits. Loops
-   over k take four factors at a time, then the rest one by one. */
+   over k take four factors at a time, then the rest one by one. mfm__f4_evens(lo, hi): lanes 0
+   and 2 of lo, then of hi (the first of each pair of floats). */
 #if defined(MFM__SSE2)
 typedef __m128 mfm__f4;
 #define mfm__f4_load(p) _mm_loadu_ps(p)
@@ -3021,6 +3022,7 @@ typedef __m128 mfm__f4;
 #define mfm__f4_mul(a, b) _mm_mul_ps(a, b)
 #define mfm__f4_div(a, b) _mm_div_ps(a, b)
 #define mfm__f4_sqrt(a) _mm_sqrt_ps(a)
+#define mfm__f4_evens(lo, hi) _mm_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0))
 #else
 typedef struct mfm__f4 {
     float v[4];
@@ -3043,6 +3045,7 @@ static mfm__f4 mfm__f4_sub(mfm__f4 a, mfm__f4 b) { MFM__F4_MAP(a.v[i] - b.v[i]);
 static mfm__f4 mfm__f4_mul(mfm__f4 a, mfm__f4 b) { MFM__F4_MAP(a.v[i] * b.v[i]); }
 static mfm__f4 mfm__f4_div(mfm__f4 a, mfm__f4 b) { MFM__F4_MAP(a.v[i] / b.v[i]); }
 static mfm__f4 mfm__f4_sqrt(mfm__f4 a) { MFM__F4_MAP(sqrtf(a.v[i])); }
+static mfm__f4 mfm__f4_evens(mfm__f4 lo, mfm__f4 hi) { return mfm__f4_set4(lo.v[0], lo.v[2], hi.v[0], hi.v[2]); }
 #undef MFM__F4_MAP
 #endif
 
@@ -3198,6 +3201,17 @@ static float mfm__fwfm_weight(const float *r, uint64_t rs, const uint64_t *id, c
     return row->x[a] * row->x[b] * r[id[row->field[b]] * rs];
 }
 
+/* Whether a row holds every field once, in order (z = F, field[a] = a): the Criteo and Avazu
+   shape. Then the pairs (a, b > a) of a are R's consecutive blocks a F + a + 1 .. a F + F - 1. */
+#define MFM__FWFM_DENSE_MAX 256 /* longer dense rows take the general path */
+static int mfm__fwfm_dense(const mfm_model *m, const mfm__row *row) {
+    uint32_t a;
+    if (row->z != m->n_fields || row->z > MFM__FWFM_DENSE_MAX) return 0;
+    for (a = 0; a < row->z; a++)
+        if (row->field[a] != a) return 0;
+    return 1;
+}
+
 /* <v_a, v_b_j> for four partners, in lanes. Where k is a multiple of 8 the order is eight-lane
    (mfm__dots4_wide's): lanes t mod 8 summed from 0 over the groups of eight factors, then
    ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)); four lanes keep it as two halves of four. Other
@@ -3239,33 +3253,50 @@ MFM__AVX_INLINE static __m128 mfm__dots4_wide(const float *a, const float *b0, c
    b at a time, a last group of fewer padded with the first's vector and weight 0, then weighted
    and added in four lanes, the partners'. With `keep` (a batch of one row: room for [2][z][z]),
    the step finds the weights W_ab = W_ba (0 on the diagonal) at keep[a * z + b] and the dots at
-   keep[z * z + a * z + b], a < b: it reads both, not the tables. The body of a function with
-   mfm__fwfm_pairs's parameters, returning a float. */
-#define MFM__FWFM_PAIRS(DOTS4)                                                                                                   \
+   keep[z * z + a * z + b], a < b: it reads both, not the tables. DENSE (mfm__fwfm_dense): r(a, b)
+   is block a z + b and the row's vectors are found once, into vp; where blocks are [r, G] a
+   group's four r come from two loads. The body of a function with mfm__fwfm_pairs's parameters,
+   returning a float; MFM__FWFM_R and MFM__FWFM_V name its r(a, b) and v_b. */
+#define MFM__FWFM_R(DENSE, b) r[((DENSE) ? a * z + (b) : at[field[b]]) * rs]
+#define MFM__FWFM_V(DENSE, b) ((DENSE) ? vp[b] : vt + feat[b] * vs)
+#define MFM__FWFM_PAIRS(DOTS4, DENSE)                                                                                             \
     const mfm__table *R = &m->t[MFM_TENSOR_R], *V = &m->t[MFM_TENSOR_V];                                                          \
     const float *const r = R->data + (uint64_t)c * R->n_blocks * R->stride, *const vt = V->data + (uint64_t)c * V->n_blocks * V->stride; \
     const uint64_t rs = R->stride, vs = V->stride, z = row->z;                                                                    \
     const uint32_t *const feat = row->feat, *const field = row->field;                                                            \
-    const float *const x = row->x;                                                                                                \
+    const float *const x = row->x, *vp[(DENSE) ? MFM__FWFM_DENSE_MAX : 1];                                                        \
     mfm__f4 acc4 = mfm__f4_set1(0.0f);                                                                                            \
     float w[4], d[4];                                                                                                             \
     uint64_t a, b, j;                                                                                                             \
+    for (b = 0; (DENSE) && b < z; b++) vp[b] = vt + feat[b] * vs;                                                                 \
     for (a = 0; a < z; a++) {                                                                                                     \
-        const float *const va = vt + feat[a] * vs, xa = x[a];                                                                     \
+        const float *const va = MFM__FWFM_V(DENSE, a), xa = x[a], *const ra = r + a * z * rs;                                     \
         const uint64_t *const at = m->pair_id + (uint64_t)field[a] * m->n_fields;                                                 \
+        const mfm__f4 xa4 = mfm__f4_set1(xa);                                                                                     \
         float *const wa = keep ? keep + a * z : NULL, *const da = keep ? keep + z * z + a * z : NULL;                             \
         if (wa) wa[a] = 0;                                                                                                        \
         for (b = a + 1; b < z; b += 4) {                                                                                          \
             const uint64_t n = z - b < 4 ? z - b : 4, b1 = n > 1 ? b + 1 : b, b2 = n > 2 ? b + 2 : b, b3 = n > 3 ? b + 3 : b;     \
-            const float w0 = xa * x[b] * r[at[field[b]] * rs], w1 = xa * x[b1] * r[at[field[b1]] * rs]; /* mfm__fwfm_weight */   \
-            const float w2 = xa * x[b2] * r[at[field[b2]] * rs], w3 = xa * x[b3] * r[at[field[b3]] * rs];                        \
-            const mfm__f4 w4 = mfm__f4_set4(w0, n > 1 ? w1 : 0.0f, n > 2 ? w2 : 0.0f, n > 3 ? w3 : 0.0f);                         \
-            const mfm__f4 d4 = DOTS4(va, vt + feat[b] * vs, vt + feat[b1] * vs, vt + feat[b2] * vs, vt + feat[b3] * vs, k);       \
+            mfm__f4 w4, d4;                                                                                                       \
+            if (n == 4) /* mfm__fwfm_weight, four at a time */                                                                    \
+                w4 = mfm__f4_mul(mfm__f4_mul(xa4, mfm__f4_load(x + b)),                                                           \
+                                 (DENSE) && rs == 2 ? mfm__f4_evens(mfm__f4_load(ra + 2 * b), mfm__f4_load(ra + 2 * b + 4))       \
+                                                    : mfm__f4_set4(MFM__FWFM_R(DENSE, b), MFM__FWFM_R(DENSE, b1), MFM__FWFM_R(DENSE, b2), MFM__FWFM_R(DENSE, b3))); \
+            else                                                                                                                  \
+                w4 = mfm__f4_set4(xa * x[b] * MFM__FWFM_R(DENSE, b), n > 1 ? xa * x[b1] * MFM__FWFM_R(DENSE, b1) : 0.0f,         \
+                                  n > 2 ? xa * x[b2] * MFM__FWFM_R(DENSE, b2) : 0.0f, 0.0f);                                      \
+            d4 = DOTS4(va, MFM__FWFM_V(DENSE, b), MFM__FWFM_V(DENSE, b1), MFM__FWFM_V(DENSE, b2), MFM__FWFM_V(DENSE, b3), k);     \
             acc4 = mfm__f4_add(acc4, mfm__f4_mul(w4, d4));                                                                        \
             if (!wa) continue;                                                                                                    \
             mfm__f4_store(w, w4);                                                                                                 \
-            mfm__f4_store(d, d4);                                                                                                 \
-            for (j = 0; j < n; j++) wa[b + j] = keep[(b + j) * z + a] = w[j], da[b + j] = d[j]; /* W_ba too, down the column */   \
+            for (j = 0; j < n; j++) keep[(b + j) * z + a] = w[j]; /* W_ba, down the column */                                    \
+            if (n == 4) {                                                                                                         \
+                mfm__f4_store(wa + b, w4);                                                                                        \
+                mfm__f4_store(da + b, d4);                                                                                        \
+                continue;                                                                                                         \
+            }                                                                                                                     \
+            mfm__f4_store(d, d4); /* the row's last partners: no further */                                                      \
+            for (j = 0; j < n; j++) wa[b + j] = w[j], da[b + j] = d[j];                                                           \
         }                                                                                                                         \
     }                                                                                                                             \
     return mfm__f4_sum(acc4);
@@ -3274,12 +3305,20 @@ MFM__AVX_INLINE static __m128 mfm__dots4_wide(const float *a, const float *b0, c
 __attribute__((always_inline)) inline
 #endif
 static float mfm__fwfm_pairs(const mfm_model *m, uint32_t c, const mfm__row *row, int k, float *keep) {
-    MFM__FWFM_PAIRS(mfm__dots4)
+    if (mfm__fwfm_dense(m, row)) {
+        MFM__FWFM_PAIRS(mfm__dots4, 1)
+    } else {
+        MFM__FWFM_PAIRS(mfm__dots4, 0)
+    }
 }
 
 #if defined(MFM__AVX)
 MFM__AVX_FN static float mfm__fwfm_pairs_wide(const mfm_model *m, uint32_t c, const mfm__row *row, int k, float *keep) {
-    MFM__FWFM_PAIRS(mfm__dots4_wide)
+    if (mfm__fwfm_dense(m, row)) {
+        MFM__FWFM_PAIRS(mfm__dots4_wide, 1)
+    } else {
+        MFM__FWFM_PAIRS(mfm__dots4_wide, 0)
+    }
 }
 #endif
 
@@ -4133,16 +4172,6 @@ static void mfm__steps(const mfm__optim *o, float *const *blk, const float *grad
         return;
     }
     for (i = 0; i < n; i++) mfm__step(o, blk[i], len, grad + (uint64_t)i * len, 1.0f, l1, l2);
-}
-
-/* Whether a row holds every field once, in order (z = F, field[a] = a): the Criteo and Avazu
-   shape. Then the pairs (a, b > a) of a are R's consecutive blocks a F + a + 1 .. a F + F - 1. */
-static int mfm__fwfm_dense(const mfm_model *m, const mfm__row *row) {
-    uint32_t a;
-    if (row->z != m->n_fields) return 0;
-    for (a = 0; a < row->z; a++)
-        if (row->field[a] != a) return 0;
-    return 1;
 }
 
 #if defined(MFM__AVX)

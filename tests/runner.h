@@ -15,6 +15,7 @@
     X(test_score_hand_ffm)                  \
     X(test_score_hand_fwfm)                 \
     X(test_score_matches_reference)         \
+    X(test_score_fwfm_dense_rows)           \
     X(test_score_values_absent_is_ones)     \
     X(test_score_multiclass_per_class)      \
     X(test_score_linear_only)               \

@@ -175,6 +175,46 @@ void test_score_matches_reference(void) {
     data_free(&td);
 }
 
+/* FwFM rows that hold every field once, in order, score through their own path (r(a, b) read
+   from consecutive blocks, four at a time where a block is [r, G]): against the reference for
+   R's block strides 1 to 4 (the optimizers' slots), k in {1, 4, 8, 13}, and 3, 6 and 39 fields
+   (the last group of a row's partners one to three long, and full groups). */
+void test_score_fwfm_dense_rows(void) {
+    static const mfm_optimizer optimizers[] = {MFM_OPTIMIZER_SGD, MFM_OPTIMIZER_ADAGRAD, MFM_OPTIMIZER_FTRL, MFM_OPTIMIZER_ADAM};
+    static const int ks[] = {1, 4, 8, 13};
+    static const uint32_t field_counts[] = {3, 6, 39};
+    size_t oi, ki, fi;
+    for (fi = 0; fi < 3; fi++) {
+        const uint32_t F = field_counts[fi];
+        data_spec spec = scorer_data(MFM_TASK_BINARY, 0, 1, 40 + fi);
+        test_data td;
+        uint64_t r, j;
+        spec.feature_range = 100;
+        spec.n_fields = F;
+        spec.min_nnz = spec.max_nnz = (int)F;
+        data_random(&td, &spec);
+        for (r = 0; r < td.csr.n_rows; r++)
+            for (j = td.offsets[r]; j < td.offsets[r + 1]; j++) td.fields[j] = (uint32_t)(j - td.offsets[r]);
+        for (oi = 0; oi < 4; oi++)
+            for (ki = 0; ki < 4; ki++) {
+                mfm_params p;
+                mfm_model *m;
+                char what[64];
+                memset(&p, 0, sizeof p);
+                p.model = MFM_MODEL_FWFM;
+                p.optimizer = optimizers[oi];
+                p.k = ks[ki];
+                m = make_model(&p, 100, F, 1);
+                if (!m) continue;
+                model_randomize(m, 200 + fi * 16 + oi * 4 + ki, 0.5);
+                sprintf(what, "FwFM F=%u optimizer %d k=%d", (unsigned)F, (int)p.optimizer, p.k);
+                check_scores_against_reference(m, &td.csr, what);
+                mfm_model_free(m);
+            }
+        data_free(&td);
+    }
+}
+
 /* Values NULL means every value is 1: the same rows with values absent and with an explicit
    array of ones score the same (compared to each other at 1e-6 relative, and both to the
    reference). */
