@@ -3289,14 +3289,14 @@ MFM__AVX_INLINE static __m128 mfm__dots4_wide(const float *a, const float *b0, c
             acc4 = mfm__f4_add(acc4, mfm__f4_mul(w4, d4));                                                                        \
             if (!wa) continue;                                                                                                    \
             mfm__f4_store(w, w4);                                                                                                 \
-            for (j = 0; j < n; j++) keep[(b + j) * z + a] = w[j]; /* W_ba, down the column */                                    \
-            if (n == 4) {                                                                                                         \
+            if (n == 4) { /* W_ba too, down the column */                                                                         \
                 mfm__f4_store(wa + b, w4);                                                                                        \
                 mfm__f4_store(da + b, d4);                                                                                        \
+                keep[b * z + a] = w[0], keep[(b + 1) * z + a] = w[1], keep[(b + 2) * z + a] = w[2], keep[(b + 3) * z + a] = w[3];  \
                 continue;                                                                                                         \
             }                                                                                                                     \
             mfm__f4_store(d, d4); /* the row's last partners: no further */                                                      \
-            for (j = 0; j < n; j++) wa[b + j] = w[j], da[b + j] = d[j];                                                           \
+            for (j = 0; j < n; j++) wa[b + j] = keep[(b + j) * z + a] = w[j], da[b + j] = d[j];                                   \
         }                                                                                                                         \
     }                                                                                                                             \
     return mfm__f4_sum(acc4);
@@ -3313,12 +3313,17 @@ static float mfm__fwfm_pairs(const mfm_model *m, uint32_t c, const mfm__row *row
 }
 
 #if defined(MFM__AVX)
-MFM__AVX_FN static float mfm__fwfm_pairs_wide(const mfm_model *m, uint32_t c, const mfm__row *row, int k, float *keep) {
+MFM__AVX_INLINE static float mfm__fwfm_pairs_wide_k(const mfm_model *m, uint32_t c, const mfm__row *row, int k, float *keep) {
     if (mfm__fwfm_dense(m, row)) {
         MFM__FWFM_PAIRS(mfm__dots4_wide, 1)
     } else {
         MFM__FWFM_PAIRS(mfm__dots4_wide, 0)
     }
+}
+
+/* k = 8 (the common case) gets its own copy, with the k-loop gone. */
+MFM__AVX_FN static float mfm__fwfm_pairs_wide(const mfm_model *m, uint32_t c, const mfm__row *row, int k, float *keep) {
+    return k == 8 ? mfm__fwfm_pairs_wide_k(m, c, row, 8, keep) : mfm__fwfm_pairs_wide_k(m, c, row, k, keep);
 }
 #endif
 
