@@ -3192,14 +3192,8 @@ static float mfm__ffm_pairs(const mfm_model *m, uint32_t c, const mfm__row *row,
     return mfm__f4_sum(acc4) + rest;
 }
 
-/* FwFM's weight of the pair (a, b): x_a x_b r(fa, fb), the same whichever comes first (r: class
-   c's R, of stride rs; id: the row of m->pair_id for fa). */
-#if defined(__GNUC__) || defined(__clang__)
-__attribute__((always_inline)) inline
-#endif
-static float mfm__fwfm_weight(const float *r, uint64_t rs, const uint64_t *id, const mfm__row *row, uint32_t a, uint32_t b) {
-    return row->x[a] * row->x[b] * r[id[row->field[b]] * rs];
-}
+/* FwFM's weight of the pair (a, b) is W_ab = (x_a x_b) r(fa, fb), multiplied in that order
+   wherever it is computed (the score, mfm__fwfm_weights), so that every path has its bits. */
 
 /* Whether a row holds every field once, in order (z = F, field[a] = a): the Criteo and Avazu
    shape. Then the pairs (a, b > a) of a are R's consecutive blocks a F + a + 1 .. a F + F - 1. */
@@ -3248,7 +3242,7 @@ MFM__AVX_INLINE static __m128 mfm__dots4_wide(const float *a, const float *b0, c
 }
 #endif
 
-/* FwFM's pair term: the sum over pairs a < b of W_ab <v_a, v_b> (W_ab = mfm__fwfm_weight). Each
+/* FwFM's pair term: the sum over pairs a < b of W_ab <v_a, v_b> (FwFM's weight W_ab, above). Each
    dot product is taken whole (DOTS4: mfm__dots4 or mfm__dots4_wide, the same bits), four partners
    b at a time, a last group of fewer padded with the first's vector and weight 0, then weighted
    and added in four lanes, the partners'. With `keep` (a batch of one row: room for [2][z][z]),
@@ -3278,7 +3272,7 @@ MFM__AVX_INLINE static __m128 mfm__dots4_wide(const float *a, const float *b0, c
         for (b = a + 1; b < z; b += 4) {                                                                                          \
             const uint64_t n = z - b < 4 ? z - b : 4, b1 = n > 1 ? b + 1 : b, b2 = n > 2 ? b + 2 : b, b3 = n > 3 ? b + 3 : b;     \
             mfm__f4 w4, d4;                                                                                                       \
-            if (n == 4) /* mfm__fwfm_weight, four at a time */                                                                    \
+            if (n == 4) /* the weights, four at a time */                                                                          \
                 w4 = mfm__f4_mul(mfm__f4_mul(xa4, mfm__f4_load(x + b)),                                                           \
                                  (DENSE) && rs == 2 ? mfm__f4_evens(mfm__f4_load(ra + 2 * b), mfm__f4_load(ra + 2 * b + 4))       \
                                                     : mfm__f4_set4(MFM__FWFM_R(DENSE, b), MFM__FWFM_R(DENSE, b1), MFM__FWFM_R(DENSE, b2), MFM__FWFM_R(DENSE, b3))); \
@@ -3949,18 +3943,31 @@ static void mfm__axpy(float *y, float c, const float *x, int k) {
 }
 
 /* FwFM within one row: v_a's gradient is g times the sum over its partners b, in row order, of
-   W_ab v_b (mfm__fwfm_weight). W_aa = 0 stands for "not a partner": adding 0 v_a to a sum that
+   W_ab v_b (FwFM's weight, >>score). W_aa = 0 stands for "not a partner": adding 0 v_a to a sum that
    starts at +0 leaves its bits as they are, and the loops need no branch. The weight rows of a
    group of vectors a[0 .. group), into w[j * z + b]: */
 static void mfm__fwfm_weights(const mfm_model *m, uint32_t c, const mfm__row *row, const uint32_t *a, uint32_t group, float *w) {
     const mfm__table *R = &m->t[MFM_TENSOR_R];
-    const float *const r = R->data + (uint64_t)c * R->n_blocks * R->stride;
-    const uint32_t z = row->z;
-    uint32_t j, b;
-    for (j = 0; j < group; j++) {
-        const uint64_t *const at = m->pair_id + (uint64_t)row->field[a[j]] * m->n_fields;
-        for (b = 0; b < z; b++) w[j * z + b] = mfm__fwfm_weight(r, R->stride, at, row, a[j], b);
-        w[j * z + a[j]] = 0;
+    const float *const r = R->data + (uint64_t)c * R->n_blocks * R->stride, *const x = row->x;
+    const uint64_t rs = R->stride, z = row->z;
+    const uint32_t *const field = row->field;
+    const int dense = mfm__fwfm_dense(m, row);
+    uint64_t j, b;
+    for (j = 0; j < group; j++) { /* read through locals: the stores could alias the row */
+        const uint64_t *const at = m->pair_id + (uint64_t)field[a[j]] * m->n_fields, aj = a[j];
+        const float xa = x[aj];
+        float *const wj = w + j * z;
+        if (!dense) {
+            for (b = 0; b < z; b++) wj[b] = xa * x[b] * r[at[field[b]] * rs];
+        } else { /* r(b, a) down column a (block b z + a), then r(a, b) along row a, four from two loads where blocks are [r, G] */
+            const float *const ra = r + aj * z * rs;
+            const mfm__f4 xa4 = mfm__f4_set1(xa);
+            for (b = 0; b < aj; b++) wj[b] = xa * x[b] * r[(b * z + aj) * rs];
+            for (b = aj + 1; rs == 2 && b + 4 <= z; b += 4)
+                mfm__f4_store(wj + b, mfm__f4_mul(mfm__f4_mul(xa4, mfm__f4_load(x + b)), mfm__f4_evens(mfm__f4_load(ra + 2 * b), mfm__f4_load(ra + 2 * b + 4))));
+            for (; b < z; b++) wj[b] = xa * x[b] * ra[b * rs];
+        }
+        wj[aj] = 0;
     }
 }
 
