@@ -4064,7 +4064,9 @@ MFM__AVX_FN static void mfm__fwfm_partner_terms_wide(const float *const *v, cons
 #endif
 
 /* A batch row's FwFM pairs whose r worker `me` owns: r(fa, fb) receives g x_a x_b <v_a, v_b>
-   (wk->row_v: the row's vectors). Read through locals: the sums' stores could alias anything. */
+   (wk->row_v: the row's vectors). Read through locals: the sums' stores could alias anything.
+   A worker owns whole rows of R's upper triangle (tr->pair_owner), so in a dense row
+   (mfm__fwfm_dense) it owns all of a's pairs with b > a, or none: no lookups. */
 MFM__NOINLINE static void mfm__fwfm_pair_gradients(const mfm__trainer *tr, mfm__worker *wk, int me, uint32_t c, const mfm__row *row, float g) {
     const mfm_model *m = tr->m;
     const uint64_t F = m->n_fields, C = m->n_classes, z = row->z;
@@ -4076,15 +4078,21 @@ MFM__NOINLINE static void mfm__fwfm_pair_gradients(const mfm__trainer *tr, mfm__
     float *const sums = own_r->g + c, *const dots = wk->pair_weight; /* a's with its partners */
     uint32_t *const partner = wk->owned + z; /* a's partners b > a whose pair this worker owns */
     uint64_t *const pairs = wk->pair_ids;
+    const int dense = mfm__fwfm_dense(m, row);
     uint64_t a, i;
     for (a = 0; a < z; a++) {
         const uint16_t *owner = tr->pair_owner ? tr->pair_owner + (uint64_t)field[a] * F : NULL; /* [fb]: r(fa, fb)'s */
         const uint64_t *const id = m->pair_id + (uint64_t)field[a] * F;
         uint64_t n_pairs = 0, b;
-        for (b = a + 1; b < z; b++) { /* without a branch: owners look random, so one would often mispredict */
-            partner[n_pairs] = (uint32_t)b;
-            pairs[n_pairs] = id[field[b]];
-            n_pairs += !owner || owner[field[b]] == me;
+        if (dense) {
+            if (owner && owner[a] != me) continue;
+            for (b = a + 1; b < z; b++) partner[n_pairs] = (uint32_t)b, pairs[n_pairs++] = a * F + b;
+        } else {
+            for (b = a + 1; b < z; b++) { /* without a branch: a row's fields come in any order, so one would often mispredict */
+                partner[n_pairs] = (uint32_t)b;
+                pairs[n_pairs] = id[field[b]];
+                n_pairs += !owner || owner[field[b]] == me;
+            }
         }
         for (i = 0; i < n_pairs; i++) /* the first touches in the batch, listed; apart from the sums, whose loop then keeps its registers */
             if (stamps[pairs[i]] != stamp) mfm__own(own_r, pairs[i], stamp, C);
@@ -4636,10 +4644,13 @@ static int mfm__trainer_init(mfm__trainer *tr, mfm_model *m, const mfm_csr *d, c
     tr->n_workers = p->n_threads < p->batch_size ? p->n_threads : p->batch_size;
     if (tr->n_workers > 1 && p->model == MFM_MODEL_FWFM && !p->linear_only) {
         const uint64_t F = m->n_fields;
-        uint64_t lo, hi;
+        const uint64_t total = F * (F + 1) / 2;
+        uint64_t lo, hi, before = 0;
         if (!(tr->pair_owner = (uint16_t *)mfm__alloc(F * F, sizeof(uint16_t)))) return 0;
-        for (lo = 0; lo < F; lo++) /* r(lo, hi)'s owner at [lo][hi] and [hi][lo]: a row looks it up without ordering the pair */
-            for (hi = lo; hi < F; hi++) tr->pair_owner[lo * F + hi] = tr->pair_owner[hi * F + lo] = (uint16_t)mfm__owner(lo * F + hi, tr->n_workers);
+        for (lo = 0; lo < F; before += F - lo, lo++) { /* R's rows of the upper triangle in runs of about equal size, a worker a run */
+            const uint16_t owner = (uint16_t)((2 * before + (F - lo)) * (uint64_t)tr->n_workers / (2 * total)); /* where the row's middle falls */
+            for (hi = lo; hi < F; hi++) tr->pair_owner[lo * F + hi] = tr->pair_owner[hi * F + lo] = owner; /* [hi][lo] too: no need to order a pair */
+        }
     }
     tr->workers = (mfm__worker *)mfm__calloc((uint64_t)tr->n_workers, sizeof(mfm__worker));
     if (!tr->workers) return 0;

@@ -387,12 +387,13 @@ void test_determinism_fixed_threads(void) {
 
 /* Every coordinate's gradient is summed in row order by the one worker that owns it, so
    n_threads 2, 3 and 5 give the bits of 1: AdaGrad and FTRL, batch 64 and 7, 2 epochs over
-   1000 rows, every model and task. */
+   1000 rows, every model and task, and FwFM once more on dense rows (every field once, in
+   order), where a worker takes a's pairs whole or not at all. */
 void test_threads_bit_identical(void) {
     static const mfm_optimizer optimizers[2] = {MFM_OPTIMIZER_ADAGRAD, MFM_OPTIMIZER_FTRL};
     static const int batches[2] = {64, 7}, thread_counts[3] = {2, 3, 5};
     int which, i;
-    for (which = 0; which < 4; which++)
+    for (which = 0; which < 5; which++)
         for (i = 0; i < 2; i++) {
             mfm_params p;
             mfm_task task;
@@ -400,9 +401,13 @@ void test_threads_bit_identical(void) {
             data_spec spec;
             snapshot one, many;
             int ti;
-            determinism_params(which, &p, &task);
+            uint64_t r, j;
+            determinism_params(which == 4 ? 2 : which, &p, &task);
             spec = train_data(task, 3, 1000, 113);
+            if (which == 4) spec.min_nnz = spec.max_nnz = (int)spec.n_fields;
             data_random(&td, &spec);
+            for (r = 0; which == 4 && r < td.csr.n_rows; r++)
+                for (j = td.offsets[r]; j < td.offsets[r + 1]; j++) td.fields[j] = (uint32_t)(j - td.offsets[r]);
             p.optimizer = optimizers[i];
             p.batch_size = batches[i];
             p.n_threads = 1;
