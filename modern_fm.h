@@ -3945,13 +3945,12 @@ static void mfm__axpy(float *y, float c, const float *x, int k) {
 /* FwFM within one row: v_a's gradient is g times the sum over its partners b, in row order, of
    W_ab v_b (FwFM's weight, >>score). W_aa = 0 stands for "not a partner": adding 0 v_a to a sum that
    starts at +0 leaves its bits as they are, and the loops need no branch. The weight rows of a
-   group of vectors a[0 .. group), into w[j * z + b]: */
-static void mfm__fwfm_weights(const mfm_model *m, uint32_t c, const mfm__row *row, const uint32_t *a, uint32_t group, float *w) {
+   group of vectors a[0 .. group), into w[j * z + b] (dense: mfm__fwfm_dense(m, row)): */
+static void mfm__fwfm_weights(const mfm_model *m, uint32_t c, const mfm__row *row, int dense, const uint32_t *a, uint32_t group, float *w) {
     const mfm__table *R = &m->t[MFM_TENSOR_R];
     const float *const r = R->data + (uint64_t)c * R->n_blocks * R->stride, *const x = row->x;
     const uint64_t rs = R->stride, z = row->z;
     const uint32_t *const field = row->field;
-    const int dense = mfm__fwfm_dense(m, row);
     uint64_t j, b;
     for (j = 0; j < group; j++) { /* read through locals: the stores could alias the row */
         const uint64_t *const at = m->pair_id + (uint64_t)field[a[j]] * m->n_fields, aj = a[j];
@@ -4022,13 +4021,14 @@ MFM__AVX_FN static int mfm__fwfm_group_wide(const float *const *v, uint32_t z, c
 static void mfm__fwfm_vector_gradients(const mfm__optim *o, const mfm_model *m, uint32_t c, const mfm__row *row, const float *const *v, float g,
                                        const uint32_t *list, uint32_t n, int k, const float *all, float *room, float *gv) {
     const uint32_t z = row->z;
+    const int dense = !all && mfm__fwfm_dense(m, row);
     uint32_t i, j;
     for (i = 0; i < n; i += 4) {
         const uint32_t group = n - i < 4 ? n - i : 4;
         const float *w[4];
         float *out[4];
         int t = 0;
-        if (!all) mfm__fwfm_weights(m, c, row, list + i, group, room);
+        if (!all) mfm__fwfm_weights(m, c, row, dense, list + i, group, room);
         for (j = 0; j < 4; j++) {
             const uint32_t at = j < group ? j : 0;
             w[j] = all ? all + (uint64_t)list[i + at] * z : room + (uint64_t)at * z;

@@ -491,6 +491,12 @@ void data_random(test_data *td, const data_spec *spec) {
     td->csr.weights = td->weights;
 }
 
+void data_fields_in_order(test_data *td) {
+    uint64_t r, j;
+    for (r = 0; r < td->csr.n_rows; r++)
+        for (j = td->offsets[r]; j < td->offsets[r + 1]; j++) td->fields[j] = (uint32_t)(j - td->offsets[r]);
+}
+
 void data_free(test_data *td) {
     free(td->offsets);
     free(td->features);

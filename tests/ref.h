@@ -156,6 +156,9 @@ typedef struct test_data {
 } test_data;
 
 void data_random(test_data *td, const data_spec *spec);
+/* Sets every row's field ids to 0, 1, .. in the row's order: distinct fields (rows that update
+   in place at batch 1), and with rows of n_fields non-zeros FwFM's dense rows. */
+void data_fields_in_order(test_data *td);
 void data_free(test_data *td);
 
 /* "FM", "FFM" or "FwFM". */

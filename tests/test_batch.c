@@ -401,13 +401,11 @@ void test_threads_bit_identical(void) {
             data_spec spec;
             snapshot one, many;
             int ti;
-            uint64_t r, j;
             determinism_params(which == 4 ? 2 : which, &p, &task);
             spec = train_data(task, 3, 1000, 113);
             if (which == 4) spec.min_nnz = spec.max_nnz = (int)spec.n_fields;
             data_random(&td, &spec);
-            for (r = 0; which == 4 && r < td.csr.n_rows; r++)
-                for (j = td.offsets[r]; j < td.offsets[r + 1]; j++) td.fields[j] = (uint32_t)(j - td.offsets[r]);
+            if (which == 4) data_fields_in_order(&td);
             p.optimizer = optimizers[i];
             p.batch_size = batches[i];
             p.n_threads = 1;

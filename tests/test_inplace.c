@@ -97,7 +97,6 @@ void test_simd_widths_agree(void) {
             mfm_params p;
             mfm_model *m = NULL;
             size_t nw, nn, nb = 0;
-            uint64_t r, j;
             memset(&spec, 0, sizeof spec);
             spec.n_rows = 150;
             spec.feature_range = 400;
@@ -107,8 +106,7 @@ void test_simd_widths_agree(void) {
             spec.with_values = 1;
             spec.seed = 300 + dense * 64 + mi * 8 + ki;
             data_random(&td, &spec);
-            for (r = 0; r < td.csr.n_rows; r++) /* distinct fields: every row takes the in-place path */
-                for (j = td.offsets[r]; j < td.offsets[r + 1]; j++) td.fields[j] = (uint32_t)(j - td.offsets[r]);
+            data_fields_in_order(&td); /* distinct fields: every row takes the in-place path */
             memset(&p, 0, sizeof p);
             p.model = models[mi];
             p.optimizer = MFM_OPTIMIZER_ADAGRAD;

@@ -138,6 +138,16 @@ static void check_scores_against_reference(const mfm_model *m, const mfm_csr *d,
     ref_free(&r);
 }
 
+/* A model of p's kind over n_features x n_fields, its parameters random (seed), scores d as the
+   reference does. */
+static void check_random_model(const mfm_params *p, uint32_t n_features, uint32_t n_fields, uint64_t seed, const mfm_csr *d, const char *what) {
+    mfm_model *m = make_model(p, n_features, n_fields, 1);
+    if (!m) return;
+    model_randomize(m, seed, 0.5);
+    check_scores_against_reference(m, d, what);
+    mfm_model_free(m);
+}
+
 /* The naive scorer and the library agree for every model and k in {1, 5, 8, 13} on random rows
    that include empty rows (= w0), one-non-zero rows and repeated field ids. */
 void test_score_matches_reference(void) {
@@ -160,17 +170,12 @@ void test_score_matches_reference(void) {
     for (mi = 0; mi < 3; mi++)
         for (ki = 0; ki < 4; ki++) {
             mfm_params p;
-            mfm_model *m;
             char what[64];
             memset(&p, 0, sizeof p);
             p.model = models[mi];
             p.k = ks[ki];
-            m = make_model(&p, 20, 5, 1);
-            if (!m) continue;
-            model_randomize(m, 100 + mi * 10 + ki, 0.5);
             sprintf(what, "%s k=%d", model_name(models[mi]), ks[ki]);
-            check_scores_against_reference(m, &td.csr, what);
-            mfm_model_free(m);
+            check_random_model(&p, 20, 5, 100 + mi * 10 + ki, &td.csr, what);
         }
     data_free(&td);
 }
@@ -188,28 +193,21 @@ void test_score_fwfm_dense_rows(void) {
         const uint32_t F = field_counts[fi];
         data_spec spec = scorer_data(MFM_TASK_BINARY, 0, 1, 40 + fi);
         test_data td;
-        uint64_t r, j;
         spec.feature_range = 100;
         spec.n_fields = F;
         spec.min_nnz = spec.max_nnz = (int)F;
         data_random(&td, &spec);
-        for (r = 0; r < td.csr.n_rows; r++)
-            for (j = td.offsets[r]; j < td.offsets[r + 1]; j++) td.fields[j] = (uint32_t)(j - td.offsets[r]);
+        data_fields_in_order(&td);
         for (oi = 0; oi < 4; oi++)
             for (ki = 0; ki < 4; ki++) {
                 mfm_params p;
-                mfm_model *m;
                 char what[64];
                 memset(&p, 0, sizeof p);
                 p.model = MFM_MODEL_FWFM;
                 p.optimizer = optimizers[oi];
                 p.k = ks[ki];
-                m = make_model(&p, 100, F, 1);
-                if (!m) continue;
-                model_randomize(m, 200 + fi * 16 + oi * 4 + ki, 0.5);
                 sprintf(what, "FwFM F=%u optimizer %d k=%d", (unsigned)F, (int)p.optimizer, p.k);
-                check_scores_against_reference(m, &td.csr, what);
-                mfm_model_free(m);
+                check_random_model(&p, 100, F, 200 + fi * 16 + oi * 4 + ki, &td.csr, what);
             }
         data_free(&td);
     }
