@@ -3009,8 +3009,8 @@ MFMDEF mfm_status mfm_dataset_write_cache(const mfm_dataset *ds, const char *pat
    ============================================================================================ */
 
 /* Every lane does IEEE single-precision operations, so both builds give the same bits. Loops
-   over k take four factors at a time, then the rest one by one. mfm__f4_evens(lo, hi): lanes 0
-   and 2 of lo, then of hi (the first of each pair of floats). */
+   over k take four factors at a time, then the rest one by one. mfm__f4_load_evens(p): p[0],
+   p[2], p[4], p[6] (the first float of each of four pairs). */
 #if defined(MFM__SSE2)
 typedef __m128 mfm__f4;
 #define mfm__f4_load(p) _mm_loadu_ps(p)
@@ -3022,7 +3022,7 @@ typedef __m128 mfm__f4;
 #define mfm__f4_mul(a, b) _mm_mul_ps(a, b)
 #define mfm__f4_div(a, b) _mm_div_ps(a, b)
 #define mfm__f4_sqrt(a) _mm_sqrt_ps(a)
-#define mfm__f4_evens(lo, hi) _mm_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0))
+#define mfm__f4_load_evens(p) _mm_shuffle_ps(_mm_loadu_ps(p), _mm_loadu_ps((p) + 4), _MM_SHUFFLE(2, 0, 2, 0))
 #else
 typedef struct mfm__f4 {
     float v[4];
@@ -3045,7 +3045,7 @@ static mfm__f4 mfm__f4_sub(mfm__f4 a, mfm__f4 b) { MFM__F4_MAP(a.v[i] - b.v[i]);
 static mfm__f4 mfm__f4_mul(mfm__f4 a, mfm__f4 b) { MFM__F4_MAP(a.v[i] * b.v[i]); }
 static mfm__f4 mfm__f4_div(mfm__f4 a, mfm__f4 b) { MFM__F4_MAP(a.v[i] / b.v[i]); }
 static mfm__f4 mfm__f4_sqrt(mfm__f4 a) { MFM__F4_MAP(sqrtf(a.v[i])); }
-static mfm__f4 mfm__f4_evens(mfm__f4 lo, mfm__f4 hi) { return mfm__f4_set4(lo.v[0], lo.v[2], hi.v[0], hi.v[2]); }
+static mfm__f4 mfm__f4_load_evens(const float *p) { MFM__F4_MAP(p[2 * i]); }
 #undef MFM__F4_MAP
 #endif
 
@@ -3272,9 +3272,9 @@ MFM__AVX_INLINE static __m128 mfm__dots4_wide(const float *a, const float *b0, c
         for (b = a + 1; b < z; b += 4) {                                                                                          \
             const uint64_t n = z - b < 4 ? z - b : 4, b1 = n > 1 ? b + 1 : b, b2 = n > 2 ? b + 2 : b, b3 = n > 3 ? b + 3 : b;     \
             mfm__f4 w4, d4;                                                                                                       \
-            if (n == 4) /* the weights, four at a time */                                                                          \
+            if (n == 4) /* the weights, four at a time */                                                                         \
                 w4 = mfm__f4_mul(mfm__f4_mul(xa4, mfm__f4_load(x + b)),                                                           \
-                                 (DENSE) && rs == 2 ? mfm__f4_evens(mfm__f4_load(ra + 2 * b), mfm__f4_load(ra + 2 * b + 4))       \
+                                 (DENSE) && rs == 2 ? mfm__f4_load_evens(ra + 2 * b)                                              \
                                                     : mfm__f4_set4(MFM__FWFM_R(DENSE, b), MFM__FWFM_R(DENSE, b1), MFM__FWFM_R(DENSE, b2), MFM__FWFM_R(DENSE, b3))); \
             else                                                                                                                  \
                 w4 = mfm__f4_set4(xa * x[b] * MFM__FWFM_R(DENSE, b), n > 1 ? xa * x[b1] * MFM__FWFM_R(DENSE, b1) : 0.0f,         \
@@ -3774,9 +3774,9 @@ typedef struct mfm__trainer {
 
 static uint64_t mfm__mix(uint64_t id) { return (id * 0x9E3779B97F4A7C15ull) >> 24; }
 
-/* Which of n workers owns the coordinates keyed by id. Runs of 16 ids share an owner, so that
-   no cache line of a table of small blocks (w and r take 8 bytes with AdaGrad) is written by
-   two workers: such lines would bounce between the cores at every batch. The hash's low 32 bits
+/* Which of n workers owns the coordinates keyed by id (features; FwFM's r goes by whole rows
+   of R, tr->pair_owner). Runs of 16 ids share an owner, so that no cache line of a table of
+   small blocks (w takes 8 bytes with AdaGrad) is written by two workers: such lines would bounce between the cores at every batch. The hash's low 32 bits
    scaled to [0, n) by a multiply, not a division: a batch asks this of every non-zero. */
 static int mfm__owner(uint64_t id, int n) { return n == 1 ? 0 : (int)(((mfm__mix(id >> 4) & 0xFFFFFFFFu) * (uint64_t)n) >> 32); }
 
@@ -3963,7 +3963,7 @@ static void mfm__fwfm_weights(const mfm_model *m, uint32_t c, const mfm__row *ro
             const mfm__f4 xa4 = mfm__f4_set1(xa);
             for (b = 0; b < aj; b++) wj[b] = xa * x[b] * r[(b * z + aj) * rs];
             for (b = aj + 1; rs == 2 && b + 4 <= z; b += 4)
-                mfm__f4_store(wj + b, mfm__f4_mul(mfm__f4_mul(xa4, mfm__f4_load(x + b)), mfm__f4_evens(mfm__f4_load(ra + 2 * b), mfm__f4_load(ra + 2 * b + 4))));
+                mfm__f4_store(wj + b, mfm__f4_mul(mfm__f4_mul(xa4, mfm__f4_load(x + b)), mfm__f4_load_evens(ra + 2 * b)));
             for (; b < z; b++) wj[b] = xa * x[b] * ra[b * rs];
         }
         wj[aj] = 0;
