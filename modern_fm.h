@@ -688,14 +688,18 @@ MFMDEF mfm_status mfm_gpu_predict_resident(mfm_gpu_model *model, const mfm_gpu_d
 #define MFM__SSE2 1
 #endif
 
-/* Keeps a loop-heavy function out of the long one that calls it, whose registers its loops would
-   otherwise share, and spill. */
+/* MFM__NOINLINE keeps a loop-heavy function out of the long one that calls it, whose registers
+   its loops would otherwise share, and spill. MFM__INLINE puts a small function's body in its
+   caller's, where the caller's loop needs it unrolled or its values in registers. */
 #if defined(__GNUC__) || defined(__clang__)
 #define MFM__NOINLINE __attribute__((noinline))
+#define MFM__INLINE __attribute__((always_inline)) inline
 #elif defined(_MSC_VER)
 #define MFM__NOINLINE __declspec(noinline)
+#define MFM__INLINE __forceinline
 #else
 #define MFM__NOINLINE
+#define MFM__INLINE inline
 #endif
 
 #include <errno.h>
@@ -3090,10 +3094,7 @@ static float mfm__dot(const float *a, const float *b, int k) {
 
 /* mfm__dot(a, b_j, k), j = 0 .. 3, in lanes, bit for bit, for k a multiple of 4: four sums
    side by side, so that four chains of additions run at once. */
-#if defined(__GNUC__) || defined(__clang__)
-__attribute__((always_inline)) inline
-#endif
-static mfm__f4 mfm__dot4(const float *a, const float *b0, const float *b1, const float *b2, const float *b3, int k) {
+MFM__INLINE static mfm__f4 mfm__dot4(const float *a, const float *b0, const float *b1, const float *b2, const float *b3, int k) {
     mfm__f4 p0 = mfm__f4_set1(0.0f), p1 = p0, p2 = p0, p3 = p0;
     int t;
     MFM__DOTS_LANES(mfm__f4, 4, mfm__f4_load, mfm__f4_add, mfm__f4_mul)
@@ -3167,10 +3168,7 @@ static float mfm__fwfm_r(const mfm_model *m, uint32_t c, uint32_t fa, uint32_t f
 }
 
 /* FFM's pair term: every pair adds into the same four lanes, and one sum ends it. */
-#if defined(__GNUC__) || defined(__clang__)
-__attribute__((always_inline)) inline
-#endif
-static float mfm__ffm_pairs(const mfm_model *m, uint32_t c, const mfm__row *row, int k) {
+MFM__INLINE static float mfm__ffm_pairs(const mfm_model *m, uint32_t c, const mfm__row *row, int k) {
     const mfm__table *V = &m->t[MFM_TENSOR_V];
     const float *const table = V->data + (uint64_t)c * V->n_blocks * V->stride;
     const uint64_t stride = V->stride, per_feature = (uint64_t)m->n_fields * stride;
@@ -3210,10 +3208,7 @@ static int mfm__fwfm_dense(const mfm_model *m, const mfm__row *row) {
    (mfm__dots4_wide's): lanes t mod 8 summed from 0 over the groups of eight factors, then
    ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)); four lanes keep it as two halves of four. Other
    k: mfm__dot4 where k is a multiple of 4, else mfm__dot one by one. */
-#if defined(__GNUC__) || defined(__clang__)
-__attribute__((always_inline)) inline
-#endif
-static mfm__f4 mfm__dots4(const float *a, const float *b0, const float *b1, const float *b2, const float *b3, int k) {
+MFM__INLINE static mfm__f4 mfm__dots4(const float *a, const float *b0, const float *b1, const float *b2, const float *b3, int k) {
     if (k % 8 == 0) {
         const float *const b[4] = {b0, b1, b2, b3};
         mfm__f4 lo[4], hi[4];
@@ -3295,10 +3290,7 @@ MFM__AVX_INLINE static __m128 mfm__dots4_wide(const float *a, const float *b0, c
     }                                                                                                                             \
     return mfm__f4_sum(acc4);
 
-#if defined(__GNUC__) || defined(__clang__)
-__attribute__((always_inline)) inline
-#endif
-static float mfm__fwfm_pairs(const mfm_model *m, uint32_t c, const mfm__row *row, int k, float *keep) {
+MFM__INLINE static float mfm__fwfm_pairs(const mfm_model *m, uint32_t c, const mfm__row *row, int k, float *keep) {
     if (mfm__fwfm_dense(m, row)) {
         MFM__FWFM_PAIRS(mfm__dots4, 1)
     } else {
@@ -3325,10 +3317,7 @@ MFM__AVX_FN static float mfm__fwfm_pairs_wide(const mfm_model *m, uint32_t c, co
    sum[t] = sum_a v_at x_a stays for the gradient. The squares add up in four lanes, then the
    rest. Up to 16 factors the sums stay in registers, not in `sum` (which the compiler must
    otherwise store and load again for every non-zero, as it might alias v). */
-#if defined(__GNUC__) || defined(__clang__)
-__attribute__((always_inline)) inline
-#endif
-static float mfm__fm_pairs(const mfm_model *m, uint32_t c, const mfm__row *row, float *sum, int k) {
+MFM__INLINE static float mfm__fm_pairs(const mfm_model *m, uint32_t c, const mfm__row *row, float *sum, int k) {
     mfm__f4 sq4 = mfm__f4_set1(0.0f), acc[4];
     float sq = 0;
     uint32_t a;
@@ -3421,10 +3410,7 @@ typedef struct mfm__optim {
 } mfm__optim;
 
 /* One AdaGrad step of four coordinates in lanes, gd their mean data gradient. */
-#if defined(__GNUC__) || defined(__clang__)
-__attribute__((always_inline)) inline
-#endif
-static void mfm__adagrad4(mfm__f4 *theta, mfm__f4 *G, mfm__f4 gd, float lr, float l2) {
+MFM__INLINE static void mfm__adagrad4(mfm__f4 *theta, mfm__f4 *G, mfm__f4 gd, float lr, float l2) {
     const mfm__f4 g = mfm__f4_add(gd, mfm__f4_mul(mfm__f4_set1(l2), *theta));
     *G = mfm__f4_add(*G, mfm__f4_mul(g, g));
     *theta = mfm__f4_sub(*theta, mfm__f4_div(mfm__f4_mul(mfm__f4_set1(lr), g), mfm__f4_sqrt(mfm__f4_add(*G, mfm__f4_set1(1e-10f)))));
@@ -3433,10 +3419,7 @@ static void mfm__adagrad4(mfm__f4 *theta, mfm__f4 *G, mfm__f4 gd, float lr, floa
 /* AdaGrad on n coordinates (theta[i], G[i]) whose gradient sums over a batch of `rows` rows are
    gsum[i]: four at a time, then one by one with the same operations. Small enough to be inlined
    into the batch-1 loops, which is where most of its calls come from. */
-#if defined(__GNUC__) || defined(__clang__)
-__attribute__((always_inline)) inline
-#endif
-static void mfm__adagrad_span(const mfm__optim *o, float *theta, float *G, uint32_t n, const float *gsum, float rows, float l2) {
+MFM__INLINE static void mfm__adagrad_span(const mfm__optim *o, float *theta, float *G, uint32_t n, const float *gsum, float rows, float l2) {
     uint32_t i;
     for (i = 0; i + 4 <= n; i += 4) {
         mfm__f4 th = mfm__f4_load(theta + i), G4 = mfm__f4_load(G + i);
@@ -3452,10 +3435,7 @@ static void mfm__adagrad_span(const mfm__optim *o, float *theta, float *G, uint3
 }
 
 /* AdaGrad on a block [theta x len][G x len]. */
-#if defined(__GNUC__) || defined(__clang__)
-__attribute__((always_inline)) inline
-#endif
-static void mfm__adagrad(const mfm__optim *o, float *blk, uint32_t len, const float *gsum, float rows, float l2) {
+MFM__INLINE static void mfm__adagrad(const mfm__optim *o, float *blk, uint32_t len, const float *gsum, float rows, float l2) {
     mfm__adagrad_span(o, blk, blk + len, len, gsum, rows, l2);
 }
 
@@ -3484,10 +3464,7 @@ MFM__AVX_INLINE static void mfm__store2x4(float *lo, float *hi, __m256 v) {
    is coef times vb's old value and the other way round. The same operations as mfm__adagrad on
    those gradients (a division by one row is exact and left out), fused so that the gradients
    stay in registers. The factors from t on, one at a time: */
-#if defined(__GNUC__) || defined(__clang__)
-__attribute__((always_inline)) inline
-#endif
-static void mfm__ffm_pair_adagrad_rest(float lr, float *va, float *vb, float coef, uint32_t t, uint32_t k, float l2) {
+MFM__INLINE static void mfm__ffm_pair_adagrad_rest(float lr, float *va, float *vb, float coef, uint32_t t, uint32_t k, float l2) {
     for (; t < k; t++) {
         const float a = va[t], b = vb[t], ga = (0 + coef * b) + l2 * a, gb = (0 + coef * a) + l2 * b;
         va[k + t] += ga * ga;
@@ -3498,10 +3475,7 @@ static void mfm__ffm_pair_adagrad_rest(float lr, float *va, float *vb, float coe
 }
 
 /* ... and four at a time. */
-#if defined(__GNUC__) || defined(__clang__)
-__attribute__((always_inline)) inline
-#endif
-static void mfm__ffm_pair_adagrad(float lr, float *va, float *vb, float coef, uint32_t k, float l2) {
+MFM__INLINE static void mfm__ffm_pair_adagrad(float lr, float *va, float *vb, float coef, uint32_t k, float l2) {
     const mfm__f4 lr4 = mfm__f4_set1(lr), l2v = mfm__f4_set1(l2), eps = mfm__f4_set1(1e-10f), c = mfm__f4_set1(coef), zero = mfm__f4_set1(0.0f);
     uint32_t t;
     for (t = 0; t + 4 <= k; t += 4) {
@@ -3542,10 +3516,7 @@ static void mfm__ffm_pair_adagrad(float lr, float *va, float *vb, float coef, ui
         for (b = a + 1; b < z; b++) PAIR_STEP(lr, base_a + slot[b], table + vectors[b] + field_a, ga * x[b], k, l2); \
     }
 
-#if defined(__GNUC__) || defined(__clang__)
-__attribute__((always_inline)) inline
-#endif
-static void mfm__ffm_row_adagrad(const mfm__optim *o, const mfm_model *m, uint32_t c, const mfm__row *row, float dlds, uint32_t k, float l2) {
+MFM__INLINE static void mfm__ffm_row_adagrad(const mfm__optim *o, const mfm_model *m, uint32_t c, const mfm__row *row, float dlds, uint32_t k, float l2) {
     MFM__FFM_ROW_PAIRS(mfm__ffm_pair_adagrad);
 }
 
@@ -3846,10 +3817,7 @@ static void mfm__coords_zero(const mfm__coords *o, uint64_t j, uint64_t n, uint6
 
 /* The gradient buffer (width = classes x len floats) of coordinate id, zero on its first touch
    in this batch, inside the room mfm__coords_room made. */
-#if defined(__GNUC__) || defined(__clang__)
-__attribute__((always_inline)) inline
-#endif
-static float *mfm__own(mfm__coords *o, uint64_t id, uint32_t stamp, uint64_t width) {
+MFM__INLINE static float *mfm__own(mfm__coords *o, uint64_t id, uint32_t stamp, uint64_t width) {
     uint64_t h = id;
     if (o->direct) { /* entry id */
         if (o->stamp[h] == stamp) return o->g + (o->last = o->index[h]) * width;
@@ -3880,8 +3848,10 @@ static float *mfm__own_like_w(mfm__coords *o, uint32_t w_entry, uint64_t id, uin
 
 /* Asks the memory system for the next row's parameters while this row trains or is predicted:
    with millions of features most of them are far away, and a row waits on dozens of them. FFM
-   fetches the span of each feature's vectors that the row's fields cover, line by line. */
-static void mfm__prefetch_row(const mfm_model *m, const mfm_csr *d, uint64_t r) {
+   fetches the span of each feature's vectors that the row's fields cover, line by line.
+   The prefetching functions are inlined: GCC takes a function that does nothing but prefetch
+   for one without effects and drops every call to it. */
+MFM__INLINE static void mfm__prefetch_row(const mfm_model *m, const mfm_csr *d, uint64_t r) {
     const uint64_t lo = d->row_offsets[r], hi = d->row_offsets[r + 1];
     uint64_t j, span = 0, first = 0;
     uint32_t c;
@@ -3910,7 +3880,7 @@ static void mfm__prefetch_row(const mfm_model *m, const mfm_csr *d, uint64_t r) 
 }
 
 /* The lines of a[lo..hi) (elements of `size` bytes); nothing for a NULL array. */
-static void mfm__prefetch_range(const void *a, uint64_t lo, uint64_t hi, size_t size) {
+MFM__INLINE static void mfm__prefetch_range(const void *a, uint64_t lo, uint64_t hi, size_t size) {
     const char *p = (const char *)a;
     uint64_t at;
     if (!p || hi <= lo) return;
@@ -3920,7 +3890,7 @@ static void mfm__prefetch_range(const void *a, uint64_t lo, uint64_t hi, size_t 
 /* Rows come in shuffled order, so a row's own data is as far away as its parameters: the
    pass asks for row i + 3's offsets, row i + 2's non-zeros and label, and row i + 1's
    parameters, so that each has arrived by the time the next step needs it. */
-static void mfm__prefetch_ahead(const mfm__trainer *tr, const uint64_t *rows, uint64_t i, uint64_t n) {
+MFM__INLINE static void mfm__prefetch_ahead(const mfm__trainer *tr, const uint64_t *rows, uint64_t i, uint64_t n) {
     const mfm_csr *d = tr->d;
     if (i + 3 < n) MFM__PREFETCH(d->row_offsets + rows[i + 3]);
     if (i + 2 < n) {
