@@ -3240,15 +3240,16 @@ MFM__AVX_INLINE static __m128 mfm__dots4_wide(const float *a, const float *b0, c
 /* FwFM's pair term: the sum over pairs a < b of W_ab <v_a, v_b> (FwFM's weight W_ab, above). Each
    dot product is taken whole (DOTS4: mfm__dots4 or mfm__dots4_wide, the same bits), four partners
    b at a time, a last group of fewer padded with the first's vector and weight 0, then weighted
-   and added in four lanes, the partners'. With `keep` (a batch of one row: room for [2][z][z]),
-   the step finds the weights W_ab = W_ba (0 on the diagonal) at keep[a * z + b] and the dots at
-   keep[z * z + a * z + b], a < b: it reads both, not the tables. DENSE (mfm__fwfm_dense): r(a, b)
-   is block a z + b and the row's vectors are found once, into vp; where blocks are [r, G] a
-   group's four r come from two loads. The body of a function with mfm__fwfm_pairs's parameters,
-   returning a float; MFM__FWFM_R and MFM__FWFM_V name its r(a, b) and v_b. */
+   and added in four lanes, the partners'. With KEEP (a batch of one row: `keep` has room for
+   [2][z][z]), the step finds the weights W_ab = W_ba (0 on the diagonal) at keep[a * z + b] and
+   the dots at keep[z * z + a * z + b], a < b: it reads both, not the tables. DENSE
+   (mfm__fwfm_dense): r(a, b) is block a z + b and the row's vectors are found once, into vp; where
+   blocks are [r, G] a group's four r come from two loads. Whole groups of four run in a loop of
+   their own, without the last group's tests. The body of a function with mfm__fwfm_pairs's
+   parameters, returning a float; MFM__FWFM_R and MFM__FWFM_V name its r(a, b) and v_b. */
 #define MFM__FWFM_R(DENSE, b) r[((DENSE) ? a * z + (b) : at[field[b]]) * rs]
 #define MFM__FWFM_V(DENSE, b) ((DENSE) ? vp[b] : vt + feat[b] * vs)
-#define MFM__FWFM_PAIRS(DOTS4, DENSE)                                                                                             \
+#define MFM__FWFM_PAIRS(DOTS4, DENSE, KEEP)                                                                                        \
     const mfm__table *R = &m->t[MFM_TENSOR_R], *V = &m->t[MFM_TENSOR_V];                                                          \
     const float *const r = R->data + (uint64_t)c * R->n_blocks * R->stride, *const vt = V->data + (uint64_t)c * V->n_blocks * V->stride; \
     const uint64_t rs = R->stride, vs = V->stride, z = row->z;                                                                    \
@@ -3262,49 +3263,58 @@ MFM__AVX_INLINE static __m128 mfm__dots4_wide(const float *a, const float *b0, c
         const float *const va = MFM__FWFM_V(DENSE, a), xa = x[a], *const ra = r + a * z * rs;                                     \
         const uint64_t *const at = m->pair_id + (uint64_t)field[a] * m->n_fields;                                                 \
         const mfm__f4 xa4 = mfm__f4_set1(xa);                                                                                     \
-        float *const wa = keep ? keep + a * z : NULL, *const da = keep ? keep + z * z + a * z : NULL;                             \
-        if (wa) wa[a] = 0;                                                                                                        \
-        for (b = a + 1; b < z; b += 4) {                                                                                          \
-            const uint64_t n = z - b < 4 ? z - b : 4, b1 = n > 1 ? b + 1 : b, b2 = n > 2 ? b + 2 : b, b3 = n > 3 ? b + 3 : b;     \
-            mfm__f4 w4, d4;                                                                                                       \
-            if (n == 4) /* the weights, four at a time */                                                                         \
-                w4 = mfm__f4_mul(mfm__f4_mul(xa4, mfm__f4_load(x + b)),                                                           \
-                                 (DENSE) && rs == 2 ? mfm__f4_load_evens(ra + 2 * b)                                              \
-                                                    : mfm__f4_set4(MFM__FWFM_R(DENSE, b), MFM__FWFM_R(DENSE, b1), MFM__FWFM_R(DENSE, b2), MFM__FWFM_R(DENSE, b3))); \
-            else                                                                                                                  \
-                w4 = mfm__f4_set4(xa * x[b] * MFM__FWFM_R(DENSE, b), n > 1 ? xa * x[b1] * MFM__FWFM_R(DENSE, b1) : 0.0f,         \
-                                  n > 2 ? xa * x[b2] * MFM__FWFM_R(DENSE, b2) : 0.0f, 0.0f);                                      \
-            d4 = DOTS4(va, MFM__FWFM_V(DENSE, b), MFM__FWFM_V(DENSE, b1), MFM__FWFM_V(DENSE, b2), MFM__FWFM_V(DENSE, b3), k);     \
+        float *const wa = (KEEP) ? keep + a * z : NULL, *const da = (KEEP) ? keep + z * z + a * z : NULL;                         \
+        float *col = (KEEP) ? keep + (a + 1) * z + a : NULL; /* W_ba, down column a */                                            \
+        if (KEEP) wa[a] = 0;                                                                                                      \
+        for (b = a + 1; b + 4 <= z; b += 4) {                                                                                     \
+            const mfm__f4 w4 = mfm__f4_mul(mfm__f4_mul(xa4, mfm__f4_load(x + b)),                                                 \
+                                           (DENSE) && rs == 2 ? mfm__f4_load_evens(ra + 2 * b)                                    \
+                                                              : mfm__f4_set4(MFM__FWFM_R(DENSE, b), MFM__FWFM_R(DENSE, b + 1),     \
+                                                                             MFM__FWFM_R(DENSE, b + 2), MFM__FWFM_R(DENSE, b + 3))); \
+            const mfm__f4 d4 = DOTS4(va, MFM__FWFM_V(DENSE, b), MFM__FWFM_V(DENSE, b + 1), MFM__FWFM_V(DENSE, b + 2), MFM__FWFM_V(DENSE, b + 3), k); \
             acc4 = mfm__f4_add(acc4, mfm__f4_mul(w4, d4));                                                                        \
-            if (!wa) continue;                                                                                                    \
+            if (!(KEEP)) continue;                                                                                                \
+            mfm__f4_store(wa + b, w4);                                                                                            \
+            mfm__f4_store(da + b, d4);                                                                                            \
             mfm__f4_store(w, w4);                                                                                                 \
-            if (n == 4) { /* W_ba too, down the column */                                                                         \
-                mfm__f4_store(wa + b, w4);                                                                                        \
-                mfm__f4_store(da + b, d4);                                                                                        \
-                keep[b * z + a] = w[0], keep[(b + 1) * z + a] = w[1], keep[(b + 2) * z + a] = w[2], keep[(b + 3) * z + a] = w[3];  \
-                continue;                                                                                                         \
-            }                                                                                                                     \
-            mfm__f4_store(d, d4); /* the row's last partners: no further */                                                      \
+            col[0] = w[0], col[z] = w[1], col[2 * z] = w[2], col[3 * z] = w[3];                                                   \
+            col += 4 * z;                                                                                                         \
+        }                                                                                                                         \
+        if (b < z) { /* the last group: fewer than four partners */                                                              \
+            const uint64_t n = z - b, b1 = n > 1 ? b + 1 : b, b2 = n > 2 ? b + 2 : b;                                             \
+            const mfm__f4 w4 = mfm__f4_set4(xa * x[b] * MFM__FWFM_R(DENSE, b), n > 1 ? xa * x[b1] * MFM__FWFM_R(DENSE, b1) : 0.0f, \
+                                            n > 2 ? xa * x[b2] * MFM__FWFM_R(DENSE, b2) : 0.0f, 0.0f);                            \
+            const mfm__f4 d4 = DOTS4(va, MFM__FWFM_V(DENSE, b), MFM__FWFM_V(DENSE, b1), MFM__FWFM_V(DENSE, b2), MFM__FWFM_V(DENSE, b), k); \
+            acc4 = mfm__f4_add(acc4, mfm__f4_mul(w4, d4));                                                                        \
+            if (!(KEEP)) continue;                                                                                                \
+            mfm__f4_store(w, w4);                                                                                                 \
+            mfm__f4_store(d, d4);                                                                                                 \
             for (j = 0; j < n; j++) wa[b + j] = keep[(b + j) * z + a] = w[j], da[b + j] = d[j];                                   \
         }                                                                                                                         \
     }                                                                                                                             \
     return mfm__f4_sum(acc4);
 
-MFM__INLINE static float mfm__fwfm_pairs(const mfm_model *m, uint32_t c, const mfm__row *row, int k, float *keep) {
-    if (mfm__fwfm_dense(m, row)) {
-        MFM__FWFM_PAIRS(mfm__dots4, 1)
-    } else {
-        MFM__FWFM_PAIRS(mfm__dots4, 0)
+/* The four copies of the body: dense rows or any, kept or not. */
+#define MFM__FWFM_PAIRS_ANY(DOTS4)                 \
+    if (mfm__fwfm_dense(m, row)) {                 \
+        if (keep) {                                \
+            MFM__FWFM_PAIRS(DOTS4, 1, 1)           \
+        } else {                                   \
+            MFM__FWFM_PAIRS(DOTS4, 1, 0)           \
+        }                                          \
+    } else if (keep) {                             \
+        MFM__FWFM_PAIRS(DOTS4, 0, 1)               \
+    } else {                                       \
+        MFM__FWFM_PAIRS(DOTS4, 0, 0)               \
     }
+
+MFM__INLINE static float mfm__fwfm_pairs(const mfm_model *m, uint32_t c, const mfm__row *row, int k, float *keep) {
+    MFM__FWFM_PAIRS_ANY(mfm__dots4)
 }
 
 #if defined(MFM__AVX)
 MFM__AVX_INLINE static float mfm__fwfm_pairs_wide_k(const mfm_model *m, uint32_t c, const mfm__row *row, int k, float *keep) {
-    if (mfm__fwfm_dense(m, row)) {
-        MFM__FWFM_PAIRS(mfm__dots4_wide, 1)
-    } else {
-        MFM__FWFM_PAIRS(mfm__dots4_wide, 0)
-    }
+    MFM__FWFM_PAIRS_ANY(mfm__dots4_wide)
 }
 
 /* k = 8 (the common case) gets its own copy, with the k-loop gone. */
@@ -4165,38 +4175,41 @@ static void mfm__steps(const mfm__optim *o, float *const *blk, const float *grad
 }
 
 #if defined(MFM__AVX)
+/* AdaGrad's steps of eight pairs' r, blocks [r, G] side by side in lo (pairs 0 .. 3) and hi
+   (4 .. 7): split into eight r and eight G, stepped with gradient (g (x_a x_b)) dot_b, put back. */
+MFM__AVX_INLINE static void mfm__fwfm_r8_adagrad(const mfm__optim *o, __m256 *lo, __m256 *hi, __m256 g, __m256 xa, __m256 xb, __m256 dot, float l2) {
+    const __m256 t = _mm256_permute2f128_ps(*lo, *hi, 0x20), u = _mm256_permute2f128_ps(*lo, *hi, 0x31); /* r0 G0 r1 G1 r4 G4 r5 G5, 2 3 6 7 */
+    __m256 th = _mm256_shuffle_ps(t, u, 0x88), G = _mm256_shuffle_ps(t, u, 0xDD), il, ih;
+    mfm__adagrad8(&th, &G, _mm256_add_ps(_mm256_setzero_ps(), _mm256_mul_ps(_mm256_mul_ps(g, _mm256_mul_ps(xa, xb)), dot)), o->lr, l2);
+    il = _mm256_unpacklo_ps(th, G), ih = _mm256_unpackhi_ps(th, G); /* r0 G0 r1 G1 | r4 G4 r5 G5, and 2, 3 | 6, 7 */
+    *lo = _mm256_permute2f128_ps(il, ih, 0x20), *hi = _mm256_permute2f128_ps(il, ih, 0x31);
+}
+
 /* AdaGrad's steps of a dense row's r (mfm__fwfm_dense) at batch 1, blocks [r, G] side by side:
-   eight pairs from two loads, split into eight r and eight G, the last group of a masked. The
-   gradient and the step are mfm__fwfm_row_update's and mfm__adagrad's, lane by lane (the same
-   bits); dot: the row's dots (z x z, a < b), x: its values. */
+   eight pairs from two loads (mfm__fwfm_r8_adagrad), the last group of a masked. The gradient
+   and the step are mfm__fwfm_row_update's and mfm__adagrad's, lane by lane (the same bits); dot:
+   the row's dots (z x z, a < b), x: its values. */
 MFM__AVX_FN static void mfm__fwfm_dense_r_adagrad(const mfm__optim *o, float *r, uint64_t F, const float *x, const float *dot, float g, float l2) {
     static const int32_t first[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0}; /* first + 8 - n: lanes below n */
-    const __m256 g8 = _mm256_set1_ps(g), zero = _mm256_setzero_ps();
     uint64_t a, b;
     for (a = 0; a + 1 < F; a++) {
-        const __m256 xa8 = _mm256_set1_ps(x[a]);
+        const __m256 g8 = _mm256_set1_ps(g), xa8 = _mm256_set1_ps(x[a]);
         const float *const da = dot + a * F;
         float *const ra = r + a * F * 2; /* block a F + b at ra + 2 b */
-        for (b = a + 1; b < F; b += 8) {
-            const uint64_t n = F - b < 8 ? F - b : 8, n_lo = 2 * n < 8 ? 2 * n : 8;
+        for (b = a + 1; b + 8 <= F; b += 8) {
+            float *const p = ra + 2 * b;
+            __m256 lo = _mm256_loadu_ps(p), hi = _mm256_loadu_ps(p + 8);
+            mfm__fwfm_r8_adagrad(o, &lo, &hi, g8, xa8, _mm256_loadu_ps(x + b), _mm256_loadu_ps(da + b), l2);
+            _mm256_storeu_ps(p, lo), _mm256_storeu_ps(p + 8, hi);
+        }
+        if (b < F) {
+            const uint64_t n = F - b, n_lo = 2 * n < 8 ? 2 * n : 8;
             const __m256i mask = _mm256_loadu_si256((const __m256i *)(first + 8 - n));
             const __m256i mask_lo = _mm256_loadu_si256((const __m256i *)(first + 8 - n_lo)), mask_hi = _mm256_loadu_si256((const __m256i *)(first + 8 - (2 * n - n_lo)));
             float *const p = ra + 2 * b;
-            const int whole = n == 8;
-            const __m256 xb = whole ? _mm256_loadu_ps(x + b) : _mm256_maskload_ps(x + b, mask);
-            const __m256 d = whole ? _mm256_loadu_ps(da + b) : _mm256_maskload_ps(da + b, mask);
-            const __m256 lo = whole ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, mask_lo); /* r0 G0 r1 G1 | r2 G2 r3 G3 */
-            const __m256 hi = whole ? _mm256_loadu_ps(p + 8) : _mm256_maskload_ps(p + 8, mask_hi);
-            const __m256 t = _mm256_permute2f128_ps(lo, hi, 0x20), u = _mm256_permute2f128_ps(lo, hi, 0x31);
-            __m256 th = _mm256_shuffle_ps(t, u, 0x88), G = _mm256_shuffle_ps(t, u, 0xDD), il, ih, out_lo, out_hi;
-            mfm__adagrad8(&th, &G, _mm256_add_ps(zero, _mm256_mul_ps(_mm256_mul_ps(g8, _mm256_mul_ps(xa8, xb)), d)), o->lr, l2);
-            il = _mm256_unpacklo_ps(th, G), ih = _mm256_unpackhi_ps(th, G); /* r0 G0 r1 G1 | r4 G4 r5 G5, and 2, 3 | 6, 7 */
-            out_lo = _mm256_permute2f128_ps(il, ih, 0x20), out_hi = _mm256_permute2f128_ps(il, ih, 0x31);
-            if (whole) {
-                _mm256_storeu_ps(p, out_lo), _mm256_storeu_ps(p + 8, out_hi);
-            } else {
-                _mm256_maskstore_ps(p, mask_lo, out_lo), _mm256_maskstore_ps(p + 8, mask_hi, out_hi);
-            }
+            __m256 lo = _mm256_maskload_ps(p, mask_lo), hi = _mm256_maskload_ps(p + 8, mask_hi);
+            mfm__fwfm_r8_adagrad(o, &lo, &hi, g8, xa8, _mm256_maskload_ps(x + b, mask), _mm256_maskload_ps(da + b, mask), l2);
+            _mm256_maskstore_ps(p, mask_lo, lo), _mm256_maskstore_ps(p + 8, mask_hi, hi);
         }
     }
 }
