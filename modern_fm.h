@@ -3697,6 +3697,7 @@ typedef struct mfm__coords {
     uint64_t *ids;
     float *g;
     uint64_t n, cap_ids, cap_g, last; /* last: the index mfm__own returned last */
+    uint64_t fits;        /* entries the table and buffers hold as they are (mfm__coords_room) */
     uint32_t parts;       /* FFM keyed by feature: fields per entry, each with a touched flag */
     unsigned char *flags; /* [index][parts] */
     uint64_t cap_flags;
@@ -3723,7 +3724,9 @@ typedef struct mfm__worker {
     float *score; /* C */
     float *dlds;  /* C: batch 1's weight * dL/ds */
     double *prob; /* C */
-    uint32_t *owned; /* batches: the row's non-zeros this worker owns, then (FwFM) a's partners */
+    uint32_t *owned;   /* batches: the row's non-zeros this worker owns (one worker: 0, 1, 2, ... from the start) */
+    uint32_t *owned_next; /* several workers: the next row's (mfm__gradient_task) */
+    uint32_t *partner; /* FwFM: a's partners whose pair this worker owns (mfm__fwfm_pair_gradients) */
     uint32_t *entry; /* batches, FM and FwFM: the w entry (mfm__coords) of each owned non-zero, its v entry too */
     double loss, weight;
     char apart[128]; /* keeps the next worker's fields off this one's cache lines */
@@ -3741,11 +3744,7 @@ typedef struct mfm__trainer {
     float *dlds;          /* batch x C: each row's weight * dL/ds per class */
     float *sums;          /* batch x C x k: FM's per-row sums */
     uint32_t stamp_batch; /* tells the coordinate tables' live entries from stale ones */
-    /* several workers: the owner of each non-zero's feature, found once per batch while scoring
-       (nz_owner[batch_nz[q] + j] for the batch's row q), and of each FwFM field pair (at lo * F + hi and hi * F + lo) */
-    uint64_t *batch_nz, cap_batch_nz;
-    uint16_t *nz_owner, *pair_owner;
-    uint64_t cap_nz_owner;
+    uint16_t *pair_owner; /* several workers, FwFM: the owner of each field pair (at lo * F + hi and hi * F + lo) */
     mfm__worker *workers;
     int n_workers;
     /* batch 1: which rows may update in place (see mfm__row_is_simple) */
@@ -3757,8 +3756,10 @@ static uint64_t mfm__mix(uint64_t id) { return (id * 0x9E3779B97F4A7C15ull) >> 2
 
 /* Which of n workers owns the coordinates keyed by id (features; FwFM's r goes by whole rows
    of R, tr->pair_owner). Runs of 16 ids share an owner, so that no cache line of a table of
-   small blocks (w takes 8 bytes with AdaGrad) is written by two workers: such lines would bounce between the cores at every batch. The hash's low 32 bits
-   scaled to [0, n) by a multiply, not a division: a batch asks this of every non-zero. */
+   small blocks (w takes 8 bytes with AdaGrad) is written by two workers: such lines would bounce
+   between the cores at every batch. The hash spreads the runs evenly whatever the ids' pattern;
+   its low 32 bits are scaled to [0, n) by a multiply, not a division: every worker asks this of
+   every non-zero of a batch (mfm__list_owned). */
 static int mfm__owner(uint64_t id, int n) { return n == 1 ? 0 : (int)(((mfm__mix(id >> 4) & 0xFFFFFFFFu) * (uint64_t)n) >> 32); }
 
 static void mfm__coords_free(mfm__coords *o) {
@@ -3803,11 +3804,12 @@ static int mfm__coords_direct(mfm__coords *o, uint64_t size) {
     return o->keys && o->index && o->stamp;
 }
 
-/* Room for `more` first touches of width floats each: ids, sums, flags, and a table at most half
-   full. Taken once per row, so that a touch (mfm__own) neither checks nor grows anything. 0 when
-   memory is short. */
-static int mfm__coords_room(mfm__coords *o, uint64_t more, uint64_t width, uint32_t stamp) {
-    const uint64_t need = o->n + more, had_g = o->cap_g, had_flags = o->cap_flags;
+/* Room for `more` first touches of width floats each (a table has one width): ids, sums, flags,
+   and a table at most half full. Taken once per row, so that a touch (mfm__own) neither checks
+   nor grows anything; o->fits answers at once while nothing needs to grow. 0 when memory is
+   short. */
+static int mfm__coords_grow_room(mfm__coords *o, uint64_t need, uint64_t width, uint32_t stamp) {
+    const uint64_t had_g = o->cap_g, had_flags = o->cap_flags;
     if (need >= 0xFFFFFFF0u) return 0; /* the table's indices are 32-bit */
     while (!o->direct && !o->like_w && (need > (o->mask + 1) / 2 || !o->mask))
         if (!mfm__coords_grow(o, stamp)) return 0;
@@ -3816,7 +3818,15 @@ static int mfm__coords_room(mfm__coords *o, uint64_t more, uint64_t width, uint3
         return 0;
     if (o->cap_g > had_g) memset(o->g + had_g, 0, (size_t)(o->cap_g - had_g) * sizeof(float)); /* new sums start at zero */
     if (o->cap_flags > had_flags) memset(o->flags + had_flags, 0, (size_t)(o->cap_flags - had_flags));
+    o->fits = o->cap_ids < o->cap_g / width ? o->cap_ids : o->cap_g / width;
+    if (o->parts && o->cap_flags / o->parts < o->fits) o->fits = o->cap_flags / o->parts;
+    if (!o->direct && !o->like_w && (o->mask + 1) / 2 < o->fits) o->fits = (o->mask + 1) / 2;
+    if (o->fits > 0xFFFFFFEFu) o->fits = 0xFFFFFFEFu;
     return 1;
+}
+
+MFM__INLINE static int mfm__coords_room(mfm__coords *o, uint64_t more, uint64_t width, uint32_t stamp) {
+    return o->n + more <= o->fits || mfm__coords_grow_room(o, o->n + more, width, stamp);
 }
 
 /* Entries j .. j+n-1 (width floats each) back to zero sums and no flags, once stepped. */
@@ -3900,7 +3910,7 @@ MFM__INLINE static void mfm__prefetch_range(const void *a, uint64_t lo, uint64_t
 /* Rows come in shuffled order, so a row's own data is as far away as its parameters: the
    pass asks for row i + 3's offsets, row i + 2's non-zeros and label, and row i + 1's
    parameters, so that each has arrived by the time the next step needs it. */
-MFM__INLINE static void mfm__prefetch_ahead(const mfm__trainer *tr, const uint64_t *rows, uint64_t i, uint64_t n) {
+MFM__INLINE static void mfm__prefetch_data_ahead(const mfm__trainer *tr, const uint64_t *rows, uint64_t i, uint64_t n) {
     const mfm_csr *d = tr->d;
     if (i + 3 < n) MFM__PREFETCH(d->row_offsets + rows[i + 3]);
     if (i + 2 < n) {
@@ -3911,7 +3921,11 @@ MFM__INLINE static void mfm__prefetch_ahead(const mfm__trainer *tr, const uint64
         MFM__PREFETCH(d->labels + r);
         if (d->weights) MFM__PREFETCH(d->weights + r);
     }
-    if (i + 1 < n) mfm__prefetch_row(tr->m, d, rows[i + 1]);
+}
+
+MFM__INLINE static void mfm__prefetch_ahead(const mfm__trainer *tr, const uint64_t *rows, uint64_t i, uint64_t n) {
+    mfm__prefetch_data_ahead(tr, rows, i, n);
+    if (i + 1 < n) mfm__prefetch_row(tr->m, tr->d, rows[i + 1]);
 }
 
 /* y += c x over k values, four lanes at a time. */
@@ -4056,7 +4070,7 @@ MFM__NOINLINE static void mfm__fwfm_pair_gradients(const mfm__trainer *tr, mfm__
     const uint32_t *const stamps = own_r->stamp, *const index = own_r->index;
     const float *const x = row->x, *const *const v = wk->row_v;
     float *const sums = own_r->g + c, *const dots = wk->pair_weight; /* a's with its partners */
-    uint32_t *const partner = wk->owned + z; /* a's partners b > a whose pair this worker owns */
+    uint32_t *const partner = wk->partner; /* a's partners b > a whose pair this worker owns */
     uint64_t *const pairs = wk->pair_ids;
     const int dense = mfm__fwfm_dense(m, row);
     uint64_t a, i;
@@ -4090,9 +4104,8 @@ MFM__NOINLINE static void mfm__fwfm_pair_gradients(const mfm__trainer *tr, mfm__
    worker `me` owns. Within a row, a coordinate receives its terms in the order of the partner
    non-zero, which is the order the in-place path uses; mfm__gradient_room made room for the
    row's first touches. */
-static void mfm__gradient_row(const mfm__trainer *tr, mfm__worker *wk, int me, uint32_t c, const mfm__row *row, uint32_t n_owned, float g,
-                             const float *sum) {
-    const uint32_t *owned = wk->owned; /* the row's non-zeros whose feature this worker owns, in order */
+static void mfm__gradient_row(const mfm__trainer *tr, mfm__worker *wk, int me, uint32_t c, const mfm__row *row, const uint32_t *owned, uint32_t n_owned,
+                             float g, const float *sum) {
     const mfm_model *m = tr->m;
     const int k = m->k, pairs_only = m->params.pairs_only;
     const uint32_t F = m->n_fields, C = m->n_classes, stamp = tr->stamp_batch;
@@ -4228,10 +4241,7 @@ static void mfm__fwfm_row_update(const mfm__trainer *tr, mfm__worker *wk, uint32
     const float **const v = wk->row_v;
     float **const blk = wk->one_blk, *const gr = wk->one_g;
     uint64_t a, n_r = 0;
-    for (a = 0; a < z; a++) {
-        v[a] = mfm__block(m, MFM_TENSOR_V, c, row->feat[a]);
-        wk->owned[a] = a;
-    }
+    for (a = 0; a < z; a++) v[a] = mfm__block(m, MFM_TENSOR_V, c, row->feat[a]);
 #if defined(MFM__AVX)
     if (tr->opt.wide && tr->opt.kind == MFM_OPTIMIZER_ADAGRAD && rs == 2 && mfm__fwfm_dense(m, row))
         mfm__fwfm_dense_r_adagrad(&tr->opt, (float *)r, z, x, dot, g, l2v);
@@ -4406,9 +4416,7 @@ static void mfm__score_task(void *ctx, int index) {
     mfm__share(tr->n_batch, tr->n_workers, index, &lo, &hi);
     for (q = lo; q < hi; q++) {
         const mfm__row row = mfm__get_row(tr->m, tr->d, tr->rows[q], tr->ones, wk->scaled);
-        uint32_t j;
         mfm__prefetch_ahead(tr, tr->rows, q, hi);
-        for (j = 0; tr->nz_owner && j < row.z; j++) tr->nz_owner[tr->batch_nz[q] + j] = (uint16_t)mfm__owner(row.feat[j], tr->n_workers);
         mfm__row_loss(tr, wk, tr->rows[q], &row, tr->dlds + q * C, tr->sums ? tr->sums + q * C * k : wk->sum, NULL);
     }
 }
@@ -4432,26 +4440,53 @@ static int mfm__gradient_room(const mfm__trainer *tr, mfm__worker *wk, const mfm
     }
 }
 
-/* Step 2: every row of the batch, in order, for the coordinates this worker owns. */
+/* The non-zeros of data row r whose feature worker `me` of several owns, listed in `owned`
+   without a branch; returns how many. Their w and (FM, FwFM) v are asked for at once: the row
+   was scored by any worker, so they are seldom in this core's cache. Only the owned ones, for
+   the lines of the others are the other workers' to write. */
+static uint32_t mfm__list_owned(const mfm__trainer *tr, uint64_t r, int me, uint32_t *owned) {
+    const mfm_model *m = tr->m;
+    const uint64_t lo = tr->d->row_offsets[r], z = tr->d->row_offsets[r + 1] - lo;
+    const uint32_t *const feat = tr->d->features + lo;
+    const int v = !m->params.linear_only && m->params.model != MFM_MODEL_FFM;
+    uint32_t a, n = 0, c;
+    for (a = 0; a < z; a++) {
+        owned[n] = a;
+        n += mfm__owner(feat[a], tr->n_workers) == me;
+    }
+    for (c = 0; c < m->n_classes; c++)
+        for (a = 0; a < n; a++) {
+            MFM__PREFETCH(mfm__block(m, MFM_TENSOR_W, c, feat[owned[a]]));
+            if (v) MFM__PREFETCH(mfm__block(m, MFM_TENSOR_V, c, feat[owned[a]]));
+        }
+    return n;
+}
+
+/* Step 2: every row of the batch, in order, for the coordinates this worker owns. With several
+   workers the next row's owned non-zeros are listed (and their parameters asked for) while this
+   row's are summed; one worker owns all, and wk->owned lists 0, 1, 2, ... */
 static void mfm__gradient_task(void *ctx, int index) {
     const mfm__trainer *tr = (const mfm__trainer *)ctx;
     mfm__worker *wk = &tr->workers[index];
-    const uint64_t C = tr->m->n_classes, k = (uint64_t)tr->m->k;
+    const uint64_t C = tr->m->n_classes, k = (uint64_t)tr->m->k, n = tr->n_batch;
+    uint32_t *owned = wk->owned, *next = wk->owned_next, n_next = 0;
     uint64_t q;
     uint32_t c;
     int t;
     for (t = 0; t < MFM_TENSOR_COUNT; t++) wk->own[t].n = 0;
     wk->failed = 0;
-    for (q = 0; q < tr->n_batch && !wk->failed; q++) {
+    if (tr->n_workers > 1 && n > 0) n_next = mfm__list_owned(tr, tr->rows[0], index, next);
+    for (q = 0; q < n && !wk->failed; q++) {
         const mfm__row row = mfm__get_row(tr->m, tr->d, tr->rows[q], tr->ones, wk->scaled);
-        const uint16_t *owner = tr->nz_owner ? tr->nz_owner + tr->batch_nz[q] : NULL;
-        uint32_t a, n_owned = 0;
-        for (a = 0; a < row.z; a++) { /* the non-zeros this worker owns, listed without a branch */
-            wk->owned[n_owned] = a;
-            n_owned += !owner || owner[a] == index;
+        uint32_t n_owned = row.z;
+        mfm__prefetch_data_ahead(tr, tr->rows, q, n);
+        if (tr->n_workers > 1) {
+            uint32_t *const listed = next;
+            next = owned, owned = listed, n_owned = n_next;
+            if (q + 1 < n) n_next = mfm__list_owned(tr, tr->rows[q + 1], index, next);
         }
         if ((wk->failed = !mfm__gradient_room(tr, wk, &row, n_owned)) != 0) break;
-        for (c = 0; c < C; c++) mfm__gradient_row(tr, wk, index, c, &row, n_owned, tr->dlds[q * C + c], tr->sums ? tr->sums + (q * C + c) * k : NULL);
+        for (c = 0; c < C; c++) mfm__gradient_row(tr, wk, index, c, &row, owned, n_owned, tr->dlds[q * C + c], tr->sums ? tr->sums + (q * C + c) * k : NULL);
     }
 }
 
@@ -4568,8 +4603,6 @@ static void mfm__trainer_free(mfm__trainer *tr) {
     MFM_FREE(tr->dlds);
     MFM_FREE(tr->sums);
     MFM_FREE(tr->field_stamp);
-    MFM_FREE(tr->batch_nz);
-    MFM_FREE(tr->nz_owner);
     MFM_FREE(tr->pair_owner);
     MFM_FREE(tr->class_weights);
     MFM_FREE((void *)tr->ones);
@@ -4661,9 +4694,12 @@ static int mfm__trainer_init(mfm__trainer *tr, mfm_model *m, const mfm_csr *d, c
         }
         wk->one_blk = (float **)mfm__alloc(MFM__MAX_SIMPLE_NNZ * MFM__MAX_SIMPLE_NNZ / 2, sizeof(float *));
         wk->one_g = (float *)mfm__alloc(MFM__MAX_SIMPLE_NNZ * MFM__MAX_SIMPLE_NNZ / 2, sizeof(float));
-        wk->owned = (uint32_t *)mfm__alloc(2 * (uint64_t)info->max_row_nnz, sizeof(uint32_t));
+        wk->owned = (uint32_t *)mfm__alloc(3 * (uint64_t)info->max_row_nnz, sizeof(uint32_t));
         wk->entry = (uint32_t *)mfm__alloc(info->max_row_nnz, sizeof(uint32_t));
         if (!wk->dlds || !wk->sum || !wk->score || !wk->prob || !wk->scaled || !wk->row_g || !wk->one_blk || !wk->one_g || !wk->owned || !wk->entry) return 0;
+        wk->owned_next = wk->owned + info->max_row_nnz;
+        wk->partner = wk->owned + 2 * (uint64_t)info->max_row_nnz;
+        for (r = 0; r < info->max_row_nnz; r++) wk->owned[r] = (uint32_t)r;
     }
     return 1;
 }
@@ -4696,15 +4732,6 @@ static mfm_status mfm__pass(mfm__trainer *tr, mfm__pool *pool, const uint64_t *r
                 for (t = 0; t < MFM_TENSOR_COUNT; t++)
                     if (tr->workers[w].own[t].stamp) memset(tr->workers[w].own[t].stamp, 0, (tr->workers[w].own[t].mask + 1) * sizeof(uint32_t));
             tr->stamp_batch = 1;
-        }
-        if (tr->n_workers > 1) { /* where each row's owners go */
-            uint64_t q, nz = 0;
-            if (!mfm__reserve((void **)&tr->batch_nz, &tr->cap_batch_nz, tr->n_batch, sizeof(uint64_t))) return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for a batch");
-            for (q = 0; q < tr->n_batch; q++) {
-                tr->batch_nz[q] = nz;
-                nz += tr->d->row_offsets[tr->rows[q] + 1] - tr->d->row_offsets[tr->rows[q]];
-            }
-            if (!mfm__reserve((void **)&tr->nz_owner, &tr->cap_nz_owner, nz, sizeof(uint16_t))) return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for a batch");
         }
         mfm__pool_run(pool, mfm__score_task, tr);
         mfm__pool_run(pool, mfm__gradient_task, tr);
