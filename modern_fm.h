@@ -3289,7 +3289,7 @@ MFM__AVX_INLINE static __m128 mfm__dots4_wide(const float *a, const float *b0, c
             if (!(KEEP)) continue;                                                                                                \
             mfm__f4_store(w, w4);                                                                                                 \
             mfm__f4_store(d, d4);                                                                                                 \
-            for (j = 0; j < n; j++) wa[b + j] = keep[(b + j) * z + a] = w[j], da[b + j] = d[j];                                   \
+            for (j = 0; j < n; j++) wa[b + j] = col[j * z] = w[j], da[b + j] = d[j];                                                \
         }                                                                                                                         \
     }                                                                                                                             \
     return mfm__f4_sum(acc4);
@@ -3871,6 +3871,12 @@ static float *mfm__own_like_w(mfm__coords *o, uint32_t w_entry, uint64_t id, uin
    fetches the span of each feature's vectors that the row's fields cover, line by line.
    The prefetching functions are inlined: GCC takes a function that does nothing but prefetch
    for one without effects and drops every call to it. */
+/* Feature id's w and (FM, FwFM) v in class c. */
+MFM__INLINE static void mfm__prefetch_feature(const mfm_model *m, uint32_t c, uint32_t id) {
+    MFM__PREFETCH(mfm__block(m, MFM_TENSOR_W, c, id));
+    if (!m->params.linear_only && m->params.model != MFM_MODEL_FFM) MFM__PREFETCH(mfm__block(m, MFM_TENSOR_V, c, id));
+}
+
 MFM__INLINE static void mfm__prefetch_row(const mfm_model *m, const mfm_csr *d, uint64_t r) {
     const uint64_t lo = d->row_offsets[r], hi = d->row_offsets[r + 1];
     uint64_t j, span = 0, first = 0;
@@ -3887,15 +3893,10 @@ MFM__INLINE static void mfm__prefetch_row(const mfm_model *m, const mfm_csr *d, 
     }
     for (c = 0; c < m->n_classes; c++)
         for (j = lo; j < hi; j++) {
-            MFM__PREFETCH(mfm__block(m, MFM_TENSOR_W, c, d->features[j]));
-            if (m->params.linear_only) continue;
-            if (m->params.model != MFM_MODEL_FFM) {
-                MFM__PREFETCH(mfm__block(m, MFM_TENSOR_V, c, d->features[j]));
-            } else {
-                const char *p = (const char *)mfm__block(m, MFM_TENSOR_V, c, (uint64_t)d->features[j] * m->n_fields + first);
-                uint64_t at;
-                for (at = 0; at < span; at += 64) MFM__PREFETCH(p + at);
-            }
+            uint64_t at;
+            mfm__prefetch_feature(m, c, d->features[j]);
+            for (at = 0; at < span; at += 64) /* FFM: the row's fields' slots */
+                MFM__PREFETCH((const char *)mfm__block(m, MFM_TENSOR_V, c, (uint64_t)d->features[j] * m->n_fields + first) + at);
         }
 }
 
@@ -4445,20 +4446,15 @@ static int mfm__gradient_room(const mfm__trainer *tr, mfm__worker *wk, const mfm
    was scored by any worker, so they are seldom in this core's cache. Only the owned ones, for
    the lines of the others are the other workers' to write. */
 static uint32_t mfm__list_owned(const mfm__trainer *tr, uint64_t r, int me, uint32_t *owned) {
-    const mfm_model *m = tr->m;
     const uint64_t lo = tr->d->row_offsets[r], z = tr->d->row_offsets[r + 1] - lo;
     const uint32_t *const feat = tr->d->features + lo;
-    const int v = !m->params.linear_only && m->params.model != MFM_MODEL_FFM;
     uint32_t a, n = 0, c;
     for (a = 0; a < z; a++) {
         owned[n] = a;
         n += mfm__owner(feat[a], tr->n_workers) == me;
     }
-    for (c = 0; c < m->n_classes; c++)
-        for (a = 0; a < n; a++) {
-            MFM__PREFETCH(mfm__block(m, MFM_TENSOR_W, c, feat[owned[a]]));
-            if (v) MFM__PREFETCH(mfm__block(m, MFM_TENSOR_V, c, feat[owned[a]]));
-        }
+    for (c = 0; c < tr->m->n_classes; c++)
+        for (a = 0; a < n; a++) mfm__prefetch_feature(tr->m, c, feat[owned[a]]);
     return n;
 }
 
