@@ -56,7 +56,7 @@ struct mfm_train_args {
     const float *weights;        /* 0: every row weighs 1 */
     const mfm_u64 *rows;         /* batch row q is rows[q]; 0: row first + q (a streamed chunk) */
     float *table[4];             /* W0, W, V, R (0 where the model has none) */
-    void *grad[4];               /* gradient sums [class][block][len]: float, or mfm_exact */
+    void *grad[4];               /* gradient sums [class][block][len]: float, or exact (mfm_sums) */
     mfm_u32 *mark[2];            /* per feature, per entry of R: the stamp of the last batch that touched it */
     mfm_u64 *list[2];            /* the features and entries of R this batch touched, in no particular order */
     mfm_u64 *field_mask;         /* FFM: per feature mask_words words; bit g: its block of field g is touched */
@@ -66,7 +66,7 @@ struct mfm_train_args {
     mfm_u32 *tally;              /* gather: [2][2] the batch's non-zeros and chunks, for even and odd batches */
     mfm_u64 *occ_list;           /* gather: the batch's non-zeros feature by feature, each as row q << 32 | its place in the row */
     mfm_batch_row *batch_rows;   /* gather: n_batch */
-    void *spill;                 /* gather: V's exact sums (mfm_exact) of the features that span several chunks */
+    void *spill;                 /* gather: V's exact sums (mfm_sums) of the features that span several chunks */
     mfm_u64 *count;              /* [2][2]: how many are listed, for even and odd batches */
     float *dlds;                 /* n_batch x C: weight * dL/ds */
     float *scores;               /* n_batch x C */
@@ -89,17 +89,28 @@ struct mfm_train_args {
 
 /* ---- the two kinds of gradient sums ---- */
 
-struct mfm_exact {
+/* A table of n gradient sums: n floats, or n exact sums kept as two arrays of n words, every
+   sum's low word and then every sum's high word. The lanes of a row add to neighbouring sums
+   together, and the L2 does an atomic instruction's work by the cache sector: low words side
+   by side take half the sectors that (low, high) pairs took, and the H100 did twice the 64-bit
+   atomics a second (a row's 16 lanes adding to 39 features' factors: 134M -> 265M rows/s). */
+struct mfm_sums {
+    void *at;
+    mfm_u64 n;
+};
+
+struct mfm_exact { /* one exact value as a thread holds it */
     mfm_u64 lo, hi; /* two's complement, units of 2^-64 */
 };
 
-/* s += (hi, lo): the carry out of the low word goes into the high one. */
-__device__ __forceinline__ void mfm_exact_add_parts(mfm_exact *s, mfm_u64 lo, mfm_u64 hi) {
+/* The sum whose low word is at s (its high word n words on) += (hi, lo): the carry out of the
+   low word goes into the high one. */
+__device__ __forceinline__ void mfm_exact_add_parts(mfm_u64 *s, mfm_u64 n, mfm_u64 lo, mfm_u64 hi) {
     if (lo) {
-        const mfm_u64 old = atomicAdd(&s->lo, lo);
+        const mfm_u64 old = atomicAdd(s, lo);
         hi += old + lo < old;
     }
-    if (hi) atomicAdd(&s->hi, hi);
+    if (hi) atomicAdd(s + n, hi);
 }
 
 /* v in units of 2^-64, its magnitude cut below 2^-64 (the same cut in every run). */
@@ -113,93 +124,91 @@ __device__ __forceinline__ mfm_exact mfm_exact_of(float v) {
     return x;
 }
 
-__device__ __forceinline__ void mfm_exact_add(mfm_exact *s, float v) {
-    const mfm_exact x = mfm_exact_of(v);
-    mfm_exact_add_parts(s, x.lo, x.hi);
-}
-
-/* *s[u] += v[u], u = 0 .. N-1: the N low words' additions first, so that their answers (the
-   carries) are awaited together, not one after another; then the high words'. */
+/* The sums whose low words are at s[u] receive v[u], u = 0 .. N-1: the N low words' additions
+   first, so that their answers (the carries) are awaited together, not one after another; then
+   the high words'. */
 template <int N>
-__device__ __forceinline__ void mfm_exact_add_n(mfm_exact *const *s, const float *v) {
+__device__ __forceinline__ void mfm_exact_add_n(mfm_u64 *const *s, mfm_u64 n, const float *v) {
     mfm_exact x[N];
     mfm_u64 old[N];
 #pragma unroll
     for (int u = 0; u < N; u++) x[u] = mfm_exact_of(v[u]);
 #pragma unroll
-    for (int u = 0; u < N; u++) old[u] = x[u].lo ? atomicAdd(&s[u]->lo, x[u].lo) : 0;
+    for (int u = 0; u < N; u++) old[u] = x[u].lo ? atomicAdd(s[u], x[u].lo) : 0;
 #pragma unroll
     for (int u = 0; u < N; u++) {
         x[u].hi += old[u] + x[u].lo < old[u];
-        if (x[u].hi) atomicAdd(&s[u]->hi, x[u].hi);
+        if (x[u].hi) atomicAdd(s[u] + n, x[u].hi);
     }
 }
 
-/* s[0 .. 3] += v */
-__device__ __forceinline__ void mfm_exact_add4(mfm_exact *s, float4 v) {
-    mfm_exact *const at[4] = {s, s + 1, s + 2, s + 3};
-    const float f[4] = {v.x, v.y, v.z, v.w};
-    mfm_exact_add_n<4>(at, f);
-}
-
-/* s += x where no other thread adds to s meanwhile. */
-__device__ __forceinline__ void mfm_exact_put(mfm_exact *s, const mfm_exact &x) {
-    const mfm_u64 lo = s->lo + x.lo;
-    s->hi += x.hi + (lo < x.lo);
-    s->lo = lo;
+/* x += y where no other thread adds to x meanwhile. */
+__device__ __forceinline__ void mfm_exact_put(mfm_exact *x, const mfm_exact &y) {
+    const mfm_u64 lo = x->lo + y.lo;
+    x->hi += y.hi + (lo < y.lo);
+    x->lo = lo;
 }
 
 __device__ __forceinline__ double mfm_exact_value(const mfm_exact &s) {
     return (double)(long long)s.hi + (double)s.lo * 5.421010862427522170e-20; /* 2^-64 */
 }
 
+/* Sum i of s receives v. */
 template <bool EXACT>
-__device__ __forceinline__ void mfm_add(void *grad, mfm_u64 i, float v) {
-    if (EXACT)
-        mfm_exact_add(static_cast<mfm_exact *>(grad) + i, v);
-    else
-        atomicAdd(static_cast<float *>(grad) + i, v);
+__device__ __forceinline__ void mfm_add(const mfm_sums &s, mfm_u64 i, float v) {
+    if (EXACT) {
+        const mfm_exact x = mfm_exact_of(v);
+        mfm_exact_add_parts(static_cast<mfm_u64 *>(s.at) + i, s.n, x.lo, x.hi);
+    } else {
+        atomicAdd(static_cast<float *>(s.at) + i, v);
+    }
 }
 
 /* Four consecutive sums from i (a multiple of 4) receive v: fast sums with one vector atomic
    where the GPU has them (sm_90 on), exact sums four at a time. */
 template <bool EXACT>
-__device__ __forceinline__ void mfm_add4(void *grad, mfm_u64 i, float4 v) {
+__device__ __forceinline__ void mfm_add4(const mfm_sums &s, mfm_u64 i, float4 v) {
     if (EXACT) {
-        mfm_exact_add4(static_cast<mfm_exact *>(grad) + i, v);
+        mfm_u64 *const w = static_cast<mfm_u64 *>(s.at) + i, *const at[4] = {w, w + 1, w + 2, w + 3};
+        const float f[4] = {v.x, v.y, v.z, v.w};
+        mfm_exact_add_n<4>(at, s.n, f);
     } else {
 #if __CUDA_ARCH__ >= 900
-        atomicAdd(reinterpret_cast<float4 *>(static_cast<float *>(grad) + i), v);
+        atomicAdd(reinterpret_cast<float4 *>(static_cast<float *>(s.at) + i), v);
 #else
-        float *g = static_cast<float *>(grad) + i;
+        float *g = static_cast<float *>(s.at) + i;
         atomicAdd(g, v.x), atomicAdd(g + 1, v.y), atomicAdd(g + 2, v.z), atomicAdd(g + 3, v.w);
 #endif
     }
 }
 
-/* A sum, which goes back to zero for the next batch. */
+/* Sum i of s, which goes back to zero for the next batch. */
 template <bool EXACT>
-__device__ __forceinline__ float mfm_take(void *grad, mfm_u64 i) {
-    if (EXACT) { /* both words with one 16-byte request each way (the table starts on 256 bytes) */
-        ulonglong2 *s = reinterpret_cast<ulonglong2 *>(static_cast<mfm_exact *>(grad) + i);
-        const ulonglong2 w = *s;
-        const mfm_exact sum = {w.x, w.y};
-        *s = make_ulonglong2(0, 0);
+__device__ __forceinline__ float mfm_take(const mfm_sums &s, mfm_u64 i) {
+    if (EXACT) {
+        mfm_u64 *w = static_cast<mfm_u64 *>(s.at) + i;
+        const mfm_exact sum = {w[0], w[s.n]};
+        w[0] = w[s.n] = 0;
         return (float)mfm_exact_value(sum);
     }
-    float *g = static_cast<float *>(grad) + i;
+    float *g = static_cast<float *>(s.at) + i;
     const float v = *g;
     *g = 0;
     return v;
 }
 
-/* Four sums from i (a multiple of 4), which go back to zero. */
+/* Four sums from i (a multiple of 4, as n is then), which go back to zero: each array's four
+   words with two 16-byte requests each way (the table starts on 256 bytes). */
 template <bool EXACT>
-__device__ __forceinline__ void mfm_take4(void *grad, mfm_u64 i, float *out) {
+__device__ __forceinline__ void mfm_take4(const mfm_sums &s, mfm_u64 i, float *out) {
     if (EXACT) {
-        for (int u = 0; u < 4; u++) out[u] = mfm_take<EXACT>(grad, i + u);
+        ulonglong2 *lo = reinterpret_cast<ulonglong2 *>(static_cast<mfm_u64 *>(s.at) + i), *hi = reinterpret_cast<ulonglong2 *>(static_cast<mfm_u64 *>(s.at) + i + s.n);
+        const ulonglong2 l[2] = {lo[0], lo[1]}, h[2] = {hi[0], hi[1]};
+        const mfm_exact sum[4] = {{l[0].x, h[0].x}, {l[0].y, h[0].y}, {l[1].x, h[1].x}, {l[1].y, h[1].y}};
+        lo[0] = lo[1] = hi[0] = hi[1] = make_ulonglong2(0, 0);
+        for (int u = 0; u < 4; u++) out[u] = (float)mfm_exact_value(sum[u]);
     } else {
-        float4 *g = reinterpret_cast<float4 *>(static_cast<float *>(grad) + i);
+        float4 *g = reinterpret_cast<float4 *>(static_cast<float *>(s.at) + i);
         const float4 v = *g;
         *g = make_float4(0, 0, 0, 0);
         out[0] = v.x, out[1] = v.y, out[2] = v.z, out[3] = v.w;
@@ -223,6 +232,12 @@ __device__ __forceinline__ float *mfm_block(const mfm_train_args &a, int t, mfm_
 /* Where coordinate j of block b of class c keeps its gradient sum. */
 __device__ __forceinline__ mfm_u64 mfm_grad_at(const mfm_train_args &a, int t, mfm_u32 c, mfm_u64 b, mfm_u32 j) {
     return (c * a.n_blocks[t] + b) * a.len[t] + j;
+}
+
+/* Tensor t's gradient sums: a sum for each coordinate of each block of each class. */
+__device__ __forceinline__ mfm_sums mfm_sums_of(const mfm_train_args &a, int t) {
+    const mfm_sums s = {a.grad[t], (mfm_u64)a.n_classes * a.n_blocks[t] * a.len[t]};
+    return s;
 }
 
 /* Lists feature or entry x (what: MFM_FEATURES, MFM_PAIRS) on its first touch in this batch.
@@ -368,11 +383,12 @@ template <bool EXACT>
 __device__ __forceinline__ void mfm_add_r(const mfm_train_args &a, mfm_u32 c, mfm_u64 e, float v, bool first_class) {
     const mfm_u64 FF = (mfm_u64)a.n_fields * a.n_fields;
     if (!a.r_shared) {
-        mfm_add<EXACT>(a.grad[MFM_R], mfm_grad_at(a, MFM_R, c, e, 0), v);
+        mfm_add<EXACT>(mfm_sums_of(a, MFM_R), mfm_grad_at(a, MFM_R, c, e, 0), v);
         if (first_class) mfm_touch(a, MFM_PAIRS, e);
         return;
     }
-    mfm_add<EXACT>(mfm_r_stage, c * FF + e, v);
+    const mfm_sums stage = {mfm_r_stage, a.n_classes * FF};
+    mfm_add<EXACT>(stage, c * FF + e, v);
     if (first_class) mfm_r_touched<EXACT>(a)[e] = 1;
 }
 
@@ -389,7 +405,7 @@ __device__ void mfm_train_gradients(const mfm_train_args &a, mfm_u32 c, const mf
     }
     for (mfm_u32 i = lane; i < row.z; i += a.group) { /* pairs_only: w is touched, its gradient is 0 */
         const mfm_u32 f = a.features[row.lo + i];
-        mfm_add<EXACT>(a.grad[MFM_W], mfm_grad_at(a, MFM_W, c, f, 0), a.pairs_only ? 0.0f : g * mfm_x(a, row.lo + i, row.scale));
+        mfm_add<EXACT>(mfm_sums_of(a, MFM_W), mfm_grad_at(a, MFM_W, c, f, 0), a.pairs_only ? 0.0f : g * mfm_x(a, row.lo + i, row.scale));
         if (first_class) mfm_touch(a, MFM_FEATURES, f);
         if (EXACT && first_class && a.gather) atomicAdd(a.occ + f, 1u);
     }
@@ -403,14 +419,15 @@ __device__ void mfm_train_gradients(const mfm_train_args &a, mfm_u32 c, const mf
                 const mfm_u32 i = item / per, t = (item - i * per) * 4, f = a.features[row.lo + i];
                 const float x = mfm_x(a, row.lo + i, row.scale), gx = g * x;
                 const float4 v = *reinterpret_cast<const float4 *>(mfm_block(a, MFM_V, c, f) + t), s = *reinterpret_cast<const float4 *>(sum + t);
-                mfm_add4<EXACT>(a.grad[MFM_V], mfm_grad_at(a, MFM_V, c, f, t), make_float4(gx * (s.x - v.x * x), gx * (s.y - v.y * x), gx * (s.z - v.z * x), gx * (s.w - v.w * x)));
+                mfm_add4<EXACT>(mfm_sums_of(a, MFM_V), mfm_grad_at(a, MFM_V, c, f, t), make_float4(gx * (s.x - v.x * x), gx * (s.y - v.y * x), gx * (s.z - v.z * x), gx * (s.w - v.w * x)));
             }
         } else if (EXACT) { /* a lane takes factor t of N non-zeros at a time: their low words' atomics go out together */
             constexpr int N = 4; /* Criteo at batch 256: k = 4 53 % -> 69 % of the fast mode, k = 16 50 % -> 63 % (two: 64 %, 60 %; eight spilled) */
+            const mfm_sums sums = mfm_sums_of(a, MFM_V);
             for (mfm_u32 t = lane; t < a.k; t += a.group) {
                 const float st = sum[t];
                 for (mfm_u32 i = 0; i < row.z; i += N) { /* past the row's end: a 0 to the first sum, which adds nothing */
-                    mfm_exact *at[N];
+                    mfm_u64 *at[N];
                     float d[N];
 #pragma unroll
                     for (int u = 0; u < N; u++) {
@@ -418,17 +435,17 @@ __device__ void mfm_train_gradients(const mfm_train_args &a, mfm_u32 c, const mf
                         const mfm_u64 nz = row.lo + (in ? i + u : i);
                         const mfm_u32 f = a.features[nz];
                         const float x = mfm_x(a, nz, row.scale), gx = g * x;
-                        at[u] = static_cast<mfm_exact *>(a.grad[MFM_V]) + mfm_grad_at(a, MFM_V, c, f, t);
+                        at[u] = static_cast<mfm_u64 *>(sums.at) + mfm_grad_at(a, MFM_V, c, f, t);
                         d[u] = in ? gx * (st - mfm_block(a, MFM_V, c, f)[t] * x) : 0.0f;
                     }
-                    mfm_exact_add_n<N>(at, d);
+                    mfm_exact_add_n<N>(at, sums.n, d);
                 }
             }
         } else {
             for (mfm_u32 i = 0; i < row.z; i++) {
                 const mfm_u32 f = a.features[row.lo + i];
                 const float x = mfm_x(a, row.lo + i, row.scale), gx = g * x, *v = mfm_block(a, MFM_V, c, f);
-                for (mfm_u32 t = lane; t < a.k; t += a.group) mfm_add<EXACT>(a.grad[MFM_V], mfm_grad_at(a, MFM_V, c, f, t), gx * (sum[t] - v[t] * x));
+                for (mfm_u32 t = lane; t < a.k; t += a.group) mfm_add<EXACT>(mfm_sums_of(a, MFM_V), mfm_grad_at(a, MFM_V, c, f, t), gx * (sum[t] - v[t] * x));
             }
         }
         return;
@@ -450,7 +467,7 @@ __device__ void mfm_train_gradients(const mfm_train_args &a, mfm_u32 c, const mf
                 }
 #pragma unroll
                 for (mfm_u32 u = 0; u < 8; u++)
-                    if (u < n) mfm_add<EXACT>(a.grad[MFM_V], mfm_grad_at(a, MFM_V, c, f, t0 + u), gx * acc[u]);
+                    if (u < n) mfm_add<EXACT>(mfm_sums_of(a, MFM_V), mfm_grad_at(a, MFM_V, c, f, t0 + u), gx * acc[u]);
             }
         }
     if (EXACT && a.gather) return; /* mfm_train_ffm_gather adds FFM's pair sums */
@@ -468,12 +485,12 @@ __device__ void mfm_train_gradients(const mfm_train_args &a, mfm_u32 c, const mf
 #pragma unroll
             for (; k % 4 == 0 && t < k; t += 4) { /* blocks and sums of k = 4n floats start on 16 bytes */
                 const float4 x = *reinterpret_cast<const float4 *>(va + t), y = *reinterpret_cast<const float4 *>(vb + t);
-                mfm_add4<EXACT>(a.grad[MFM_V], sums + sa * k + t, make_float4(coef * y.x, coef * y.y, coef * y.z, coef * y.w));
-                mfm_add4<EXACT>(a.grad[MFM_V], sums + sb * k + t, make_float4(coef * x.x, coef * x.y, coef * x.z, coef * x.w));
+                mfm_add4<EXACT>(mfm_sums_of(a, MFM_V), sums + sa * k + t, make_float4(coef * y.x, coef * y.y, coef * y.z, coef * y.w));
+                mfm_add4<EXACT>(mfm_sums_of(a, MFM_V), sums + sb * k + t, make_float4(coef * x.x, coef * x.y, coef * x.z, coef * x.w));
             }
             for (; t < k; t++) {
-                mfm_add<EXACT>(a.grad[MFM_V], sums + sa * k + t, coef * vb[t]);
-                mfm_add<EXACT>(a.grad[MFM_V], sums + sb * k + t, coef * va[t]);
+                mfm_add<EXACT>(mfm_sums_of(a, MFM_V), sums + sa * k + t, coef * vb[t]);
+                mfm_add<EXACT>(mfm_sums_of(a, MFM_V), sums + sb * k + t, coef * va[t]);
             }
         } else { /* r(f_a, f_b) receives coef <v_a, v_b> */
             const float dot = mfm_dot<K>(V + a.features[at] * stride, V + a.features[bt] * stride, k);
@@ -512,9 +529,9 @@ __device__ void mfm_train_rows(const mfm_train_args &a) {
             if (!touched[e]) continue;
             mfm_touch(a, MFM_PAIRS, e);
             for (mfm_u32 c = 0; c < C; c++) {
-                if (EXACT) {
-                    const mfm_exact s = reinterpret_cast<const mfm_exact *>(mfm_r_stage)[c * FF + e];
-                    mfm_exact_add_parts(static_cast<mfm_exact *>(a.grad[MFM_R]) + mfm_grad_at(a, MFM_R, c, e, 0), s.lo, s.hi);
+                if (EXACT) { /* the stage's low words, then its high words (mfm_sums) */
+                    const mfm_sums sums = mfm_sums_of(a, MFM_R);
+                    mfm_exact_add_parts(static_cast<mfm_u64 *>(sums.at) + mfm_grad_at(a, MFM_R, c, e, 0), sums.n, mfm_r_stage[c * FF + e], mfm_r_stage[(C + c) * FF + e]);
                 } else {
                     atomicAdd(static_cast<float *>(a.grad[MFM_R]) + mfm_grad_at(a, MFM_R, c, e, 0), reinterpret_cast<const float *>(mfm_r_stage)[c * FF + e]);
                 }
@@ -724,13 +741,14 @@ __device__ void mfm_train_ffm_gather(const mfm_train_args &a) {
         }
         const bool only = all <= a.chunk;
         float *grad = static_cast<float *>(a.grad[MFM_V]);
-        mfm_exact *spill = static_cast<mfm_exact *>(a.spill);
+        const mfm_sums spill = {a.spill, mfm_sums_of(a, MFM_V).n}; /* exact, like the rows kernel's */
+        mfm_u64 *spilled = static_cast<mfm_u64 *>(spill.at);
         for (mfm_u32 s = me; s < slots; s += 32) {
             const mfm_exact x = acc[s];
             if (!(x.lo | x.hi)) continue;
             const mfm_u64 at = mfm_gather_slot(a, feature, s);
             if (only) grad[at] = (float)mfm_exact_value(x); /* rounded as the exact step rounds it */
-            else mfm_exact_add_parts(spill + at, x.lo, x.hi);
+            else mfm_exact_add_parts(spilled + at, spill.n, x.lo, x.hi);
             acc[s].lo = acc[s].hi = 0;
         }
         if (only) {
@@ -746,12 +764,10 @@ __device__ void mfm_train_ffm_gather(const mfm_train_args &a) {
                 if (me == 0) a.occ[feature] = 0;
                 for (mfm_u32 s = me; s < slots; s += 32) {
                     const mfm_u64 at = mfm_gather_slot(a, feature, s);
-                    ulonglong2 *w = reinterpret_cast<ulonglong2 *>(spill + at);
-                    const ulonglong2 x = __ldcg(w);
-                    if (!(x.x | x.y)) continue;
-                    const mfm_exact sum = {x.x, x.y};
+                    const mfm_exact sum = {__ldcg(spilled + at), __ldcg(spilled + at + spill.n)};
+                    if (!(sum.lo | sum.hi)) continue;
                     grad[at] = (float)mfm_exact_value(sum);
-                    __stcg(w, make_ulonglong2(0, 0));
+                    __stcg(spilled + at, 0ull), __stcg(spilled + at + spill.n, 0ull);
                 }
             }
         }
@@ -845,18 +861,19 @@ __device__ __forceinline__ void mfm_step_block(const mfm_train_args &a, int t, m
     const mfm_u32 len = a.len[t];
     float *blk = mfm_block(a, t, c, b), g[8];
     const mfm_u64 at = mfm_grad_at(a, t, c, b, 0);
+    const mfm_sums sums = mfm_sums_of(a, t);
     mfm_u32 j = 0;
     for (; WIDE && len % 8 == 0 && j < len; j += 8) {
-        mfm_take4<EXACT>(a.grad[t], at + j, g);
-        mfm_take4<EXACT>(a.grad[t], at + j + 4, g + 4);
+        mfm_take4<EXACT>(sums, at + j, g);
+        mfm_take4<EXACT>(sums, at + j + 4, g + 4);
         mfm_step_run<8, OPT>(a, t, blk, len, j, g, rows);
     }
     for (; len % 4 == 0 && j < len; j += 4) {
-        mfm_take4<EXACT>(a.grad[t], at + j, g);
+        mfm_take4<EXACT>(sums, at + j, g);
         mfm_step_run<4, OPT>(a, t, blk, len, j, g, rows);
     }
     for (; j < len; j++) {
-        g[0] = mfm_take<EXACT>(a.grad[t], at + j);
+        g[0] = mfm_take<EXACT>(sums, at + j);
         mfm_step_run<1, OPT>(a, t, blk, len, j, g, rows);
     }
 }
@@ -951,12 +968,17 @@ __device__ __forceinline__ void mfm_item_look(const mfm_train_args &a, const mfm
         b = it.b * a.n_fields + it.field;
     }
     if (WIDE && !EXACT) return;
-    const mfm_u64 sum_bytes = EXACT && !(a.gather && it.t == MFM_V) ? sizeof(mfm_exact) : sizeof(float); /* the gather's sums are rounded */
+    const bool exact = EXACT && !(a.gather && it.t == MFM_V); /* the gather's sums are rounded */
+    const mfm_u64 word = exact ? 8 : 4, bytes = a.len[it.t] * word;
+    const mfm_sums sums = mfm_sums_of(a, it.t);
     for (mfm_u32 c = 0; c < a.n_classes; c++) {
+        const char *at = static_cast<const char *>(sums.at) + mfm_grad_at(a, it.t, c, b, 0) * word;
         mfm_prefetch(mfm_block(a, it.t, c, b), a.stride[it.t] * sizeof(float));
-        mfm_prefetch(static_cast<const char *>(a.grad[it.t]) + mfm_grad_at(a, it.t, c, b, 0) * sum_bytes, a.len[it.t] * sum_bytes);
+        mfm_prefetch(at, bytes);
+        if (exact) mfm_prefetch(at + sums.n * 8, bytes); /* the high words */
     }
 }
+
 
 /* Stage 3: whether the item has a block to step (FFM's v: whether its field's bit is set), and
    which block. */
