@@ -424,9 +424,10 @@ __device__ void mfm_train_gradients(const mfm_train_args &a, mfm_u32 c, const mf
         } else if (EXACT) { /* a lane takes factor t of N non-zeros at a time: their low words' atomics go out together */
             constexpr int N = 4; /* Criteo at batch 256: k = 4 53 % -> 69 % of the fast mode, k = 16 50 % -> 63 % (two: 64 %, 60 %; eight spilled) */
             const mfm_sums sums = mfm_sums_of(a, MFM_V);
-            for (mfm_u32 t = lane; t < a.k; t += a.group) {
+            const mfm_u32 ways = a.group >= 2 * k ? a.group / k : 1, way = ways > 1 ? lane / k : 0; /* lanes a factor takes (the host's group): each every ways-th N non-zeros */
+            for (mfm_u32 t = ways > 1 ? lane - way * k : lane; t < k && way < ways; t += ways > 1 ? k : a.group) {
                 const float st = sum[t];
-                for (mfm_u32 i = 0; i < row.z; i += N) { /* past the row's end: a 0 to the first sum, which adds nothing */
+                for (mfm_u32 i = way * N; i < row.z; i += ways * N) { /* past the row's end: a 0 to the first sum, which adds nothing */
                     mfm_u64 *at[N];
                     float d[N];
 #pragma unroll
@@ -967,7 +968,7 @@ __device__ __forceinline__ void mfm_item_look(const mfm_train_args &a, const mfm
         it.bits = __ldcg(it.word);
         b = it.b * a.n_fields + it.field;
     }
-    if (WIDE && !EXACT) return;
+    if (WIDE) return; /* wide kernels step fast sums only */
     const bool exact = EXACT && !(a.gather && it.t == MFM_V); /* the gather's sums are rounded */
     const mfm_u64 word = exact ? 8 : 4, bytes = a.len[it.t] * word;
     const mfm_sums sums = mfm_sums_of(a, it.t);
@@ -1068,16 +1069,23 @@ MFM_TRAIN_FFM_GATHER(_k4, 4)
 MFM_TRAIN_FFM_GATHER(_k8, 8)
 MFM_TRAIN_FFM_GATHER(_k16, 16)
 
-/* mfm_train_apply_{fast,exact}_{sgd,adagrad,adam,ftrl}{,_wide} (_wide: k a multiple of 8). The
-   narrow kernels may take 85 registers (three blocks a multiprocessor): at 64 they spilled, and
-   fast FFM k = 4 ran 2 % slower. */
-#define MFM_TRAIN_APPLY(sums, EXACT, opt, OPT)                                                                                                        \
-    extern "C" __global__ void __launch_bounds__(256, 3) mfm_train_apply_##sums##_##opt(const mfm_train_args a) { mfm_train_apply<EXACT, OPT, false>(a); } \
-    extern "C" __global__ void __launch_bounds__(256) mfm_train_apply_##sums##_##opt##_wide(const mfm_train_args a) { mfm_train_apply<EXACT, OPT, true>(a); }
+/* mfm_train_apply_{fast,exact}_{sgd,adagrad,adam,ftrl} and mfm_train_apply_fast_*_wide (_wide: k
+   a multiple of 8). The narrow kernels may take 85 registers (three blocks a multiprocessor): at
+   64 they spilled, and fast FFM k = 4 ran 2 % slower. Exact sums step narrow only: their wide
+   kernel took 104 registers, two blocks a multiprocessor, and waited on its reads (Nsight
+   Compute); narrow, deterministic FM k = 16 at batch 4096 ran 49 % -> 51 % of the fast mode. */
+#define MFM_TRAIN_APPLY(sums, EXACT, opt, OPT) \
+    extern "C" __global__ void __launch_bounds__(256, 3) mfm_train_apply_##sums##_##opt(const mfm_train_args a) { mfm_train_apply<EXACT, OPT, false>(a); }
+#define MFM_TRAIN_APPLY_WIDE(opt, OPT) \
+    extern "C" __global__ void __launch_bounds__(256) mfm_train_apply_fast_##opt##_wide(const mfm_train_args a) { mfm_train_apply<false, OPT, true>(a); }
 MFM_TRAIN_APPLY(fast, false, sgd, MFM_SGD)
 MFM_TRAIN_APPLY(fast, false, adagrad, MFM_ADAGRAD)
 MFM_TRAIN_APPLY(fast, false, adam, MFM_ADAM)
 MFM_TRAIN_APPLY(fast, false, ftrl, MFM_FTRL)
+MFM_TRAIN_APPLY_WIDE(sgd, MFM_SGD)
+MFM_TRAIN_APPLY_WIDE(adagrad, MFM_ADAGRAD)
+MFM_TRAIN_APPLY_WIDE(adam, MFM_ADAM)
+MFM_TRAIN_APPLY_WIDE(ftrl, MFM_FTRL)
 MFM_TRAIN_APPLY(exact, true, sgd, MFM_SGD)
 MFM_TRAIN_APPLY(exact, true, adagrad, MFM_ADAGRAD)
 MFM_TRAIN_APPLY(exact, true, adam, MFM_ADAM)
