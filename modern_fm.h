@@ -5884,7 +5884,7 @@ typedef struct mfm__gpu_device {
     mfm__cu_function fm, finish;
     mfm__cu_function pairs[2][4]; /* [FFM, FwFM][any k, k = 4, 8, 16] */
     mfm__cu_function train_rows[2][4];     /* [fast, exact][any k, k = 4, 8, 16] (kernels/train.cu) */
-    mfm__cu_function train_apply[2][4][2]; /* [fast, exact][SGD, AdaGrad, Adam, FTRL][k a multiple of 8: the _wide kernel, fast sums only] */
+    mfm__cu_function train_apply[2][4][2]; /* [fast, exact][SGD, AdaGrad, Adam, FTRL][k a multiple of 8: the _wide kernel] */
     mfm__cu_function train_list;           /* lists a large batch's features from a sweep of their marks */
     mfm__cu_function ffm_starts, ffm_place, ffm_gather[4]; /* deterministic FFM's gathered sums: gather [any k, k = 4, 8, 16] */
     int cc, sm_count;
@@ -6679,7 +6679,6 @@ static mfm_status mfm__gpu_device_ready_locked(int d, mfm_error *err) {
         for (i = 0; i < 24 && st == MFM_OK; i++) { /* rows [fast, exact][k], then apply [fast, exact][optimizer][narrow, wide] */
             static const char *const sums[2] = {"fast", "exact"}, *const optimizers[4] = {"sgd", "adagrad", "adam", "ftrl"};
             const int j = i - 8; /* the apply kernels' index */
-            if (j >= 8 && j % 2) continue; /* exact sums have no _wide step (kernels/train.cu) */
             mfm__cu_function *f = i < 8 ? &dev->train_rows[i / 4][i % 4] : &dev->train_apply[j / 8][j % 8 / 2][j % 2];
             if (i < 8)
                 snprintf(name, sizeof name, "mfm_train_rows_%s%s", sums[i / 4], ks[i % 4]);
@@ -7485,7 +7484,9 @@ static mfm_status mfm__gpu_fit_start(mfm__gpu_trainer **out, mfm_model *m, const
         for (a->group = 1; a->group < 32 && a->group < (uint32_t)m->k * (p->deterministic ? 2u : 1u);) a->group *= 2;
     g->rows_per_block = 256 / a->group;
     g->max_blocks = (unsigned)g->dev->sm_count * 8;
-    g->apply = g->dev->train_apply[p->deterministic][p->optimizer - MFM_OPTIMIZER_SGD][m->k % 8 == 0 && !p->deterministic];
+    /* _wide for k a multiple of 8; exact sums only in batches of 2^20 non-zeros or more: where
+       fewer blocks are touched the narrow kernel's occupancy hides more (kernels/train.cu) */
+    g->apply = g->dev->train_apply[p->deterministic][p->optimizer - MFM_OPTIMIZER_SGD][m->k % 8 == 0 && (!p->deterministic || batch_nnz >= ((uint64_t)1 << 20))];
     if (st == MFM_OK) { /* every block of the step kernel goes round the items: a second wave would wait for the first */
         int per_sm = 0;
         if ((r = mfm__cuda.cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, g->apply, 256, 0)) != 0)

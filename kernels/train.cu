@@ -968,7 +968,7 @@ __device__ __forceinline__ void mfm_item_look(const mfm_train_args &a, const mfm
         it.bits = __ldcg(it.word);
         b = it.b * a.n_fields + it.field;
     }
-    if (WIDE) return; /* wide kernels step fast sums only */
+    if (WIDE && !EXACT) return;
     const bool exact = EXACT && !(a.gather && it.t == MFM_V); /* the gather's sums are rounded */
     const mfm_u64 word = exact ? 8 : 4, bytes = a.len[it.t] * word;
     const mfm_sums sums = mfm_sums_of(a, it.t);
@@ -1069,23 +1069,18 @@ MFM_TRAIN_FFM_GATHER(_k4, 4)
 MFM_TRAIN_FFM_GATHER(_k8, 8)
 MFM_TRAIN_FFM_GATHER(_k16, 16)
 
-/* mfm_train_apply_{fast,exact}_{sgd,adagrad,adam,ftrl} and mfm_train_apply_fast_*_wide (_wide: k
-   a multiple of 8). The narrow kernels may take 85 registers (three blocks a multiprocessor): at
-   64 they spilled, and fast FFM k = 4 ran 2 % slower. Exact sums step narrow only: their wide
-   kernel took 104 registers, two blocks a multiprocessor, and waited on its reads (Nsight
-   Compute); narrow, deterministic FM k = 16 at batch 4096 ran 49 % -> 51 % of the fast mode. */
-#define MFM_TRAIN_APPLY(sums, EXACT, opt, OPT) \
-    extern "C" __global__ void __launch_bounds__(256, 3) mfm_train_apply_##sums##_##opt(const mfm_train_args a) { mfm_train_apply<EXACT, OPT, false>(a); }
-#define MFM_TRAIN_APPLY_WIDE(opt, OPT) \
-    extern "C" __global__ void __launch_bounds__(256) mfm_train_apply_fast_##opt##_wide(const mfm_train_args a) { mfm_train_apply<false, OPT, true>(a); }
+/* mfm_train_apply_{fast,exact}_{sgd,adagrad,adam,ftrl}{,_wide} (_wide: k a multiple of 8). The
+   narrow kernels may take 85 registers (three blocks a multiprocessor): at 64 they spilled, and
+   fast FFM k = 4 ran 2 % slower. The exact sums' wide kernel takes 104 (two blocks) and waits
+   on its reads (Nsight Compute): the host gives it large batches only (deterministic FM k = 16,
+   Criteo at batch 4096: narrow 49 % -> 51 % of the fast mode; at 65536 wide 52 %, narrow 49 %). */
+#define MFM_TRAIN_APPLY(sums, EXACT, opt, OPT)                                                                                                        \
+    extern "C" __global__ void __launch_bounds__(256, 3) mfm_train_apply_##sums##_##opt(const mfm_train_args a) { mfm_train_apply<EXACT, OPT, false>(a); } \
+    extern "C" __global__ void __launch_bounds__(256) mfm_train_apply_##sums##_##opt##_wide(const mfm_train_args a) { mfm_train_apply<EXACT, OPT, true>(a); }
 MFM_TRAIN_APPLY(fast, false, sgd, MFM_SGD)
 MFM_TRAIN_APPLY(fast, false, adagrad, MFM_ADAGRAD)
 MFM_TRAIN_APPLY(fast, false, adam, MFM_ADAM)
 MFM_TRAIN_APPLY(fast, false, ftrl, MFM_FTRL)
-MFM_TRAIN_APPLY_WIDE(sgd, MFM_SGD)
-MFM_TRAIN_APPLY_WIDE(adagrad, MFM_ADAGRAD)
-MFM_TRAIN_APPLY_WIDE(adam, MFM_ADAM)
-MFM_TRAIN_APPLY_WIDE(ftrl, MFM_FTRL)
 MFM_TRAIN_APPLY(exact, true, sgd, MFM_SGD)
 MFM_TRAIN_APPLY(exact, true, adagrad, MFM_ADAGRAD)
 MFM_TRAIN_APPLY(exact, true, adam, MFM_ADAM)

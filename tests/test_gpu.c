@@ -591,22 +591,25 @@ void test_gpu_train_ftrl_zeros(void) {
    model at a small and a large batch; the fast mode stays within tolerance of them. With 100
    features a batch of 1024 has about 90 non-zeros of each, more than one chunk (at most 32) of
    FFM's gather kernel, so most features' sums come from several warps. FFM runs twice more with 200 fields at k = 16, where a warp's sums
-   (200 x 16 x 16 bytes) do not fit shared memory and the rows kernel adds them with atomics. */
+   (200 x 16 x 16 bytes) do not fit shared memory and the rows kernel adds them with atomics. A
+   third batch of 2^17 rows (2^20 non-zeros) takes the exact sums' wide step kernel. */
 void test_gpu_train_deterministic(void) {
-    train_data t, wide;
+    train_data t, wide, huge;
     int im, big;
     if (!gpu_ready()) return;
     make_train_data(&t, 21, 3000, 100, 8, MFM_TASK_BINARY);
     make_train_data(&wide, 22, 1000, 2000, 200, MFM_TASK_BINARY);
+    make_train_data(&huge, 23, 1 << 17, 5000, 8, MFM_TASK_BINARY);
     for (im = MFM_MODEL_FM; im <= MFM_MODEL_FWFM + 1; im++)
-        for (big = 0; big < 2; big++) {
+        for (big = 0; big < 3; big++) {
             const int many_fields = im > MFM_MODEL_FWFM;
-            train_data *d = many_fields ? &wide : &t;
+            train_data *d = big == 2 ? &huge : many_fields ? &wide : &t;
             mfm_params p;
             mfm_model *a, *b, *fast;
             memset(&p, 0, sizeof p);
             p.model = many_fields ? MFM_MODEL_FFM : (mfm_model_type)im, p.k = many_fields ? 16 : 8;
-            p.batch_size = big ? 1024 : 32, p.n_epochs = 3, p.learning_rate = many_fields ? 0.01 : 0.1, p.deterministic = 1;
+            if (many_fields && big == 2) continue;
+            p.batch_size = big == 2 ? 1 << 17 : big ? 1024 : 32, p.n_epochs = big == 2 ? 2 : 3, p.learning_rate = many_fields ? 0.01 : 0.1, p.deterministic = 1;
             a = train_on(p, MFM_BACKEND_CUDA, &d->g.d);
             b = train_on(p, MFM_BACKEND_CUDA, &d->g.d);
             p.deterministic = 0;
@@ -621,6 +624,7 @@ void test_gpu_train_deterministic(void) {
         }
     free_train_data(&t);
     free_train_data(&wide);
+    free_train_data(&huge);
 }
 
 /* Both ways a batch lists the features it touched (kernels/train.cu): with 2 rows of about 20
