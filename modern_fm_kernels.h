@@ -1321,7 +1321,6 @@ static const char *const mfm__kernel_chunks[] = {
     "    }\n"
     "}\n"
     "\n"
-    "\n"
     "/* Stage 3: whether the item has a block to step (FFM's v: whether its field's bit is set), and\n"
     "   which block. */\n"
     "__device__ __forceinline__ bool mfm_item_block(const mfm_train_args &a, mfm_item &it) {\n"

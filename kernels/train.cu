@@ -980,7 +980,6 @@ __device__ __forceinline__ void mfm_item_look(const mfm_train_args &a, const mfm
     }
 }
 
-
 /* Stage 3: whether the item has a block to step (FFM's v: whether its field's bit is set), and
    which block. */
 __device__ __forceinline__ bool mfm_item_block(const mfm_train_args &a, mfm_item &it) {
