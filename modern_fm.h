@@ -7411,7 +7411,7 @@ static mfm_status mfm__gpu_fit_start(mfm__gpu_trainer **out, mfm_model *m, const
         if (st == MFM_OK) st = mfm__gpu_take(g, &a->occ_start, listed * 4, "the batch's non-zeros by feature", err);
         if (st == MFM_OK) st = mfm__gpu_take(g, &a->occ_count, listed * 4, "the batch's non-zeros by feature", err);
         if (st == MFM_OK) st = mfm__gpu_take(g, &a->chunk_owner, batch_nnz * 8, "the batch's non-zeros by feature", err);
-        if (st == MFM_OK) st = mfm__gpu_put(g, &a->tally, NULL, 4 * 4, "the batch's non-zeros by feature", err);
+        if (st == MFM_OK) st = mfm__gpu_put(g, &a->tally, NULL, 2 * 3 * 4, "the batch's non-zeros by feature", err);
         if (st == MFM_OK) st = mfm__gpu_take(g, &a->occ_list, batch_nnz * 8, "the batch's non-zeros by feature", err);
         if (st == MFM_OK) st = mfm__gpu_take(g, &a->batch_rows, g->batch_rows * 8, "the batch's non-zeros by feature", err);
     }

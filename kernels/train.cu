@@ -63,7 +63,7 @@ struct mfm_train_args {
     mfm_u32 *occ;                /* gather: per feature, its non-zeros in the batch; after mfm_train_ffm_starts, where its next one goes */
     mfm_u32 *occ_start, *occ_count; /* gather: per listed feature, its first entry of occ_list and its non-zeros */
     mfm_u64 *chunk_owner;        /* gather: per chunk, its feature's place in the list << 32 | the chunk's place among the feature's */
-    mfm_u32 *tally;              /* gather: [2][2] the batch's non-zeros and chunks, for even and odd batches */
+    mfm_u32 *tally;              /* gather: [2][3] the batch's non-zeros, chunks and chunks taken, for even and odd batches */
     mfm_u64 *occ_list;           /* gather: the batch's non-zeros feature by feature, each as row q << 32 | its place in the row */
     mfm_batch_row *batch_rows;   /* gather: n_batch */
     void *spill;                 /* gather: V's exact sums (mfm_sums) of the features that span several chunks */
@@ -113,14 +113,20 @@ __device__ __forceinline__ void mfm_exact_add_parts(mfm_u64 *s, mfm_u64 n, mfm_u
     if (hi) atomicAdd(s + n, hi);
 }
 
-/* v in units of 2^-64, its magnitude cut below 2^-64 (the same cut in every run). */
+/* v in units of 2^-64, its magnitude cut below 2^-64 (the same cut in every run): the float's
+   24-bit significand m shifted into place, |v| = m 2^s units, with integer selects, where a
+   double's conversions run at a quarter of the integer rate (the FFM gather converts four values
+   a pass). Magnitudes from 2^63 on (inf, NaN) saturate. */
 __device__ __forceinline__ mfm_exact mfm_exact_of(float v) {
-    const double m = fabs((double)v), whole = floor(m);
-    mfm_exact x = {(mfm_u64)((m - whole) * 18446744073709551616.0), (mfm_u64)whole};
-    if (v < 0) { /* negate the 128-bit number */
-        x.hi = ~x.hi + (x.lo == 0);
-        x.lo = ~x.lo + 1;
-    }
+    const mfm_u32 bits = __float_as_uint(v), e = bits >> 23 & 0xFFu;
+    const mfm_u64 m = (bits & 0x7FFFFFu) | 0x800000u, negative = 0 - (mfm_u64)(bits >> 31), one = negative & 1;
+    const int s = (int)e - 86; /* below 2^-126 (e = 0): s = -86, nothing */
+    mfm_exact x;
+    x.lo = s >= 64 ? 0 : s >= 0 ? m << s : s > -64 ? m >> -s : 0;
+    x.hi = s >= 104 ? 0x7FFFFFFFFFFFFFFFull : s >= 64 ? m << (s - 64) : s > 0 ? m >> (64 - s) : 0;
+    x.lo = s >= 104 ? ~0ull : x.lo;
+    x.lo = (x.lo ^ negative) + one; /* negated where v < 0: complemented, plus one */
+    x.hi = (x.hi ^ negative) + (x.lo < one);
     return x;
 }
 
@@ -592,7 +598,7 @@ extern "C" __global__ void __launch_bounds__(256) mfm_train_list(const mfm_train
 extern "C" __global__ void __launch_bounds__(256) mfm_train_ffm_starts(const mfm_train_args a) {
     const mfm_u64 n = a.count[2 * a.parity + MFM_FEATURES], warps = (mfm_u64)gridDim.x * blockDim.x / 32;
     const mfm_u32 me = threadIdx.x & 31u;
-    mfm_u32 *tally = a.tally + 2 * a.parity;
+    mfm_u32 *tally = a.tally + 3 * a.parity;
     for (mfm_u64 i = ((mfm_u64)blockIdx.x * blockDim.x + threadIdx.x) / 32 * 32 + me; i - me < n; i += warps * 32) {
         const mfm_u64 f = i < n ? a.list[MFM_FEATURES][i] : 0;
         const mfm_u32 nz = i < n ? a.occ[f] : 0, chunks = (nz + a.chunk - 1) / a.chunk;
@@ -627,15 +633,22 @@ struct mfm_occurrence {
     float xa, scale;
 };
 
-/* W terms of a gathered sum: lane item (p, t) of non-zero j adds coef V[b_p, f_a][t + u] to sum
-   (f_p, t + u), u = 0 .. W-1 (W = 4 where k is a multiple of 4: one 16-byte read). key: sum
-   (f_p, t), or a key of the lane's own when the item is past the row or j itself. */
+/* W terms of a gathered sum: lane item (p, t) of non-zero j adds coef V[b_p, f_a][t + r] to sum
+   (f_p, t + r), r = 0 .. W-1 (W = 4 where k is a multiple of 4: one 16-byte read), in the order
+   of mfm_gather_add: v[u] is the term of r = (u + turn) mod W. key: sum (f_p, t), or a key of
+   the lane's own when the item is past the row or j itself. */
 template <int W>
 struct mfm_term {
     mfm_u32 key;
     float v[W];
     bool live;
 };
+
+/* Where a lane starts among its W terms (mfm_gather_add says why). */
+template <int W>
+__device__ __forceinline__ mfm_u32 mfm_gather_turn() {
+    return (threadIdx.x & 31u) / 2 % W;
+}
 
 template <int K, int W>
 __device__ __forceinline__ mfm_term<W> mfm_gather_term(const mfm_train_args &a, const float *V, const mfm_occurrence &o, float g, mfm_u32 item) {
@@ -649,9 +662,12 @@ __device__ __forceinline__ mfm_term<W> mfm_gather_term(const mfm_train_args &a, 
         const mfm_u64 bt = o.lo + p;
         const float xb = mfm_x(a, bt, o.scale), coef = p < o.j ? g * xb * o.xa : g * o.xa * xb;
         const float *v = V + ((mfm_u64)a.features[bt] * a.n_fields + o.fa) * a.stride[MFM_V] + t;
-        if (W == 4) {
+        if (W == 4) { /* rotated by turn: by one, then by two */
             const float4 x = *reinterpret_cast<const float4 *>(v);
-            term.v[0] = coef * x.x, term.v[1] = coef * x.y, term.v[2] = coef * x.z, term.v[3] = coef * x.w;
+            const mfm_u32 turn = mfm_gather_turn<W>();
+            const float r0 = turn & 1 ? x.y : x.x, r1 = turn & 1 ? x.z : x.y, r2 = turn & 1 ? x.w : x.z, r3 = turn & 1 ? x.x : x.w;
+            term.v[0] = coef * (turn & 2 ? r2 : r0), term.v[1] = coef * (turn & 2 ? r3 : r1);
+            term.v[2] = coef * (turn & 2 ? r0 : r2), term.v[3] = coef * (turn & 2 ? r1 : r3);
         } else {
             term.v[0] = coef * v[0];
         }
@@ -661,16 +677,16 @@ __device__ __forceinline__ mfm_term<W> mfm_gather_term(const mfm_train_args &a, 
 }
 
 /* The terms of a warp go into its sums; in a row whose fields repeat, lanes with one key take
-   turns. With W = 4 lane l adds its term u + l/2 (mod 4) at step u: the eight lanes of each
-   16-byte shared-memory request then hit eight different banks' words, where term u at step u
-   would put lanes 0, 2, 4, 6 on the same ones. */
+   turns. With W = 4 lane l adds its term r = u + turn (mod 4) at step u, turn = l/2 mod 4: the
+   eight lanes of each 16-byte shared-memory request then hit eight different banks' words, where
+   term u at step u would put lanes 0, 2, 4, 6 on the same ones. */
 template <int W>
 __device__ __forceinline__ void mfm_gather_add(mfm_exact *sum, const mfm_term<W> &term, mfm_u32 repeats) {
-    const mfm_u32 me = threadIdx.x & 31u;
+    const mfm_u32 me = threadIdx.x & 31u, turn = mfm_gather_turn<W>();
 #pragma unroll
     for (mfm_u32 u = 0; u < W; u++) {
-        const mfm_u32 r = (u + me / 2) % W, key = term.key + r;
-        const float v = W == 1 ? term.v[0] : r == 0 ? term.v[0] : r == 1 ? term.v[1 % W] : r == 2 ? term.v[2 % W] : term.v[3 % W];
+        const mfm_u32 key = term.key + (u + turn) % W;
+        const float v = term.v[u];
         if (!repeats) {
             if (term.live) mfm_exact_put(sum + key, mfm_exact_of(v));
             continue;
@@ -683,31 +699,37 @@ __device__ __forceinline__ void mfm_gather_add(mfm_exact *sum, const mfm_term<W>
     }
 }
 
-/* Where the gradient of a warp's sum s (class c, field f, factor t) of a feature is kept. */
-__device__ __forceinline__ mfm_u64 mfm_gather_slot(const mfm_train_args &a, mfm_u64 feature, mfm_u32 s) {
-    const mfm_u32 Fk = a.n_fields * a.k, c = s / Fk, f = (s - c * Fk) / a.k, t = s - c * Fk - f * a.k;
-    return mfm_grad_at(a, MFM_V, c, feature * a.n_fields + f, t);
+/* Where the gradient of a warp's sum s of class c (field f, factor t: s = f k + t) of a feature
+   is kept: the feature's blocks (one a field) lie one after another, as the sums do. */
+__device__ __forceinline__ mfm_u64 mfm_gather_slot(const mfm_train_args &a, mfm_u64 feature, mfm_u32 c, mfm_u32 s) {
+    return mfm_grad_at(a, MFM_V, c, feature * a.n_fields, s);
 }
 
-/* Each warp takes chunks, and sums their pairs into its own exact sums in shared memory
-   (classes x fields x k), as the rows kernel would add to the feature's slots. Lane l first
-   reads the chunk's non-zero l (its row, place, field, value), so that the non-zeros' reads are
-   in flight together; the warp then goes through them, the lanes sharing out a non-zero's items
-   (partner p, factor t; four factors an item where k is a multiple of 4, so that a pass reads
-   four times the bytes and a row takes a quarter of the passes). At the chunk's end each sum
-   goes out, rounded to the float that the step reads: stored when the chunk is the feature's
-   only one (most are), else added with integer atomics into the spill sums, which the
-   feature's last chunk to end rounds. */
+/* Each warp takes a chunk, then one after another from the batch's count of chunks taken (chunks
+   differ in length: warps given their shares up front waited for the slowest), and sums their
+   pairs into its own exact sums in shared memory (classes x fields x k), as the rows kernel would
+   add to the feature's slots. Lane l first reads the chunk's non-zero l (its row, place, field,
+   value), so that the non-zeros' reads are in flight together; the warp then goes through them,
+   the lanes sharing out a non-zero's items (partner p, factor t; four factors an item where k is
+   a multiple of 4, so that a pass reads four times the bytes and a row takes a quarter of the
+   passes). At the chunk's end each sum goes out, rounded to the float that the step reads: stored
+   when the chunk is the feature's only one (most are), else added with integer atomics into the
+   spill sums, which the feature's last chunk to end rounds. */
 template <int K>
 __device__ void mfm_train_ffm_gather(const mfm_train_args &a) {
     constexpr int W = K > 0 && K % 4 == 0 ? 4 : 1; /* factors a lane reads at once */
     constexpr int AHEAD = W == 4 ? 2 : 4;          /* passes over a row whose reads are in flight together: as many as 64 registers hold */
     const mfm_u32 C = a.n_classes, F = a.n_fields, k = K > 0 ? K : a.k, slots = C * F * k, me = threadIdx.x & 31u;
-    const mfm_u32 n_chunks = a.tally[2 * a.parity + 1];
+    mfm_u32 *const tally = a.tally + 3 * a.parity;
+    const mfm_u32 n_chunks = tally[1];
     mfm_exact *acc = reinterpret_cast<mfm_exact *>(mfm_r_stage) + (threadIdx.x / 32) * slots;
     for (mfm_u32 s = me; s < slots; s += 32) acc[s].lo = acc[s].hi = 0;
     __syncwarp();
-    for (mfm_u32 chunk = (blockIdx.x * blockDim.x + threadIdx.x) / 32; chunk < n_chunks; chunk += gridDim.x * blockDim.x / 32) {
+    const mfm_u32 warps = gridDim.x * blockDim.x / 32;
+    mfm_u32 chunk = (blockIdx.x * blockDim.x + threadIdx.x) / 32; /* a chunk a warp, then the rest from the count */
+    while (chunk < n_chunks) {
+        mfm_u32 next = n_chunks;
+        if (warps < n_chunks && me == 0) next = warps + atomicAdd(tally + 2, 1u); /* awaited at the chunk's end */
         const mfm_u64 owner = a.chunk_owner[chunk], i = owner >> 32, feature = a.list[MFM_FEATURES][i];
         const mfm_u32 nth = (mfm_u32)owner, all = a.occ_count[i], from = nth * a.chunk, count = all - from < a.chunk ? all - from : a.chunk;
         const mfm_u64 at = a.occ_start[i] + from;
@@ -744,14 +766,15 @@ __device__ void mfm_train_ffm_gather(const mfm_train_args &a) {
         float *grad = static_cast<float *>(a.grad[MFM_V]);
         const mfm_sums spill = {a.spill, mfm_sums_of(a, MFM_V).n}; /* exact, like the rows kernel's */
         mfm_u64 *spilled = static_cast<mfm_u64 *>(spill.at);
-        for (mfm_u32 s = me; s < slots; s += 32) {
-            const mfm_exact x = acc[s];
-            if (!(x.lo | x.hi)) continue;
-            const mfm_u64 at = mfm_gather_slot(a, feature, s);
-            if (only) grad[at] = (float)mfm_exact_value(x); /* rounded as the exact step rounds it */
-            else mfm_exact_add_parts(spilled + at, spill.n, x.lo, x.hi);
-            acc[s].lo = acc[s].hi = 0;
-        }
+        for (mfm_u32 c = 0; c < C; c++)
+            for (mfm_u32 s = me; s < F * k; s += 32) {
+                mfm_exact *const x = acc + c * F * k + s;
+                if (!(x->lo | x->hi)) continue;
+                const mfm_u64 at = mfm_gather_slot(a, feature, c, s);
+                if (only) grad[at] = (float)mfm_exact_value(*x); /* rounded as the exact step rounds it */
+                else mfm_exact_add_parts(spilled + at, spill.n, x->lo, x->hi);
+                x->lo = x->hi = 0;
+            }
         if (only) {
             if (me == 0) a.occ[feature] = 0; /* for the next batch */
         } else { /* the feature's chunks count themselves on occ, which place left at the feature's end */
@@ -763,16 +786,18 @@ __device__ void mfm_train_ffm_gather(const mfm_train_args &a) {
             if (done == a.occ_start[i] + all + (all - 1) / a.chunk) { /* the last: every other chunk's sums are in */
                 __threadfence();
                 if (me == 0) a.occ[feature] = 0;
-                for (mfm_u32 s = me; s < slots; s += 32) {
-                    const mfm_u64 at = mfm_gather_slot(a, feature, s);
-                    const mfm_exact sum = {__ldcg(spilled + at), __ldcg(spilled + at + spill.n)};
-                    if (!(sum.lo | sum.hi)) continue;
-                    grad[at] = (float)mfm_exact_value(sum);
-                    __stcg(spilled + at, 0ull), __stcg(spilled + at + spill.n, 0ull);
-                }
+                for (mfm_u32 c = 0; c < C; c++)
+                    for (mfm_u32 s = me; s < F * k; s += 32) {
+                        const mfm_u64 at = mfm_gather_slot(a, feature, c, s);
+                        const mfm_exact sum = {__ldcg(spilled + at), __ldcg(spilled + at + spill.n)};
+                        if (!(sum.lo | sum.hi)) continue;
+                        grad[at] = (float)mfm_exact_value(sum);
+                        __stcg(spilled + at, 0ull), __stcg(spilled + at + spill.n, 0ull);
+                    }
             }
         }
         __syncwarp();
+        chunk = __shfl_sync(0xffffffffu, next, 0);
     }
 }
 
@@ -1021,7 +1046,7 @@ __device__ void mfm_train_apply(const mfm_train_args &a) {
             a.totals[0] += loss;
             a.totals[1] += weight;
             a.count[2 * (a.parity ^ 1)] = a.count[2 * (a.parity ^ 1) + 1] = 0; /* for the next batch */
-            if (a.gather) a.tally[2 * (a.parity ^ 1)] = a.tally[2 * (a.parity ^ 1) + 1] = 0;
+            if (a.gather) a.tally[3 * (a.parity ^ 1)] = a.tally[3 * (a.parity ^ 1) + 1] = a.tally[3 * (a.parity ^ 1) + 2] = 0;
         }
         return;
     }
