@@ -122,9 +122,8 @@ __device__ __forceinline__ mfm_exact mfm_exact_of(float v) {
     const mfm_u64 m = (bits & 0x7FFFFFu) | 0x800000u, negative = 0 - (mfm_u64)(bits >> 31), one = negative & 1;
     const int s = (int)e - 86; /* below 2^-126 (e = 0): s = -86, nothing */
     mfm_exact x;
-    x.lo = s >= 64 ? 0 : s >= 0 ? m << s : s > -64 ? m >> -s : 0;
+    x.lo = s >= 104 ? ~0ull : s >= 64 ? 0 : s >= 0 ? m << s : s > -64 ? m >> -s : 0;
     x.hi = s >= 104 ? 0x7FFFFFFFFFFFFFFFull : s >= 64 ? m << (s - 64) : s > 0 ? m >> (64 - s) : 0;
-    x.lo = s >= 104 ? ~0ull : x.lo;
     x.lo = (x.lo ^ negative) + one; /* negated where v < 0: complemented, plus one */
     x.hi = (x.hi ^ negative) + (x.lo < one);
     return x;
