@@ -1045,7 +1045,10 @@ __device__ void mfm_train_apply(const mfm_train_args &a) {
             a.totals[0] += loss;
             a.totals[1] += weight;
             a.count[2 * (a.parity ^ 1)] = a.count[2 * (a.parity ^ 1) + 1] = 0; /* for the next batch */
-            if (a.gather) a.tally[3 * (a.parity ^ 1)] = a.tally[3 * (a.parity ^ 1) + 1] = a.tally[3 * (a.parity ^ 1) + 2] = 0;
+            if (a.gather) {
+                mfm_u32 *const tally = a.tally + 3 * (a.parity ^ 1);
+                tally[0] = tally[1] = tally[2] = 0;
+            }
         }
         return;
     }
