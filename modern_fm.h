@@ -3237,59 +3237,105 @@ MFM__AVX_INLINE static __m128 mfm__dots4_wide(const float *a, const float *b0, c
 }
 #endif
 
+/* A batch of one row keeps, per class, its FwFM pair weights and dots for the step
+   (mfm__fwfm_row_update): W, z rows of mfm__kept_stride(z) floats holding every weight of the row
+   (W_ab = W_ba, 0 on the diagonal), then D, rows of the same stride with the dots <v_a, v_b> of
+   b > a, then the row's z vectors of k factors side by side (read without a pointer each). Rows
+   are padded to whole groups of eight lanes, whose padding is never read into a result (it
+   holds zeros, or numbers an earlier row kept there). */
+static uint64_t mfm__kept_stride(uint64_t z) { return (z + 7) & ~(uint64_t)7; }
+static uint64_t mfm__kept_floats(uint64_t z, int k) { return 2 * z * mfm__kept_stride(z) + z * (uint64_t)k; }
+
+#if defined(MFM__AVX)
+/* Eight rows of eight lanes, transposed in registers: q[j] lane i becomes q[i] lane j. GCC
+   keeps an array in registers only where every index is a constant, hence the unrolled
+   loads and stores below. */
+MFM__AVX_INLINE static void mfm__transpose8(__m256 q[8]) {
+    const __m256 t0 = _mm256_unpacklo_ps(q[0], q[1]), t1 = _mm256_unpackhi_ps(q[0], q[1]), t2 = _mm256_unpacklo_ps(q[2], q[3]);
+    const __m256 t3 = _mm256_unpackhi_ps(q[2], q[3]), t4 = _mm256_unpacklo_ps(q[4], q[5]), t5 = _mm256_unpackhi_ps(q[4], q[5]);
+    const __m256 t6 = _mm256_unpacklo_ps(q[6], q[7]), t7 = _mm256_unpackhi_ps(q[6], q[7]);
+    const __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xEE), s2 = _mm256_shuffle_ps(t1, t3, 0x44);
+    const __m256 s3 = _mm256_shuffle_ps(t1, t3, 0xEE), s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+    const __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+    q[0] = _mm256_permute2f128_ps(s0, s4, 0x20), q[1] = _mm256_permute2f128_ps(s1, s5, 0x20);
+    q[2] = _mm256_permute2f128_ps(s2, s6, 0x20), q[3] = _mm256_permute2f128_ps(s3, s7, 0x20);
+    q[4] = _mm256_permute2f128_ps(s0, s4, 0x31), q[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
+    q[6] = _mm256_permute2f128_ps(s2, s6, 0x31), q[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
+}
+
+/* q[i] = the eight floats at p + i * stride, i < 8. */
+MFM__AVX_INLINE static void mfm__load8x8(__m256 q[8], const float *p, uint64_t stride) {
+    q[0] = _mm256_loadu_ps(p), q[1] = _mm256_loadu_ps(p + stride), q[2] = _mm256_loadu_ps(p + 2 * stride), q[3] = _mm256_loadu_ps(p + 3 * stride);
+    q[4] = _mm256_loadu_ps(p + 4 * stride), q[5] = _mm256_loadu_ps(p + 5 * stride), q[6] = _mm256_loadu_ps(p + 6 * stride), q[7] = _mm256_loadu_ps(p + 7 * stride);
+}
+
+/* Row i of p (stride apart) takes q[i], for the rows i < n; unrolled by hand (mfm__transpose8). */
+#define MFM__STORE_ROW(p, stride, q, n, i) \
+    if ((n) > (i)) _mm256_storeu_ps((p) + (uint64_t)(i) * (stride), q[i]);
+#define MFM__STORE8X8(p, stride, q, n)                                                                                                    \
+    do {                                                                                                                                  \
+        MFM__STORE_ROW(p, stride, q, n, 0) MFM__STORE_ROW(p, stride, q, n, 1) MFM__STORE_ROW(p, stride, q, n, 2) MFM__STORE_ROW(p, stride, q, n, 3) \
+        MFM__STORE_ROW(p, stride, q, n, 4) MFM__STORE_ROW(p, stride, q, n, 5) MFM__STORE_ROW(p, stride, q, n, 6) MFM__STORE_ROW(p, stride, q, n, 7) \
+    } while (0)
+
+#endif
+
 /* FwFM's pair term: the sum over pairs a < b of W_ab <v_a, v_b> (FwFM's weight W_ab, above). Each
    dot product is taken whole (DOTS4: mfm__dots4 or mfm__dots4_wide, the same bits), four partners
    b at a time, a last group of fewer padded with the first's vector and weight 0, then weighted
-   and added in four lanes, the partners'. With KEEP (a batch of one row: `keep` has room for
-   [2][z][z]), the step finds the weights W_ab = W_ba (0 on the diagonal) at keep[a * z + b] and
-   the dots at keep[z * z + a * z + b], a < b: it reads both, not the tables. DENSE
+   and added in four lanes, the partners'. With KEEP (a batch of one row) it keeps the row's
+   weights and dots (mfm__kept_stride), W_ba down column a as it goes: the step reads them, not
+   the tables, and the row's vectors (copied first, then read from the copy). DENSE
    (mfm__fwfm_dense): r(a, b) is block a z + b and the row's vectors are found once, into vp; where
    blocks are [r, G] a group's four r come from two loads. Whole groups of four run in a loop of
    their own, without the last group's tests. The body of a function with mfm__fwfm_pairs's
-   parameters, returning a float; MFM__FWFM_R and MFM__FWFM_V name its r(a, b) and v_b. */
+   parameters (rs2: R's blocks are [r, G], known where the copy is made), returning a float;
+   MFM__FWFM_R and MFM__FWFM_V name its r(a, b) and v_b. */
 #define MFM__FWFM_R(DENSE, b) r[((DENSE) ? a * z + (b) : at[field[b]]) * rs]
-#define MFM__FWFM_V(DENSE, b) ((DENSE) ? vp[b] : vt + feat[b] * vs)
-#define MFM__FWFM_PAIRS(DOTS4, DENSE, KEEP)                                                                                        \
+#define MFM__FWFM_V(DENSE, KEEP, b) ((KEEP) ? kv + (b) * k : (DENSE) ? vp[b] : vt + feat[b] * vs)
+#define MFM__FWFM_PAIRS(DOTS4, DENSE, KEEP)                                                                                       \
     const mfm__table *R = &m->t[MFM_TENSOR_R], *V = &m->t[MFM_TENSOR_V];                                                          \
     const float *const r = R->data + (uint64_t)c * R->n_blocks * R->stride, *const vt = V->data + (uint64_t)c * V->n_blocks * V->stride; \
-    const uint64_t rs = R->stride, vs = V->stride, z = row->z;                                                                    \
+    const uint64_t rs = rs2 ? 2 : R->stride, vs = V->stride, z = row->z, zs = mfm__kept_stride(z);                              \
     const uint32_t *const feat = row->feat, *const field = row->field;                                                            \
-    const float *const x = row->x, *vp[(DENSE) ? MFM__FWFM_DENSE_MAX : 1];                                                        \
+    const float *const x = row->x, *vp[(DENSE) && !(KEEP) ? MFM__FWFM_DENSE_MAX : 1];                                             \
+    float *const kv = (KEEP) ? keep + 2 * z * zs : NULL; /* the row's vectors, kept */                                           \
     mfm__f4 acc4 = mfm__f4_set1(0.0f);                                                                                            \
     float w[4], d[4];                                                                                                             \
     uint64_t a, b, j;                                                                                                             \
-    for (b = 0; (DENSE) && b < z; b++) vp[b] = vt + feat[b] * vs;                                                                 \
+    for (b = 0; (DENSE) && !(KEEP) && b < z; b++) vp[b] = vt + feat[b] * vs;                                                      \
+    for (b = 0; (KEEP) && b < z; b++) memcpy(kv + b * k, vt + feat[b] * vs, (size_t)k * sizeof(float));                         \
     for (a = 0; a < z; a++) {                                                                                                     \
-        const float *const va = MFM__FWFM_V(DENSE, a), xa = x[a], *const ra = r + a * z * rs;                                     \
+        const float *const va = MFM__FWFM_V(DENSE, KEEP, a), xa = x[a], *const ra = r + a * z * rs;                                     \
         const uint64_t *const at = m->pair_id + (uint64_t)field[a] * m->n_fields;                                                 \
         const mfm__f4 xa4 = mfm__f4_set1(xa);                                                                                     \
-        float *const wa = (KEEP) ? keep + a * z : NULL, *const da = (KEEP) ? keep + z * z + a * z : NULL;                         \
-        float *col = (KEEP) ? keep + (a + 1) * z + a : NULL; /* W_ba, down column a */                                            \
+        float *const wa = (KEEP) ? keep + a * zs : NULL, *const da = (KEEP) ? keep + z * zs + a * zs : NULL;                      \
+        float *col = (KEEP) ? keep + (a + 1) * zs + a : NULL; /* W_ba, down column a */                                           \
         if (KEEP) wa[a] = 0;                                                                                                      \
         for (b = a + 1; b + 4 <= z; b += 4) {                                                                                     \
             const mfm__f4 w4 = mfm__f4_mul(mfm__f4_mul(xa4, mfm__f4_load(x + b)),                                                 \
                                            (DENSE) && rs == 2 ? mfm__f4_load_evens(ra + 2 * b)                                    \
                                                               : mfm__f4_set4(MFM__FWFM_R(DENSE, b), MFM__FWFM_R(DENSE, b + 1),     \
                                                                              MFM__FWFM_R(DENSE, b + 2), MFM__FWFM_R(DENSE, b + 3))); \
-            const mfm__f4 d4 = DOTS4(va, MFM__FWFM_V(DENSE, b), MFM__FWFM_V(DENSE, b + 1), MFM__FWFM_V(DENSE, b + 2), MFM__FWFM_V(DENSE, b + 3), k); \
+            const mfm__f4 d4 = DOTS4(va, MFM__FWFM_V(DENSE, KEEP, b), MFM__FWFM_V(DENSE, KEEP, b + 1), MFM__FWFM_V(DENSE, KEEP, b + 2), MFM__FWFM_V(DENSE, KEEP, b + 3), k); \
             acc4 = mfm__f4_add(acc4, mfm__f4_mul(w4, d4));                                                                        \
             if (!(KEEP)) continue;                                                                                                \
             mfm__f4_store(wa + b, w4);                                                                                            \
             mfm__f4_store(da + b, d4);                                                                                            \
             mfm__f4_store(w, w4);                                                                                                 \
-            col[0] = w[0], col[z] = w[1], col[2 * z] = w[2], col[3 * z] = w[3];                                                   \
-            col += 4 * z;                                                                                                         \
+            col[0] = w[0], col[zs] = w[1], col[2 * zs] = w[2], col[3 * zs] = w[3];                                                \
+            col += 4 * zs;                                                                                                        \
         }                                                                                                                         \
         if (b < z) { /* the last group: fewer than four partners */                                                              \
             const uint64_t n = z - b, b1 = n > 1 ? b + 1 : b, b2 = n > 2 ? b + 2 : b;                                             \
             const mfm__f4 w4 = mfm__f4_set4(xa * x[b] * MFM__FWFM_R(DENSE, b), n > 1 ? xa * x[b1] * MFM__FWFM_R(DENSE, b1) : 0.0f, \
                                             n > 2 ? xa * x[b2] * MFM__FWFM_R(DENSE, b2) : 0.0f, 0.0f);                            \
-            const mfm__f4 d4 = DOTS4(va, MFM__FWFM_V(DENSE, b), MFM__FWFM_V(DENSE, b1), MFM__FWFM_V(DENSE, b2), MFM__FWFM_V(DENSE, b), k); \
+            const mfm__f4 d4 = DOTS4(va, MFM__FWFM_V(DENSE, KEEP, b), MFM__FWFM_V(DENSE, KEEP, b1), MFM__FWFM_V(DENSE, KEEP, b2), MFM__FWFM_V(DENSE, KEEP, b), k); \
             acc4 = mfm__f4_add(acc4, mfm__f4_mul(w4, d4));                                                                        \
             if (!(KEEP)) continue;                                                                                                \
             mfm__f4_store(w, w4);                                                                                                 \
             mfm__f4_store(d, d4);                                                                                                 \
-            for (j = 0; j < n; j++) wa[b + j] = col[j * z] = w[j], da[b + j] = d[j];                                                \
+            for (j = 0; j < n; j++) wa[b + j] = col[j * zs] = w[j], da[b + j] = d[j];                                              \
         }                                                                                                                         \
     }                                                                                                                             \
     return mfm__f4_sum(acc4);
@@ -3308,18 +3354,20 @@ MFM__AVX_INLINE static __m128 mfm__dots4_wide(const float *a, const float *b0, c
         MFM__FWFM_PAIRS(DOTS4, 0, 0)               \
     }
 
-MFM__INLINE static float mfm__fwfm_pairs(const mfm_model *m, uint32_t c, const mfm__row *row, int k, float *keep) {
+MFM__INLINE static float mfm__fwfm_pairs(const mfm_model *m, uint32_t c, const mfm__row *row, int k, int rs2, float *keep) {
     MFM__FWFM_PAIRS_ANY(mfm__dots4)
 }
 
 #if defined(MFM__AVX)
-MFM__AVX_INLINE static float mfm__fwfm_pairs_wide_k(const mfm_model *m, uint32_t c, const mfm__row *row, int k, float *keep) {
+MFM__AVX_INLINE static float mfm__fwfm_pairs_wide_k(const mfm_model *m, uint32_t c, const mfm__row *row, int k, int rs2, float *keep) {
     MFM__FWFM_PAIRS_ANY(mfm__dots4_wide)
 }
 
-/* k = 8 (the common case) gets its own copy, with the k-loop gone. */
+/* k = 8 under AdaGrad (the common case) gets its own copy, with the k-loop gone and R's stride
+   known (GCC tested it in every group otherwise). */
 MFM__AVX_FN static float mfm__fwfm_pairs_wide(const mfm_model *m, uint32_t c, const mfm__row *row, int k, float *keep) {
-    return k == 8 ? mfm__fwfm_pairs_wide_k(m, c, row, 8, keep) : mfm__fwfm_pairs_wide_k(m, c, row, k, keep);
+    if (k == 8 && m->t[MFM_TENSOR_R].stride == 2) return mfm__fwfm_pairs_wide_k(m, c, row, 8, 1, keep);
+    return mfm__fwfm_pairs_wide_k(m, c, row, k, 0, keep);
 }
 #endif
 
@@ -3382,7 +3430,7 @@ static float mfm__score(const mfm_model *m, uint32_t c, const mfm__row *row, flo
 #if defined(MFM__AVX)
         if (m->wide && k % 8 == 0) return s + mfm__fwfm_pairs_wide(m, c, row, k, keep);
 #endif
-        return s + (k == 4 ? mfm__fwfm_pairs(m, c, row, 4, keep) : k == 8 ? mfm__fwfm_pairs(m, c, row, 8, keep) : mfm__fwfm_pairs(m, c, row, k, keep));
+        return s + (k == 4 ? mfm__fwfm_pairs(m, c, row, 4, 0, keep) : k == 8 ? mfm__fwfm_pairs(m, c, row, 8, 0, keep) : mfm__fwfm_pairs(m, c, row, k, 0, keep));
     default: /* k = 4, 8 and 16 get their own copies, with the sums in registers */
         return s + (k == 4 ? mfm__fm_pairs(m, c, row, sum, 4) : k == 8 ? mfm__fm_pairs(m, c, row, sum, 8) : k == 16 ? mfm__fm_pairs(m, c, row, sum, 16) : mfm__fm_pairs(m, c, row, sum, k));
     }
@@ -3718,7 +3766,8 @@ typedef struct mfm__worker {
                             one's dot products with its partners; and the ids of its pairs */
     float *pair_weight;
     uint64_t *pair_ids;
-    float *pair_keep;  /* batch 1, FwFM: per class, the weights and dots of the row's pairs (2 x z x z, mfm__fwfm_pairs) */
+    float *pair_keep;  /* batch 1, FwFM: per class, the weights and dots of the row's pairs (mfm__kept_floats) */
+    float *row_ut;     /* batch 1, FwFM: its vectors' gradients, factor-major (mfm__fwfm_kept_sums) */
     float **one_blk; /* batch 1: the blocks (w, FwFM's r, V) stepped together, and their gradients */
     float *one_g;
     float *score; /* C */
@@ -4011,8 +4060,7 @@ MFM__AVX_FN static int mfm__fwfm_group_wide(const float *const *v, uint32_t z, c
 
 /* The gradients of the listed vectors v_a, a = list[i], into gv[i * k ...], four at a time (a
    group of fewer repeats its first vector, whose sums are then written twice, the same). all:
-   every weight of the row in place (z x z, mfm__fwfm_pairs's keep), or NULL, and then room for
-   four rows of weights. */
+   the row's kept weights (mfm__kept_stride), or NULL, and then room for four rows of weights. */
 static void mfm__fwfm_vector_gradients(const mfm__optim *o, const mfm_model *m, uint32_t c, const mfm__row *row, const float *const *v, float g,
                                        const uint32_t *list, uint32_t n, int k, const float *all, float *room, float *gv) {
     const uint32_t z = row->z;
@@ -4026,7 +4074,7 @@ static void mfm__fwfm_vector_gradients(const mfm__optim *o, const mfm_model *m, 
         if (!all) mfm__fwfm_weights(m, c, row, dense, list + i, group, room);
         for (j = 0; j < 4; j++) {
             const uint32_t at = j < group ? j : 0;
-            w[j] = all ? all + (uint64_t)list[i + at] * z : room + (uint64_t)at * z;
+            w[j] = all ? all + (uint64_t)list[i + at] * mfm__kept_stride(z) : room + (uint64_t)at * z;
             out[j] = gv + (uint64_t)(i + at) * k;
         }
 #if defined(MFM__AVX)
@@ -4036,6 +4084,69 @@ static void mfm__fwfm_vector_gradients(const mfm__optim *o, const mfm_model *m, 
     }
     (void)o;
 }
+
+#if defined(MFM__AVX)
+/* mfm__fwfm_vector_gradients for every vector of a batch-1 row from what its score kept (w, k a
+   multiple of 8), the same bits: U_a = the sum over b in row order of W_ab v_b, factor t of
+   vectors a0 .. a0 + 8 nb side by side (lane a: W_ab = W_ba is in w's row b), one broadcast of
+   v_b's factor serving them all; g U_a's factor t into ut[t zs + a]. */
+MFM__AVX_INLINE static void mfm__fwfm_kept_sums(const float *v, const float *w, uint64_t z, uint64_t a0, int nb, int k, float g, float *ut) {
+    const uint64_t zs = mfm__kept_stride(z);
+    const __m256 g8 = _mm256_set1_ps(g), zero = _mm256_setzero_ps();
+    uint64_t b;
+    int t;
+    for (t = 0; t < k; t++) { /* named sums, not an array: the registers stay theirs */
+        __m256 s0 = zero, s1 = zero, s2 = zero, s3 = zero, s4 = zero;
+        float *const out = ut + t * zs + a0;
+        for (b = 0; b < z; b++) {
+            const __m256 vb = _mm256_broadcast_ss(v + b * k + t);
+            const float *const wb = w + b * zs + a0;
+            s0 = _mm256_add_ps(s0, _mm256_mul_ps(_mm256_loadu_ps(wb), vb));
+            if (nb > 1) s1 = _mm256_add_ps(s1, _mm256_mul_ps(_mm256_loadu_ps(wb + 8), vb));
+            if (nb > 2) s2 = _mm256_add_ps(s2, _mm256_mul_ps(_mm256_loadu_ps(wb + 16), vb));
+            if (nb > 3) s3 = _mm256_add_ps(s3, _mm256_mul_ps(_mm256_loadu_ps(wb + 24), vb));
+            if (nb > 4) s4 = _mm256_add_ps(s4, _mm256_mul_ps(_mm256_loadu_ps(wb + 32), vb));
+        }
+        _mm256_storeu_ps(out, _mm256_add_ps(zero, _mm256_mul_ps(g8, s0)));
+        if (nb > 1) _mm256_storeu_ps(out + 8, _mm256_add_ps(zero, _mm256_mul_ps(g8, s1)));
+        if (nb > 2) _mm256_storeu_ps(out + 16, _mm256_add_ps(zero, _mm256_mul_ps(g8, s2)));
+        if (nb > 3) _mm256_storeu_ps(out + 24, _mm256_add_ps(zero, _mm256_mul_ps(g8, s3)));
+        if (nb > 4) _mm256_storeu_ps(out + 32, _mm256_add_ps(zero, _mm256_mul_ps(g8, s4)));
+    }
+}
+
+/* Then gv[a k + t] = ut[t zs + a], eight by eight. ut: room for k x mfm__kept_stride(z). */
+MFM__AVX_INLINE static void mfm__fwfm_kept_gradients_k(const float *w, uint64_t z, int k, float g, float *ut, float *gv) {
+    const uint64_t zs = mfm__kept_stride(z);
+    const float *const v = w + 2 * z * zs;
+    uint64_t a0;
+    int t0;
+    for (a0 = 0; a0 < zs; a0 += 40) { /* five groups of eight lanes keep their sums in registers */
+        switch ((zs - a0) / 8) {
+        case 1: mfm__fwfm_kept_sums(v, w, z, a0, 1, k, g, ut); break;
+        case 2: mfm__fwfm_kept_sums(v, w, z, a0, 2, k, g, ut); break;
+        case 3: mfm__fwfm_kept_sums(v, w, z, a0, 3, k, g, ut); break;
+        case 4: mfm__fwfm_kept_sums(v, w, z, a0, 4, k, g, ut); break;
+        default: mfm__fwfm_kept_sums(v, w, z, a0, 5, k, g, ut); break;
+        }
+    }
+    for (t0 = 0; t0 < k; t0 += 8)
+        for (a0 = 0; a0 < z; a0 += 8) {
+            __m256 q[8];
+            mfm__load8x8(q, ut + t0 * zs + a0, zs);
+            mfm__transpose8(q);
+            MFM__STORE8X8(gv + a0 * k + t0, (uint64_t)k, q, z - a0);
+        }
+}
+
+/* k = 8 (the common case) gets its own copy. */
+MFM__AVX_FN static void mfm__fwfm_kept_gradients_wide(const float *w, uint64_t z, int k, float g, float *ut, float *gv) {
+    if (k == 8)
+        mfm__fwfm_kept_gradients_k(w, z, 8, g, ut, gv);
+    else
+        mfm__fwfm_kept_gradients_k(w, z, k, g, ut, gv);
+}
+#endif
 
 /* out[i] = g x_a x_b <v_a, v_b> for a's partners b = p[i], i < n (room for n + 3), four at a time
    (fewer repeat the first); the body of a function with mfm__fwfm_partner_terms's parameters. */
@@ -4200,15 +4311,15 @@ MFM__AVX_INLINE static void mfm__fwfm_r8_adagrad(const mfm__optim *o, __m256 *lo
 }
 
 /* AdaGrad's steps of a dense row's r (mfm__fwfm_dense) at batch 1, blocks [r, G] side by side:
-   eight pairs from two loads (mfm__fwfm_r8_adagrad), the last group of a masked. The gradient
+   eight pairs from two loads (mfm__fwfm_r8_adagrad), the last group of a's masked. The gradient
    and the step are mfm__fwfm_row_update's and mfm__adagrad's, lane by lane (the same bits); dot:
-   the row's dots (z x z, a < b), x: its values. */
+   the row's kept dots (mfm__kept_stride), x: its values. */
 MFM__AVX_FN static void mfm__fwfm_dense_r_adagrad(const mfm__optim *o, float *r, uint64_t F, const float *x, const float *dot, float g, float l2) {
     static const int32_t first[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0}; /* first + 8 - n: lanes below n */
     uint64_t a, b;
     for (a = 0; a + 1 < F; a++) {
         const __m256 g8 = _mm256_set1_ps(g), xa8 = _mm256_set1_ps(x[a]);
-        const float *const da = dot + a * F;
+        const float *const da = dot + a * mfm__kept_stride(F);
         float *const ra = r + a * F * 2; /* block a F + b at ra + 2 b */
         for (b = a + 1; b + 8 <= F; b += 8) {
             float *const p = ra + 2 * b;
@@ -4221,9 +4332,18 @@ MFM__AVX_FN static void mfm__fwfm_dense_r_adagrad(const mfm__optim *o, float *r,
             const __m256i mask = _mm256_loadu_si256((const __m256i *)(first + 8 - n));
             const __m256i mask_lo = _mm256_loadu_si256((const __m256i *)(first + 8 - n_lo)), mask_hi = _mm256_loadu_si256((const __m256i *)(first + 8 - (2 * n - n_lo)));
             float *const p = ra + 2 * b;
-            __m256 lo = _mm256_maskload_ps(p, mask_lo), hi = _mm256_maskload_ps(p + 8, mask_hi);
-            mfm__fwfm_r8_adagrad(o, &lo, &hi, g8, xa8, _mm256_maskload_ps(x + b, mask), _mm256_maskload_ps(da + b, mask), l2);
-            _mm256_maskstore_ps(p, mask_lo, lo), _mm256_maskstore_ps(p + 8, mask_hi, hi);
+            if (F >= 8) { /* the blocks past the row are the next row's first, within R: stored back as they were (a masked store is slow) */
+                const __m256 lo0 = _mm256_loadu_ps(p), hi0 = _mm256_loadu_ps(p + 8), new_lo = _mm256_castsi256_ps(mask_lo), new_hi = _mm256_castsi256_ps(mask_hi);
+                __m256 lo = lo0, hi = hi0;
+                mfm__fwfm_r8_adagrad(o, &lo, &hi, g8, xa8, _mm256_maskload_ps(x + b, mask), _mm256_maskload_ps(da + b, mask), l2);
+                /* and / or, not a blend: GCC takes a blend whose mask it can see apart lane by lane */
+                _mm256_storeu_ps(p, _mm256_or_ps(_mm256_and_ps(new_lo, lo), _mm256_andnot_ps(new_lo, lo0)));
+                _mm256_storeu_ps(p + 8, _mm256_or_ps(_mm256_and_ps(new_hi, hi), _mm256_andnot_ps(new_hi, hi0)));
+            } else {
+                __m256 lo = _mm256_maskload_ps(p, mask_lo), hi = _mm256_maskload_ps(p + 8, mask_hi);
+                mfm__fwfm_r8_adagrad(o, &lo, &hi, g8, xa8, _mm256_maskload_ps(x + b, mask), _mm256_maskload_ps(da + b, mask), l2);
+                _mm256_maskstore_ps(p, mask_lo, lo), _mm256_maskstore_ps(p + 8, mask_hi, hi);
+            }
         }
     }
 }
@@ -4237,7 +4357,7 @@ static void mfm__fwfm_row_update(const mfm__trainer *tr, mfm__worker *wk, uint32
     mfm_model *m = tr->m;
     const float l1v = (float)m->params.l1_factors, l2v = (float)m->params.l2_factors;
     const uint64_t z = row->z, rs = m->t[MFM_TENSOR_R].stride;
-    const float *const dot = keep + z * z, *const x = row->x, *const r = mfm__block(m, MFM_TENSOR_R, c, 0);
+    const float *const dot = keep + z * mfm__kept_stride(z), *const x = row->x, *const r = mfm__block(m, MFM_TENSOR_R, c, 0);
     const uint32_t *const field = row->field;
     const float **const v = wk->row_v;
     float **const blk = wk->one_blk, *const gr = wk->one_g;
@@ -4250,7 +4370,7 @@ static void mfm__fwfm_row_update(const mfm__trainer *tr, mfm__worker *wk, uint32
 #endif
     for (a = 0; a < z; a++) { /* read through locals: the stores could alias the row for all the compiler knows */
         const uint64_t *const at = m->pair_id + (uint64_t)field[a] * m->n_fields;
-        const float xa = x[a], *const da = dot + a * z;
+        const float xa = x[a], *const da = dot + a * mfm__kept_stride(z);
         uint64_t b;
         const mfm__f4 g4 = mfm__f4_set1(g), xa4 = mfm__f4_set1(xa), zero = mfm__f4_set1(0.0f);
         float *const gr_a = gr + n_r - (a + 1);
@@ -4259,6 +4379,11 @@ static void mfm__fwfm_row_update(const mfm__trainer *tr, mfm__worker *wk, uint32
             mfm__f4_store(gr_a + b, mfm__f4_add(zero, mfm__f4_mul(mfm__f4_mul(g4, mfm__f4_mul(xa4, mfm__f4_load(x + b))), mfm__f4_load(da + b))));
         for (; b < z; b++) gr_a[b] = 0 + g * (xa * x[b]) * da[b];
     }
+#if defined(MFM__AVX)
+    if (tr->opt.wide && m->k % 8 == 0)
+        mfm__fwfm_kept_gradients_wide(keep, z, m->k, g, wk->row_ut, wk->row_g);
+    else
+#endif
     mfm__fwfm_vector_gradients(&tr->opt, m, c, row, v, g, wk->owned, (uint32_t)z, m->k, keep, NULL, wk->row_g);
     mfm__steps(&tr->opt, wk->one_blk, wk->one_g, n_r, 1, l1v, l2v);
     for (a = 0; a < z; a++) wk->one_blk[a] = mfm__block(m, MFM_TENSOR_V, c, row->feat[a]);
@@ -4365,7 +4490,7 @@ static void mfm__row_loss(const mfm__trainer *tr, mfm__worker *wk, uint64_t r, c
     double loss;
     uint32_t c;
     if (tr->class_weights) weight *= tr->class_weights[(uint32_t)y];
-    for (c = 0; c < C; c++) wk->score[c] = mfm__score(m, c, row, sums + (uint64_t)c * m->k, keep ? keep + (uint64_t)c * 2 * row->z * row->z : NULL);
+    for (c = 0; c < C; c++) wk->score[c] = mfm__score(m, c, row, sums + (uint64_t)c * m->k, keep ? keep + c * mfm__kept_floats(row->z, m->k) : NULL);
     if (m->params.task == MFM_TASK_MULTICLASS) {
         double lse = mfm__softmax(wk->score, C, wk->prob);
         loss = 0;
@@ -4394,7 +4519,7 @@ static void mfm__row_loss(const mfm__trainer *tr, mfm__worker *wk, uint64_t r, c
    scored, then stepped in place. */
 static void mfm__train_row(const mfm__trainer *tr, mfm__worker *wk, uint64_t r) {
     const mfm__row row = mfm__get_row(tr->m, tr->d, r, tr->ones, wk->scaled);
-    const uint64_t kept = 2 * (uint64_t)row.z * row.z; /* per class (FwFM) */
+    const uint64_t kept = mfm__kept_floats(row.z, tr->m->k); /* per class (FwFM) */
     uint32_t c;
     mfm__row_loss(tr, wk, r, &row, wk->dlds, wk->sum, wk->pair_keep);
     for (c = 0; c < tr->m->n_classes; c++) mfm__update_row(tr, wk, c, &row, wk->dlds[c], wk->sum + (uint64_t)c * tr->m->k, wk->pair_keep ? wk->pair_keep + c * kept : NULL);
@@ -4592,6 +4717,7 @@ static void mfm__trainer_free(mfm__trainer *tr) {
         MFM_FREE(wk->pair_weight);
         MFM_FREE(wk->pair_ids);
         MFM_FREE(wk->pair_keep);
+        MFM_FREE(wk->row_ut);
         MFM_FREE(wk->one_blk);
         MFM_FREE(wk->one_g);
     }
@@ -4685,7 +4811,9 @@ static int mfm__trainer_init(mfm__trainer *tr, mfm_model *m, const mfm_csr *d, c
             if (!wk->row_v || !wk->pair_weight || !wk->pair_ids) return 0;
             if (p->batch_size == 1) { /* rows that update in place have at most MFM__MAX_SIMPLE_NNZ non-zeros */
                 const uint64_t z = info->max_row_nnz < MFM__MAX_SIMPLE_NNZ ? info->max_row_nnz : MFM__MAX_SIMPLE_NNZ;
-                if (!(wk->pair_keep = (float *)mfm__alloc(2 * z * z * m->n_classes, sizeof(float)))) return 0;
+                wk->pair_keep = (float *)mfm__calloc(mfm__kept_floats(z, m->k) * m->n_classes, sizeof(float)); /* padding: numbers from the start */
+                wk->row_ut = (float *)mfm__alloc(mfm__kept_stride(z) * m->k, sizeof(float));
+                if (!wk->pair_keep || !wk->row_ut) return 0;
             }
         }
         wk->one_blk = (float **)mfm__alloc(MFM__MAX_SIMPLE_NNZ * MFM__MAX_SIMPLE_NNZ / 2, sizeof(float *));

@@ -78,16 +78,18 @@ void test_inplace_equals_batched(void) {
 /* AdaGrad's batch-1 steps run eight lanes wide where the CPU has AVX and four lanes wide
    elsewhere (or with MFM_SIMD=sse2): both must give the bits of the batched path, for every
    model and for k = 1 (single coordinates), 4 (blocks taken in pairs), 8 and 16 (whole
-   registers) and 13 (eight, four, then one). Rows are long enough for runs of eight singles;
-   in the second data set every row holds every field once, in order (FwFM's dense rows, whose
-   r steps eight pairs from two loads, the last group of a partner list masked). */
+   registers) and 13 (eight, four, then one), taken in place (the library) or not (the copy).
+   Rows are long enough for runs of eight singles; in the second data set every row holds every
+   field once, in order (FwFM's dense rows, whose r steps eight pairs from two loads, the last
+   group of a partner list masked). */
 void test_simd_widths_agree(void) {
     static const mfm_model_type models[] = {MFM_MODEL_FM, MFM_MODEL_FFM, MFM_MODEL_FWFM};
     static const int ks[] = {1, 4, 8, 13, 16};
     enum { CAP = 1 << 21 };
     float *batched = (float *)malloc(CAP * sizeof(float)), *wide = (float *)malloc(CAP * sizeof(float)), *narrow = (float *)malloc(CAP * sizeof(float));
+    float *narrow_in_place = (float *)malloc(CAP * sizeof(float));
     size_t mi, ki, dense;
-    REQUIRE(batched && wide && narrow, "out of memory");
+    REQUIRE(batched && wide && narrow && narrow_in_place, "out of memory");
     if (!mfm__use_avx()) runner_skip("this CPU has no AVX: only the four-lane steps run");
     for (dense = 0; dense < 2; dense++)
     for (mi = 0; mi < 3; mi++)
@@ -96,7 +98,7 @@ void test_simd_widths_agree(void) {
             test_data td;
             mfm_params p;
             mfm_model *m = NULL;
-            size_t nw, nn, nb = 0;
+            size_t nw, nn, nb = 0, ni = 0;
             memset(&spec, 0, sizeof spec);
             spec.n_rows = 150;
             spec.feature_range = 400;
@@ -120,6 +122,9 @@ void test_simd_widths_agree(void) {
             nw = inplace_train_dump(&p, &td.csr, wide, CAP);
             setenv("MFM_SIMD", "sse2", 1);
             nn = inplace_train_dump(&p, &td.csr, narrow, CAP);
+            if (mfm_train(&p, &td.csr, &m, NULL) == MFM_OK) ni = dump_model(m, narrow_in_place, CAP);
+            mfm_model_free(m);
+            m = NULL;
             unsetenv("MFM_SIMD");
             if (mfm_train(&p, &td.csr, &m, NULL) == MFM_OK) nb = dump_model(m, batched, CAP);
             mfm_model_free(m);
@@ -127,9 +132,12 @@ void test_simd_widths_agree(void) {
                   model_name(p.model), p.k, dense ? ", dense rows" : "");
             CHECK(nn > 0 && nn == nb && memcmp(narrow, batched, nn * sizeof(float)) == 0, "%s k %d%s: four-lane steps differ from the batched path",
                   model_name(p.model), p.k, dense ? ", dense rows" : "");
+            CHECK(ni > 0 && ni == nb && memcmp(narrow_in_place, batched, ni * sizeof(float)) == 0, "%s k %d%s: four-lane steps in place differ from the batched path",
+                  model_name(p.model), p.k, dense ? ", dense rows" : "");
             data_free(&td);
         }
     free(batched);
     free(wide);
     free(narrow);
+    free(narrow_in_place);
 }
