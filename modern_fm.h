@@ -3296,17 +3296,17 @@ MFM__AVX_INLINE static void mfm__load8x8(__m256 q[8], const float *p, uint64_t s
 #define MFM__FWFM_PAIRS(DOTS4, DENSE, KEEP)                                                                                       \
     const mfm__table *R = &m->t[MFM_TENSOR_R], *V = &m->t[MFM_TENSOR_V];                                                          \
     const float *const r = R->data + (uint64_t)c * R->n_blocks * R->stride, *const vt = V->data + (uint64_t)c * V->n_blocks * V->stride; \
-    const uint64_t rs = rs2 ? 2 : R->stride, vs = V->stride, z = row->z, zs = mfm__kept_stride(z);                              \
+    const uint64_t rs = rs2 ? 2 : R->stride, vs = V->stride, z = row->z, zs = mfm__kept_stride(z);                                \
     const uint32_t *const feat = row->feat, *const field = row->field;                                                            \
     const float *const x = row->x, *vp[(DENSE) && !(KEEP) ? MFM__FWFM_DENSE_MAX : 1];                                             \
-    float *const kv = (KEEP) ? keep + 2 * z * zs : NULL; /* the row's vectors, kept */                                           \
+    float *const kv = (KEEP) ? keep + 2 * z * zs : NULL; /* the row's vectors, kept */                                            \
     mfm__f4 acc4 = mfm__f4_set1(0.0f);                                                                                            \
     float w[4], d[4];                                                                                                             \
     uint64_t a, b, j;                                                                                                             \
     for (b = 0; (DENSE) && !(KEEP) && b < z; b++) vp[b] = vt + feat[b] * vs;                                                      \
-    for (b = 0; (KEEP) && b < z; b++) memcpy(kv + b * k, vt + feat[b] * vs, (size_t)k * sizeof(float));                         \
+    for (b = 0; (KEEP) && b < z; b++) memcpy(kv + b * k, vt + feat[b] * vs, (size_t)k * sizeof(float));                           \
     for (a = 0; a < z; a++) {                                                                                                     \
-        const float *const va = MFM__FWFM_V(DENSE, KEEP, a), xa = x[a], *const ra = r + a * z * rs;                                     \
+        const float *const va = MFM__FWFM_V(DENSE, KEEP, a), xa = x[a], *const ra = r + a * z * rs;                               \
         const uint64_t *const at = m->pair_id + (uint64_t)field[a] * m->n_fields;                                                 \
         const mfm__f4 xa4 = mfm__f4_set1(xa);                                                                                     \
         float *const wa = (KEEP) ? keep + a * zs : NULL, *const da = (KEEP) ? keep + z * zs + a * zs : NULL;                      \
@@ -3315,7 +3315,7 @@ MFM__AVX_INLINE static void mfm__load8x8(__m256 q[8], const float *p, uint64_t s
         for (b = a + 1; b + 4 <= z; b += 4) {                                                                                     \
             const mfm__f4 w4 = mfm__f4_mul(mfm__f4_mul(xa4, mfm__f4_load(x + b)),                                                 \
                                            (DENSE) && rs == 2 ? mfm__f4_load_evens(ra + 2 * b)                                    \
-                                                              : mfm__f4_set4(MFM__FWFM_R(DENSE, b), MFM__FWFM_R(DENSE, b + 1),     \
+                                                              : mfm__f4_set4(MFM__FWFM_R(DENSE, b), MFM__FWFM_R(DENSE, b + 1),    \
                                                                              MFM__FWFM_R(DENSE, b + 2), MFM__FWFM_R(DENSE, b + 3))); \
             const mfm__f4 d4 = DOTS4(va, MFM__FWFM_V(DENSE, KEEP, b), MFM__FWFM_V(DENSE, KEEP, b + 1), MFM__FWFM_V(DENSE, KEEP, b + 2), MFM__FWFM_V(DENSE, KEEP, b + 3), k); \
             acc4 = mfm__f4_add(acc4, mfm__f4_mul(w4, d4));                                                                        \
@@ -3326,7 +3326,7 @@ MFM__AVX_INLINE static void mfm__load8x8(__m256 q[8], const float *p, uint64_t s
             col[0] = w[0], col[zs] = w[1], col[2 * zs] = w[2], col[3 * zs] = w[3];                                                \
             col += 4 * zs;                                                                                                        \
         }                                                                                                                         \
-        if (b < z) { /* the last group: fewer than four partners */                                                              \
+        if (b < z) { /* the last group: fewer than four partners */                                                               \
             const uint64_t n = z - b, b1 = n > 1 ? b + 1 : b, b2 = n > 2 ? b + 2 : b;                                             \
             const mfm__f4 w4 = mfm__f4_set4(xa * x[b] * MFM__FWFM_R(DENSE, b), n > 1 ? xa * x[b1] * MFM__FWFM_R(DENSE, b1) : 0.0f, \
                                             n > 2 ? xa * x[b2] * MFM__FWFM_R(DENSE, b2) : 0.0f, 0.0f);                            \
@@ -3335,7 +3335,7 @@ MFM__AVX_INLINE static void mfm__load8x8(__m256 q[8], const float *p, uint64_t s
             if (!(KEEP)) continue;                                                                                                \
             mfm__f4_store(w, w4);                                                                                                 \
             mfm__f4_store(d, d4);                                                                                                 \
-            for (j = 0; j < n; j++) wa[b + j] = col[j * zs] = w[j], da[b + j] = d[j];                                              \
+            for (j = 0; j < n; j++) wa[b + j] = col[j * zs] = w[j], da[b + j] = d[j];                                             \
         }                                                                                                                         \
     }                                                                                                                             \
     return mfm__f4_sum(acc4);
