@@ -4212,6 +4212,40 @@ MFM__NOINLINE static void mfm__fwfm_pair_gradients(const mfm__trainer *tr, mfm__
     }
 }
 
+#if defined(MFM__AVX)
+/* A dense batch row's FwFM pairs (mfm__fwfm_dense, k a multiple of 8) from what a batch-1 score
+   keeps (mfm__kept_stride), the row scored again to keep them: every v_a's sum g U_a at once
+   (mfm__fwfm_kept_gradients_wide), added for the owned a, and the owned rows of R's upper
+   triangle from the kept dots. The terms are mfm__fwfm_vector_gradients's and
+   mfm__fwfm_partner_terms's, in the same order: the same bits. Scoring every row in every worker
+   costs the same whatever the number of workers, where the pair-by-pair path splits its work
+   among them: this one is faster with one or two. */
+static void mfm__fwfm_kept_row_gradients(const mfm__trainer *tr, mfm__worker *wk, int me, uint32_t c, const mfm__row *row, const uint32_t *owned,
+                                         uint32_t n_owned, float g) {
+    const mfm_model *m = tr->m;
+    const uint64_t F = m->n_fields, C = m->n_classes, z = row->z, zs = mfm__kept_stride(z), k = (uint64_t)m->k;
+    const uint32_t stamp = tr->stamp_batch;
+    mfm__coords *const own_r = &wk->own[MFM_TENSOR_R]; /* direct: entry id is r's block id */
+    const float *const x = row->x, *const dot = wk->pair_keep + z * zs;
+    float *const sums = own_r->g + c;
+    uint64_t a, b;
+    uint32_t i;
+    mfm__fwfm_pairs_wide(m, c, row, m->k, wk->pair_keep);
+    mfm__fwfm_kept_gradients_wide(wk->pair_keep, z, m->k, g, wk->row_ut, wk->row_g);
+    for (i = 0; i < n_owned; i++) {
+        float *const gc = mfm__own_like_w(&wk->own[MFM_TENSOR_V], wk->entry[i], row->feat[owned[i]], C * k);
+        mfm__axpy(gc + c * k, 1.0f, wk->row_g + owned[i] * k, (int)k);
+    }
+    for (a = 0; a + 1 < z; a++) {
+        const float xa = x[a], *const da = dot + a * zs;
+        if (tr->pair_owner && tr->pair_owner[a * F + a] != me) continue; /* workers own whole rows of R's upper triangle */
+        for (b = a + 1; b < z; b++) /* the first touches in the batch, then the sums */
+            if (own_r->stamp[a * F + b] != stamp) mfm__own(own_r, a * F + b, stamp, C);
+        for (b = a + 1; b < z; b++) sums[(uint64_t)own_r->index[a * F + b] * C] += g * (xa * x[b]) * da[b];
+    }
+}
+#endif
+
 /* Adds g * ds/dtheta of class c's score on one row (g = weight * dL/ds) to the coordinates
    worker `me` owns. Within a row, a coordinate receives its terms in the order of the partner
    non-zero, which is the order the in-place path uses; mfm__gradient_room made room for the
@@ -4274,6 +4308,12 @@ static void mfm__gradient_row(const mfm__trainer *tr, mfm__worker *wk, int me, u
         }
         }
     }
+#if defined(MFM__AVX)
+    if (m->params.model == MFM_MODEL_FWFM && tr->n_workers <= 2 && tr->opt.wide && k % 8 == 0 && mfm__fwfm_dense(m, row)) {
+        mfm__fwfm_kept_row_gradients(tr, wk, me, c, row, owned, n_owned, g);
+        return;
+    }
+#endif
     if (m->params.model == MFM_MODEL_FWFM) { /* v_a receives the row's sum of g x_a x_b r(fa, fb) v_b over its partners b */
         for (a = 0; a < row->z; a++) wk->row_v[a] = mfm__block(m, MFM_TENSOR_V, c, row->feat[a]);
         mfm__fwfm_vector_gradients(&tr->opt, m, c, row, wk->row_v, g, owned, n_owned, k, NULL, wk->pair_weight, wk->row_g);
@@ -4809,7 +4849,7 @@ static int mfm__trainer_init(mfm__trainer *tr, mfm_model *m, const mfm_csr *d, c
             wk->pair_weight = (float *)mfm__alloc(4 * (uint64_t)info->max_row_nnz, sizeof(float));
             wk->pair_ids = (uint64_t *)mfm__alloc(info->max_row_nnz, sizeof(uint64_t));
             if (!wk->row_v || !wk->pair_weight || !wk->pair_ids) return 0;
-            if (p->batch_size == 1) { /* rows that update in place have at most MFM__MAX_SIMPLE_NNZ non-zeros */
+            { /* rows that keep their pairs have at most MFM__MAX_SIMPLE_NNZ (batch 1) or MFM__FWFM_DENSE_MAX (batches) non-zeros */
                 const uint64_t z = info->max_row_nnz < MFM__MAX_SIMPLE_NNZ ? info->max_row_nnz : MFM__MAX_SIMPLE_NNZ;
                 wk->pair_keep = (float *)mfm__calloc(mfm__kept_floats(z, m->k) * m->n_classes, sizeof(float)); /* padding: numbers from the start */
                 wk->row_ut = (float *)mfm__alloc(mfm__kept_stride(z) * m->k, sizeof(float));

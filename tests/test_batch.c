@@ -387,13 +387,14 @@ void test_determinism_fixed_threads(void) {
 
 /* Every coordinate's gradient is summed in row order by the one worker that owns it, so
    n_threads 2, 3 and 5 give the bits of 1: AdaGrad and FTRL, batch 64 and 7, 2 epochs over
-   1000 rows, every model and task, and FwFM once more on dense rows (every field once, in
-   order), where a worker takes a's pairs whole or not at all. */
+   1000 rows, every model and task, and FwFM on dense rows (every field once, in order), where a
+   worker takes a's pairs whole or not at all: k = 4, and k = 8 and 16 (multiclass), whose rows
+   one or two workers sum from a score that keeps its pairs, more workers pair by pair. */
 void test_threads_bit_identical(void) {
     static const mfm_optimizer optimizers[2] = {MFM_OPTIMIZER_ADAGRAD, MFM_OPTIMIZER_FTRL};
     static const int batches[2] = {64, 7}, thread_counts[3] = {2, 3, 5};
     int which, i;
-    for (which = 0; which < 5; which++)
+    for (which = 0; which < 7; which++)
         for (i = 0; i < 2; i++) {
             mfm_params p;
             mfm_task task;
@@ -401,11 +402,12 @@ void test_threads_bit_identical(void) {
             data_spec spec;
             snapshot one, many;
             int ti;
-            determinism_params(which == 4 ? 2 : which, &p, &task);
+            determinism_params(which == 6 ? 3 : which >= 4 ? 2 : which, &p, &task);
+            if (which >= 5) p.model = MFM_MODEL_FWFM, p.k = which == 5 ? 8 : 16;
             spec = train_data(task, 3, 1000, 113);
-            if (which == 4) spec.min_nnz = spec.max_nnz = (int)spec.n_fields;
+            if (which >= 4) spec.min_nnz = spec.max_nnz = (int)spec.n_fields;
             data_random(&td, &spec);
-            if (which == 4) data_fields_in_order(&td);
+            if (which >= 4) data_fields_in_order(&td);
             p.optimizer = optimizers[i];
             p.batch_size = batches[i];
             p.n_threads = 1;
