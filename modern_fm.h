@@ -3551,6 +3551,9 @@ MFM__INLINE static void mfm__ffm_pair_adagrad(float lr, float *va, float *vb, fl
 }
 
 #define MFM__MAX_SIMPLE_NNZ 256 /* longer rows take the batched path at batch 1 */
+#ifndef MFM__PAIR_TERMS_FLOATS
+#define MFM__PAIR_TERMS_FLOATS ((uint64_t)1 << 24) /* at most 64 MB for a batch's FwFM terms (mfm__fwfm_keep_terms) */
+#endif
 
 /* Every pair of an FFM row that is a batch of its own, under AdaGrad (dlds: the row's weighted
    loss derivative), stepped by PAIR_STEP(lr, va, vb, coef, k, l2); the body of a function with
@@ -3792,6 +3795,8 @@ typedef struct mfm__trainer {
     uint64_t n_batch;
     float *dlds;          /* batch x C: each row's weight * dL/ds per class */
     float *sums;          /* batch x C x k: FM's per-row sums */
+    float *pair_terms;    /* batch x C x pair_terms_row, FwFM: what each dense row's score left (mfm__fwfm_keep_terms), or NULL */
+    uint64_t pair_terms_row;
     uint32_t stamp_batch; /* tells the coordinate tables' live entries from stale ones */
     uint16_t *pair_owner; /* several workers, FwFM: the owner of each field pair (at lo * F + hi and hi * F + lo) */
     mfm__worker *workers;
@@ -4212,46 +4217,72 @@ MFM__NOINLINE static void mfm__fwfm_pair_gradients(const mfm__trainer *tr, mfm__
     }
 }
 
+/* FwFM's dense batch rows (mfm__fwfm_dense) where the CPU has AVX and k is a multiple of 8:
+   the worker that scores the row keeps its pairs (mfm__kept_stride) and leaves, per class, the
+   terms its coordinates receive (tr->pair_terms): g U_a for every v_a (z x k,
+   mfm__fwfm_kept_gradients_wide), then g x_a x_b <v_a, v_b> for each pair a < b, a-major. The
+   workers then only add up the terms of what they own (mfm__fwfm_kept_row_gradients): the
+   scoring and the products split among the workers with the rows. The terms and their order are
+   those of the pair-by-pair path, so the bits are the same. */
+static int mfm__fwfm_keeps(const mfm__trainer *tr, const mfm__row *row) { return tr->pair_terms && mfm__fwfm_dense(tr->m, row); }
+
 #if defined(MFM__AVX)
-/* A dense batch row's FwFM pairs (mfm__fwfm_dense, k a multiple of 8) from what a batch-1 score
-   keeps (mfm__kept_stride), the row scored again to keep them: every v_a's sum g U_a at once
-   (mfm__fwfm_kept_gradients_wide), added for the owned a, and the owned rows of R's upper
-   triangle from the kept dots. The terms are mfm__fwfm_vector_gradients's and
-   mfm__fwfm_partner_terms's, in the same order: the same bits. Scoring every row in every worker
-   costs the same whatever the number of workers, where the pair-by-pair path splits its work
-   among them: this one is faster with one or two. */
-static void mfm__fwfm_kept_row_gradients(const mfm__trainer *tr, mfm__worker *wk, int me, uint32_t c, const mfm__row *row, const uint32_t *owned,
-                                         uint32_t n_owned, float g) {
+MFM__AVX_FN static void mfm__fwfm_keep_terms(const mfm__trainer *tr, mfm__worker *wk, uint64_t q, const mfm__row *row) {
     const mfm_model *m = tr->m;
-    const uint64_t F = m->n_fields, C = m->n_classes, z = row->z, zs = mfm__kept_stride(z), k = (uint64_t)m->k;
-    const uint32_t stamp = tr->stamp_batch;
-    mfm__coords *const own_r = &wk->own[MFM_TENSOR_R]; /* direct: entry id is r's block id */
-    const float *const x = row->x, *const dot = wk->pair_keep + z * zs;
-    float *const sums = own_r->g + c;
+    const uint64_t C = m->n_classes, z = row->z, zs = mfm__kept_stride(z);
+    const float *const x = row->x;
     uint64_t a, b;
-    uint32_t i;
-    mfm__fwfm_pairs_wide(m, c, row, m->k, wk->pair_keep);
-    mfm__fwfm_kept_gradients_wide(wk->pair_keep, z, m->k, g, wk->row_ut, wk->row_g);
-    for (i = 0; i < n_owned; i++) {
-        float *const gc = mfm__own_like_w(&wk->own[MFM_TENSOR_V], wk->entry[i], row->feat[owned[i]], C * k);
-        mfm__axpy(gc + c * k, 1.0f, wk->row_g + owned[i] * k, (int)k);
-    }
-    for (a = 0; a + 1 < z; a++) {
-        const float xa = x[a], *const da = dot + a * zs;
-        if (tr->pair_owner && tr->pair_owner[a * F + a] != me) continue; /* workers own whole rows of R's upper triangle */
-        for (b = a + 1; b < z; b++) /* the first touches in the batch, then the sums */
-            if (own_r->stamp[a * F + b] != stamp) mfm__own(own_r, a * F + b, stamp, C);
-        for (b = a + 1; b < z; b++) sums[(uint64_t)own_r->index[a * F + b] * C] += g * (xa * x[b]) * da[b];
+    uint32_t c;
+    for (c = 0; c < C; c++) {
+        const float g = tr->dlds[q * C + c], *const keep = wk->pair_keep + c * mfm__kept_floats(z, m->k);
+        float *const terms = tr->pair_terms + (q * C + c) * tr->pair_terms_row;
+        float *r_terms = terms + z * m->k;
+        const __m256 g8 = _mm256_set1_ps(g);
+        mfm__fwfm_kept_gradients_wide(keep, z, m->k, g, wk->row_ut, terms);
+        for (a = 0; a < z; r_terms += z - a - 1, a++) { /* g (x_a x_b) dot, eight pairs at a time */
+            const float xa = x[a], *const da = keep + z * zs + a * zs;
+            const __m256 xa8 = _mm256_set1_ps(xa);
+            float *const out = r_terms - (a + 1); /* pair (a, b) at out[b] */
+            for (b = a + 1; b + 8 <= z; b += 8) _mm256_storeu_ps(out + b, _mm256_mul_ps(_mm256_mul_ps(g8, _mm256_mul_ps(xa8, _mm256_loadu_ps(x + b))), _mm256_loadu_ps(da + b)));
+            for (; b < z; b++) out[b] = g * (xa * x[b]) * da[b];
+        }
     }
 }
 #endif
+
+/* Adds up the terms of one class that worker `me` owns: the owned v_a's, and the owned rows of
+   R's upper triangle (whole rows: pair_owner). */
+static void mfm__fwfm_kept_row_gradients(const mfm__trainer *tr, mfm__worker *wk, int me, uint32_t c, const mfm__row *row, const uint32_t *owned,
+                                         uint32_t n_owned, const float *terms) {
+    const mfm_model *m = tr->m;
+    const uint64_t F = m->n_fields, C = m->n_classes, z = row->z, k = (uint64_t)m->k;
+    const uint32_t stamp = tr->stamp_batch;
+    mfm__coords *const own_r = &wk->own[MFM_TENSOR_R]; /* direct: entry id is r's block id */
+    const uint32_t *const stamps = own_r->stamp, *const index = own_r->index; /* read through locals: the sums' stores could alias anything */
+    const uint16_t *const row_owner = tr->pair_owner;
+    const float *r_terms = terms + z * k;
+    float *const sums = own_r->g + c;
+    uint64_t a, j;
+    uint32_t i;
+    for (i = 0; i < n_owned; i++) {
+        float *const gc = mfm__own_like_w(&wk->own[MFM_TENSOR_V], wk->entry[i], row->feat[owned[i]], C * k);
+        mfm__axpy(gc + c * k, 1.0f, terms + owned[i] * k, (int)k);
+    }
+    for (a = 0; a + 1 < z; r_terms += z - a - 1, a++) {
+        const uint64_t at = a * F + a + 1, n = z - a - 1; /* r_terms[j]: the pair (a, a + 1 + j), block at + j */
+        if (row_owner && row_owner[a * F + a] != me) continue;
+        for (j = 0; j < n; j++) /* the first touches in the batch, then the sums */
+            if (stamps[at + j] != stamp) mfm__own(own_r, at + j, stamp, C);
+        for (j = 0; j < n; j++) sums[(uint64_t)index[at + j] * C] += r_terms[j];
+    }
+}
 
 /* Adds g * ds/dtheta of class c's score on one row (g = weight * dL/ds) to the coordinates
    worker `me` owns. Within a row, a coordinate receives its terms in the order of the partner
    non-zero, which is the order the in-place path uses; mfm__gradient_room made room for the
    row's first touches. */
 static void mfm__gradient_row(const mfm__trainer *tr, mfm__worker *wk, int me, uint32_t c, const mfm__row *row, const uint32_t *owned, uint32_t n_owned,
-                             float g, const float *sum) {
+                             float g, const float *sum, const float *pair_terms) {
     const mfm_model *m = tr->m;
     const int k = m->k, pairs_only = m->params.pairs_only;
     const uint32_t F = m->n_fields, C = m->n_classes, stamp = tr->stamp_batch;
@@ -4308,12 +4339,10 @@ static void mfm__gradient_row(const mfm__trainer *tr, mfm__worker *wk, int me, u
         }
         }
     }
-#if defined(MFM__AVX)
-    if (m->params.model == MFM_MODEL_FWFM && tr->n_workers <= 2 && tr->opt.wide && k % 8 == 0 && mfm__fwfm_dense(m, row)) {
-        mfm__fwfm_kept_row_gradients(tr, wk, me, c, row, owned, n_owned, g);
+    if (pair_terms) { /* FwFM: the terms the row's score left (mfm__fwfm_keep_terms) */
+        mfm__fwfm_kept_row_gradients(tr, wk, me, c, row, owned, n_owned, pair_terms);
         return;
     }
-#endif
     if (m->params.model == MFM_MODEL_FWFM) { /* v_a receives the row's sum of g x_a x_b r(fa, fb) v_b over its partners b */
         for (a = 0; a < row->z; a++) wk->row_v[a] = mfm__block(m, MFM_TENSOR_V, c, row->feat[a]);
         mfm__fwfm_vector_gradients(&tr->opt, m, c, row, wk->row_v, g, owned, n_owned, k, NULL, wk->pair_weight, wk->row_g);
@@ -4582,8 +4611,12 @@ static void mfm__score_task(void *ctx, int index) {
     mfm__share(tr->n_batch, tr->n_workers, index, &lo, &hi);
     for (q = lo; q < hi; q++) {
         const mfm__row row = mfm__get_row(tr->m, tr->d, tr->rows[q], tr->ones, wk->scaled);
+        const int keeps = mfm__fwfm_keeps(tr, &row);
         mfm__prefetch_ahead(tr, tr->rows, q, hi);
-        mfm__row_loss(tr, wk, tr->rows[q], &row, tr->dlds + q * C, tr->sums ? tr->sums + q * C * k : wk->sum, NULL);
+        mfm__row_loss(tr, wk, tr->rows[q], &row, tr->dlds + q * C, tr->sums ? tr->sums + q * C * k : wk->sum, keeps ? wk->pair_keep : NULL);
+#if defined(MFM__AVX)
+        if (keeps) mfm__fwfm_keep_terms(tr, wk, q, &row);
+#endif
     }
 }
 
@@ -4647,7 +4680,9 @@ static void mfm__gradient_task(void *ctx, int index) {
             if (q + 1 < n) n_next = mfm__list_owned(tr, tr->rows[q + 1], index, next);
         }
         if ((wk->failed = !mfm__gradient_room(tr, wk, &row, n_owned)) != 0) break;
-        for (c = 0; c < C; c++) mfm__gradient_row(tr, wk, index, c, &row, owned, n_owned, tr->dlds[q * C + c], tr->sums ? tr->sums + (q * C + c) * k : NULL);
+        for (c = 0; c < C; c++)
+            mfm__gradient_row(tr, wk, index, c, &row, owned, n_owned, tr->dlds[q * C + c], tr->sums ? tr->sums + (q * C + c) * k : NULL,
+                              mfm__fwfm_keeps(tr, &row) ? tr->pair_terms + (q * C + c) * tr->pair_terms_row : NULL);
     }
 }
 
@@ -4764,6 +4799,7 @@ static void mfm__trainer_free(mfm__trainer *tr) {
     MFM_FREE(tr->workers);
     MFM_FREE(tr->dlds);
     MFM_FREE(tr->sums);
+    MFM_FREE(tr->pair_terms);
     MFM_FREE(tr->field_stamp);
     MFM_FREE(tr->pair_owner);
     MFM_FREE(tr->class_weights);
@@ -4817,6 +4853,12 @@ static int mfm__trainer_init(mfm__trainer *tr, mfm_model *m, const mfm_csr *d, c
         tr->dlds = (float *)mfm__alloc(rows * C, sizeof(float));
         if (!tr->dlds) return 0;
         if (p->model == MFM_MODEL_FM && !p->linear_only && !(tr->sums = (float *)mfm__alloc(rows * C * (uint64_t)m->k, sizeof(float)))) return 0;
+        if (p->model == MFM_MODEL_FWFM && !p->linear_only && p->batch_size > 1 && m->wide && m->k % 8 == 0 && m->n_fields <= MFM__FWFM_DENSE_MAX &&
+            m->n_fields <= MFM__MAX_SIMPLE_NNZ) { /* mfm__fwfm_keeps; without room (MFM__PAIR_TERMS_FLOATS, or memory) rows go pair by pair */
+            const uint64_t F = m->n_fields;
+            tr->pair_terms_row = F * (uint64_t)m->k + F * (F - 1) / 2;
+            if (rows * C * tr->pair_terms_row <= MFM__PAIR_TERMS_FLOATS) tr->pair_terms = (float *)mfm__alloc(rows * C * tr->pair_terms_row, sizeof(float));
+        }
     }
     if (p->batch_size == 1 && !(tr->field_stamp = (uint32_t *)mfm__calloc(m->n_fields, sizeof(uint32_t)))) return 0;
     tr->n_workers = p->n_threads < p->batch_size ? p->n_threads : p->batch_size;

@@ -388,8 +388,8 @@ void test_determinism_fixed_threads(void) {
 /* Every coordinate's gradient is summed in row order by the one worker that owns it, so
    n_threads 2, 3 and 5 give the bits of 1: AdaGrad and FTRL, batch 64 and 7, 2 epochs over
    1000 rows, every model and task, and FwFM on dense rows (every field once, in order), where a
-   worker takes a's pairs whole or not at all: k = 4, and k = 8 and 16 (multiclass), whose rows
-   one or two workers sum from a score that keeps its pairs, more workers pair by pair. */
+   worker takes a's pairs whole or not at all: k = 4 (summed pair by pair), and k = 8 and 16
+   (multiclass), summed from the terms their scores left where the CPU has AVX. */
 void test_threads_bit_identical(void) {
     static const mfm_optimizer optimizers[2] = {MFM_OPTIMIZER_ADAGRAD, MFM_OPTIMIZER_FTRL};
     static const int batches[2] = {64, 7}, thread_counts[3] = {2, 3, 5};

@@ -5,10 +5,13 @@
    both copies train every model, task and optimizer to the same bits, on rows that take the
    shortcut and rows that do not (repeated features or fields). The copy also keys FFM's
    gradients by slot where the library keys them by feature (MFM__FFM_DENSE_FLOATS 0), so batch
-   7 compares those two ways of summing, which must agree to the bit as well. */
+   7 compares those two ways of summing, which must agree to the bit as well; and it sums FwFM's
+   dense batch rows pair by pair, where the library sums the terms their scores left
+   (MFM__PAIR_TERMS_FLOATS 0, test_fwfm_kept_terms_equal_pairs). */
 #define MFM_STATIC
 #define MFM__BATCH1_IN_PLACE 0
 #define MFM__FFM_DENSE_FLOATS 0
+#define MFM__PAIR_TERMS_FLOATS 0
 #define MODERN_FM_IMPLEMENTATION
 #include "../modern_fm.h"
 
@@ -78,7 +81,7 @@ void test_inplace_equals_batched(void) {
 /* AdaGrad's batch-1 steps run eight lanes wide where the CPU has AVX and four lanes wide
    elsewhere (or with MFM_SIMD=sse2): both must give the bits of the batched path, for every
    model and for k = 1 (single coordinates), 4 (blocks taken in pairs), 8 and 16 (whole
-   registers) and 13 (eight, four, then one), taken in place (the library) or not (the copy).
+   registers) and 13 (eight, four, then one), in place (the library) and not (the copy).
    Rows are long enough for runs of eight singles; in the second data set every row holds every
    field once, in order (FwFM's dense rows, whose r steps eight pairs from two loads, the last
    group of a partner list masked). */
@@ -87,9 +90,9 @@ void test_simd_widths_agree(void) {
     static const int ks[] = {1, 4, 8, 13, 16};
     enum { CAP = 1 << 21 };
     float *batched = (float *)malloc(CAP * sizeof(float)), *wide = (float *)malloc(CAP * sizeof(float)), *narrow = (float *)malloc(CAP * sizeof(float));
-    float *narrow_in_place = (float *)malloc(CAP * sizeof(float));
+    float *narrow_batched = (float *)malloc(CAP * sizeof(float));
     size_t mi, ki, dense;
-    REQUIRE(batched && wide && narrow && narrow_in_place, "out of memory");
+    REQUIRE(batched && wide && narrow && narrow_batched, "out of memory");
     if (!mfm__use_avx()) runner_skip("this CPU has no AVX: only the four-lane steps run");
     for (dense = 0; dense < 2; dense++)
     for (mi = 0; mi < 3; mi++)
@@ -122,7 +125,7 @@ void test_simd_widths_agree(void) {
             nw = inplace_train_dump(&p, &td.csr, wide, CAP);
             setenv("MFM_SIMD", "sse2", 1);
             nn = inplace_train_dump(&p, &td.csr, narrow, CAP);
-            if (mfm_train(&p, &td.csr, &m, NULL) == MFM_OK) ni = dump_model(m, narrow_in_place, CAP);
+            if (mfm_train(&p, &td.csr, &m, NULL) == MFM_OK) ni = dump_model(m, narrow_batched, CAP);
             mfm_model_free(m);
             m = NULL;
             unsetenv("MFM_SIMD");
@@ -132,12 +135,66 @@ void test_simd_widths_agree(void) {
                   model_name(p.model), p.k, dense ? ", dense rows" : "");
             CHECK(nn > 0 && nn == nb && memcmp(narrow, batched, nn * sizeof(float)) == 0, "%s k %d%s: four-lane steps differ from the batched path",
                   model_name(p.model), p.k, dense ? ", dense rows" : "");
-            CHECK(ni > 0 && ni == nb && memcmp(narrow_in_place, batched, ni * sizeof(float)) == 0, "%s k %d%s: four-lane steps in place differ from the batched path",
+            CHECK(ni > 0 && ni == nb && memcmp(narrow_batched, batched, ni * sizeof(float)) == 0, "%s k %d%s: the batched path's four-lane steps differ from its eight-lane ones",
                   model_name(p.model), p.k, dense ? ", dense rows" : "");
             data_free(&td);
         }
     free(batched);
     free(wide);
     free(narrow);
-    free(narrow_in_place);
+    free(narrow_batched);
+}
+
+/* FwFM's dense batch rows (k a multiple of 8, AVX): the library sums the terms each row's score
+   left (every v_a's sum at once, the pairs' terms from the kept dots), the copy sums them pair by
+   pair; both must give the same bits, for k = 8 and 16, binary and multiclass, batches of 7 and
+   64, one and two threads, AdaGrad and FTRL (whose R blocks are not [r, G]). */
+void test_fwfm_kept_terms_equal_pairs(void) {
+    static const int ks[2] = {8, 16}, batches[2] = {7, 64};
+    enum { CAP = 1 << 21 };
+    float *kept = (float *)malloc(CAP * sizeof(float)), *pairs = (float *)malloc(CAP * sizeof(float));
+    int ki, bi, threads, multiclass, ftrl;
+    REQUIRE(kept && pairs, "out of memory");
+    if (!mfm__use_avx()) runner_skip("this CPU has no AVX: both copies sum pair by pair");
+    for (ki = 0; ki < 2; ki++)
+        for (multiclass = 0; multiclass < 2; multiclass++) {
+            data_spec spec;
+            test_data td;
+            memset(&spec, 0, sizeof spec);
+            spec.n_rows = 300;
+            spec.feature_range = 500;
+            spec.n_fields = 13;
+            spec.min_nnz = spec.max_nnz = 13;
+            spec.with_values = 1;
+            spec.task = multiclass ? MFM_TASK_MULTICLASS : MFM_TASK_BINARY;
+            spec.n_classes = 3;
+            spec.seed = 500 + ki * 2 + multiclass;
+            data_random(&td, &spec);
+            data_fields_in_order(&td); /* every row dense: every field once, in order */
+            for (bi = 0; bi < 2; bi++)
+                for (threads = 1; threads <= 2; threads++)
+                    for (ftrl = 0; ftrl < 2; ftrl++) {
+                        mfm_params p;
+                        mfm_model *m = NULL;
+                        size_t nk, np = 0;
+                        memset(&p, 0, sizeof p);
+                        p.model = MFM_MODEL_FWFM;
+                        p.task = spec.task;
+                        p.optimizer = ftrl ? MFM_OPTIMIZER_FTRL : MFM_OPTIMIZER_ADAGRAD;
+                        p.k = ks[ki];
+                        p.n_epochs = 2;
+                        p.batch_size = batches[bi];
+                        p.n_threads = threads;
+                        p.l2_factors = 1e-3;
+                        p.seed = 44;
+                        nk = inplace_train_dump(&p, &td.csr, kept, CAP);
+                        if (mfm_train(&p, &td.csr, &m, NULL) == MFM_OK) np = dump_model(m, pairs, CAP);
+                        mfm_model_free(m);
+                        CHECK(nk > 0 && nk == np && memcmp(kept, pairs, nk * sizeof(float)) == 0, "k %d%s, batch %d, %d thread(s), %s: kept terms differ from pair by pair",
+                              p.k, multiclass ? ", multiclass" : "", p.batch_size, threads, ftrl ? "FTRL" : "AdaGrad");
+                    }
+            data_free(&td);
+        }
+    free(kept);
+    free(pairs);
 }
