@@ -3762,6 +3762,7 @@ typedef struct mfm__coords {
 typedef struct mfm__worker {
     mfm__coords own[MFM_TENSOR_COUNT];
     int failed;    /* memory ran short while summing gradients */
+    int r_in_order; /* FwFM: a dense row listed this batch's r entries, pair by pair (mfm__fwfm_kept_row_gradients) */
     float *sum;    /* C x k: FM's per-row sums */
     float *scaled; /* the row's values under normalize_rows */
     float *row_g;  /* batch 1: z x k gradients of a row's vectors (FM, FwFM), or one pair's (FFM) */
@@ -4251,7 +4252,9 @@ MFM__AVX_FN static void mfm__fwfm_keep_terms(const mfm__trainer *tr, mfm__worker
 #endif
 
 /* Adds up the terms of one class that worker `me` owns: the owned v_a's, and the owned rows of
-   R's upper triangle (whole rows: pair_owner). */
+   R's upper triangle (whole rows: pair_owner). Where the batch's first r touches were a dense
+   row's, they listed every owned pair in order, so a row of R's pairs are consecutive entries
+   and their sums one run, added four at a time; else each pair finds its entry. */
 static void mfm__fwfm_kept_row_gradients(const mfm__trainer *tr, mfm__worker *wk, int me, uint32_t c, const mfm__row *row, const uint32_t *owned,
                                          uint32_t n_owned, const float *terms) {
     const mfm_model *m = tr->m;
@@ -4262,7 +4265,8 @@ static void mfm__fwfm_kept_row_gradients(const mfm__trainer *tr, mfm__worker *wk
     const uint16_t *const row_owner = tr->pair_owner;
     const float *r_terms = terms + z * k;
     float *const sums = own_r->g + c;
-    uint64_t a, j;
+    const int first = own_r->n == 0; /* this row lists the batch's r entries */
+    uint64_t a, j, entry = 0;
     uint32_t i;
     for (i = 0; i < n_owned; i++) {
         float *const gc = mfm__own_like_w(&wk->own[MFM_TENSOR_V], wk->entry[i], row->feat[owned[i]], C * k);
@@ -4271,10 +4275,19 @@ static void mfm__fwfm_kept_row_gradients(const mfm__trainer *tr, mfm__worker *wk
     for (a = 0; a + 1 < z; r_terms += z - a - 1, a++) {
         const uint64_t at = a * F + a + 1, n = z - a - 1; /* r_terms[j]: the pair (a, a + 1 + j), block at + j */
         if (row_owner && row_owner[a * F + a] != me) continue;
+        if (wk->r_in_order && !first) { /* entries entry .. entry + n - 1 */
+            if (C == 1)
+                mfm__axpy(sums + entry, 1.0f, r_terms, (int)n);
+            else
+                for (j = 0; j < n; j++) sums[(entry + j) * C] += r_terms[j];
+            entry += n;
+            continue;
+        }
         for (j = 0; j < n; j++) /* the first touches in the batch, then the sums */
             if (stamps[at + j] != stamp) mfm__own(own_r, at + j, stamp, C);
         for (j = 0; j < n; j++) sums[(uint64_t)index[at + j] * C] += r_terms[j];
     }
+    if (first) wk->r_in_order = 1;
 }
 
 /* Adds g * ds/dtheta of class c's score on one row (g = weight * dL/ds) to the coordinates
@@ -4668,7 +4681,7 @@ static void mfm__gradient_task(void *ctx, int index) {
     uint32_t c;
     int t;
     for (t = 0; t < MFM_TENSOR_COUNT; t++) wk->own[t].n = 0;
-    wk->failed = 0;
+    wk->failed = 0, wk->r_in_order = 0;
     if (tr->n_workers > 1 && n > 0) n_next = mfm__list_owned(tr, tr->rows[0], index, next);
     for (q = 0; q < n && !wk->failed; q++) {
         const mfm__row row = mfm__get_row(tr->m, tr->d, tr->rows[q], tr->ones, wk->scaled);
