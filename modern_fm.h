@@ -3770,8 +3770,8 @@ typedef struct mfm__worker {
                             one's dot products with its partners; and the ids of its pairs */
     float *pair_weight;
     uint64_t *pair_ids;
-    float *pair_keep;  /* batch 1, FwFM: per class, the weights and dots of the row's pairs (mfm__kept_floats) */
-    float *row_ut;     /* batch 1, FwFM: its vectors' gradients, factor-major (mfm__fwfm_kept_sums) */
+    float *pair_keep;  /* FwFM at batch 1, or with tr->pair_terms: per class, the weights and dots of the row's pairs (mfm__kept_floats) */
+    float *row_ut;     /* with pair_keep: the row's vectors' gradients, factor-major (mfm__fwfm_kept_sums) */
     float **one_blk; /* batch 1: the blocks (w, FwFM's r, V) stepped together, and their gradients */
     float *one_g;
     float *score; /* C */
@@ -4685,6 +4685,7 @@ static void mfm__gradient_task(void *ctx, int index) {
     if (tr->n_workers > 1 && n > 0) n_next = mfm__list_owned(tr, tr->rows[0], index, next);
     for (q = 0; q < n && !wk->failed; q++) {
         const mfm__row row = mfm__get_row(tr->m, tr->d, tr->rows[q], tr->ones, wk->scaled);
+        const int keeps = mfm__fwfm_keeps(tr, &row);
         uint32_t n_owned = row.z;
         mfm__prefetch_data_ahead(tr, tr->rows, q, n);
         if (tr->n_workers > 1) {
@@ -4695,7 +4696,7 @@ static void mfm__gradient_task(void *ctx, int index) {
         if ((wk->failed = !mfm__gradient_room(tr, wk, &row, n_owned)) != 0) break;
         for (c = 0; c < C; c++)
             mfm__gradient_row(tr, wk, index, c, &row, owned, n_owned, tr->dlds[q * C + c], tr->sums ? tr->sums + (q * C + c) * k : NULL,
-                              mfm__fwfm_keeps(tr, &row) ? tr->pair_terms + (q * C + c) * tr->pair_terms_row : NULL);
+                              keeps ? tr->pair_terms + (q * C + c) * tr->pair_terms_row : NULL);
     }
 }
 
@@ -4904,7 +4905,7 @@ static int mfm__trainer_init(mfm__trainer *tr, mfm_model *m, const mfm_csr *d, c
             wk->pair_weight = (float *)mfm__alloc(4 * (uint64_t)info->max_row_nnz, sizeof(float));
             wk->pair_ids = (uint64_t *)mfm__alloc(info->max_row_nnz, sizeof(uint64_t));
             if (!wk->row_v || !wk->pair_weight || !wk->pair_ids) return 0;
-            { /* rows that keep their pairs have at most MFM__MAX_SIMPLE_NNZ (batch 1) or MFM__FWFM_DENSE_MAX (batches) non-zeros */
+            if (p->batch_size == 1 || tr->pair_terms) { /* rows that keep their pairs have at most MFM__MAX_SIMPLE_NNZ (batch 1) or F <= MFM__MAX_SIMPLE_NNZ (batches) non-zeros */
                 const uint64_t z = info->max_row_nnz < MFM__MAX_SIMPLE_NNZ ? info->max_row_nnz : MFM__MAX_SIMPLE_NNZ;
                 wk->pair_keep = (float *)mfm__calloc(mfm__kept_floats(z, m->k) * m->n_classes, sizeof(float)); /* padding: numbers from the start */
                 wk->row_ut = (float *)mfm__alloc(mfm__kept_stride(z) * m->k, sizeof(float));
