@@ -3551,8 +3551,8 @@ MFM__INLINE static void mfm__ffm_pair_adagrad(float lr, float *va, float *vb, fl
 }
 
 #define MFM__MAX_SIMPLE_NNZ 256 /* longer rows take the batched path at batch 1 */
-#ifndef MFM__PAIR_TERMS_FLOATS
-#define MFM__PAIR_TERMS_FLOATS ((uint64_t)1 << 24) /* at most 64 MB for a batch's FwFM terms (mfm__fwfm_keep_terms) */
+#ifndef MFM__TERMS_FLOATS
+#define MFM__TERMS_FLOATS ((uint64_t)1 << 24) /* at most 64 MB for a batch's terms (mfm__fm_keep_terms, mfm__fwfm_keep_terms) */
 #endif
 
 /* Every pair of an FFM row that is a batch of its own, under AdaGrad (dlds: the row's weighted
@@ -3741,9 +3741,15 @@ static void mfm__step(const mfm__optim *o, float *blk, uint32_t len, const float
 
 /* One worker's touched coordinates of one tensor in the current batch: ids in first-touch
    order, their gradient sums [index][class][len], and an open-addressing table id -> index
-   whose entries are live when their stamp is the batch's (so the table is not cleared per
-   batch). The sums (and flags) past the n in use are zero: the step sets what it read back to
-   zero while it is in cache (mfm__coords_zero), and a first touch finds its sums ready. */
+   whose slots are live when their stamp is the batch's (so the table is not cleared per
+   batch); a slot holds its id, stamp and index together, so that a probe reads one line. The
+   sums (and flags) past the n in use are zero: the step sets what it read back to zero while it
+   is in cache (mfm__coords_zero), and a first touch finds its sums ready. */
+typedef struct mfm__coord_slot {
+    uint64_t id;
+    uint32_t stamp, index;
+} mfm__coord_slot;
+
 typedef struct mfm__coords {
     uint64_t *ids;
     float *g;
@@ -3752,8 +3758,7 @@ typedef struct mfm__coords {
     uint32_t parts;       /* FFM keyed by feature: fields per entry, each with a touched flag */
     unsigned char *flags; /* [index][parts] */
     uint64_t cap_flags;
-    uint64_t *keys;
-    uint32_t *index, *stamp;
+    mfm__coord_slot *slots;
     uint64_t mask; /* table size - 1; 0 before the first touch */
     int direct;    /* ids index the table (size mask + 1): FwFM's few field pairs, no hashing or probing */
     int like_w;    /* FM's and FwFM's v: its entries are w's (mfm__own_like_w), so it keeps no table */
@@ -3770,15 +3775,18 @@ typedef struct mfm__worker {
                             one's dot products with its partners; and the ids of its pairs */
     float *pair_weight;
     uint64_t *pair_ids;
-    float *pair_keep;  /* FwFM at batch 1, or with tr->pair_terms: per class, the weights and dots of the row's pairs (mfm__kept_floats) */
+    float *pair_keep;  /* FwFM at batch 1, or with tr->terms: per class, the weights and dots of the row's pairs (mfm__kept_floats) */
     float *row_ut;     /* with pair_keep: the row's vectors' gradients, factor-major (mfm__fwfm_kept_sums) */
     float **one_blk; /* batch 1: the blocks (w, FwFM's r, V) stepped together, and their gradients */
     float *one_g;
     float *score; /* C */
     float *dlds;  /* C: batch 1's weight * dL/ds */
     double *prob; /* C */
-    uint32_t *owned;   /* batches: the row's non-zeros this worker owns (one worker: 0, 1, 2, ... from the start) */
-    uint32_t *owned_next; /* several workers: the next row's (mfm__gradient_task) */
+    uint32_t *owned;   /* 0, 1, 2, ...: one worker owns all of a row's non-zeros */
+    uint32_t *owner_of; /* several workers: the owner of each of the row being scored's non-zeros */
+    uint32_t *by_owner; /* several workers: the rows this worker scored, each row's non-zeros grouped by owner (mfm__group_by_owner) */
+    uint64_t n_by_owner, cap_by_owner;
+    uint32_t *cursor;  /* several workers: one per owner, while a row is grouped */
     uint32_t *partner; /* FwFM: a's partners whose pair this worker owns (mfm__fwfm_pair_gradients) */
     uint32_t *entry; /* batches, FM and FwFM: the w entry (mfm__coords) of each owned non-zero, its v entry too */
     double loss, weight;
@@ -3795,11 +3803,13 @@ typedef struct mfm__trainer {
     const uint64_t *rows; /* the current batch */
     uint64_t n_batch;
     float *dlds;          /* batch x C: each row's weight * dL/ds per class */
-    float *sums;          /* batch x C x k: FM's per-row sums */
-    float *pair_terms;    /* batch x C x pair_terms_row, FwFM: what each dense row's score left (mfm__fwfm_keep_terms), or NULL */
-    uint64_t pair_terms_row;
+    float *sums;          /* batch x C x k: FM's per-row sums, where it keeps no terms */
+    float *terms;         /* batch x C x terms_row: what each row's score left for the owners to add up (FM: mfm__fm_keep_terms;
+                             FwFM's dense rows: mfm__fwfm_keep_terms), or NULL */
+    uint64_t terms_row;
     uint32_t stamp_batch; /* tells the coordinate tables' live entries from stale ones */
     uint16_t *pair_owner; /* several workers, FwFM: the owner of each field pair (at lo * F + hi and hi * F + lo) */
+    uint32_t *owned_at;   /* several workers: batch x (workers + 1), where each owner's non-zeros of the row start in the scorer's by_owner, and the end */
     mfm__worker *workers;
     int n_workers;
     /* batch 1: which rows may update in place (see mfm__row_is_simple) */
@@ -3813,50 +3823,38 @@ static uint64_t mfm__mix(uint64_t id) { return (id * 0x9E3779B97F4A7C15ull) >> 2
    of R, tr->pair_owner). Runs of 16 ids share an owner, so that no cache line of a table of
    small blocks (w takes 8 bytes with AdaGrad) is written by two workers: such lines would bounce
    between the cores at every batch. The hash spreads the runs evenly whatever the ids' pattern;
-   its low 32 bits are scaled to [0, n) by a multiply, not a division: every worker asks this of
-   every non-zero of a batch (mfm__list_owned). */
+   its low 32 bits are scaled to [0, n) by a multiply, not a division: it is asked of every
+   non-zero of a batch (mfm__group_by_owner). */
 static int mfm__owner(uint64_t id, int n) { return n == 1 ? 0 : (int)(((mfm__mix(id >> 4) & 0xFFFFFFFFu) * (uint64_t)n) >> 32); }
 
 static void mfm__coords_free(mfm__coords *o) {
     MFM_FREE(o->flags);
     MFM_FREE(o->ids);
     MFM_FREE(o->g);
-    MFM_FREE(o->keys);
-    MFM_FREE(o->index);
-    MFM_FREE(o->stamp);
+    MFM_FREE(o->slots);
 }
 
 /* Doubles the table (at least 1024 entries) and puts the live ids back. 0 when memory is short. */
 static int mfm__coords_grow(mfm__coords *o, uint32_t stamp) {
     const uint64_t size = o->mask ? 2 * (o->mask + 1) : 1024;
-    uint64_t *keys = (uint64_t *)mfm__alloc(size, sizeof(uint64_t));
-    uint32_t *index = (uint32_t *)mfm__alloc(size, sizeof(uint32_t)), *stamps = (uint32_t *)mfm__calloc(size, sizeof(uint32_t));
+    mfm__coord_slot *slots = (mfm__coord_slot *)mfm__calloc(size, sizeof(mfm__coord_slot));
     uint64_t i, h;
-    if (!keys || !index || !stamps) {
-        MFM_FREE(keys);
-        MFM_FREE(index);
-        MFM_FREE(stamps);
-        return 0;
-    }
+    if (!slots) return 0;
     for (i = 0; i < o->n; i++) {
-        for (h = mfm__mix(o->ids[i]) & (size - 1); stamps[h] == stamp; h = (h + 1) & (size - 1)) {}
-        stamps[h] = stamp, keys[h] = o->ids[i], index[h] = (uint32_t)i;
+        for (h = mfm__mix(o->ids[i]) & (size - 1); slots[h].stamp == stamp; h = (h + 1) & (size - 1)) {}
+        slots[h].stamp = stamp, slots[h].id = o->ids[i], slots[h].index = (uint32_t)i;
     }
-    MFM_FREE(o->keys);
-    MFM_FREE(o->index);
-    MFM_FREE(o->stamp);
-    o->keys = keys, o->index = index, o->stamp = stamps, o->mask = size - 1;
+    MFM_FREE(o->slots);
+    o->slots = slots, o->mask = size - 1;
     return 1;
 }
 
 /* A table indexed by the ids 0..size-1 themselves. 0 when memory is short. */
 static int mfm__coords_direct(mfm__coords *o, uint64_t size) {
-    o->keys = (uint64_t *)mfm__alloc(size, sizeof(uint64_t));
-    o->index = (uint32_t *)mfm__alloc(size, sizeof(uint32_t));
-    o->stamp = (uint32_t *)mfm__calloc(size, sizeof(uint32_t));
+    o->slots = (mfm__coord_slot *)mfm__calloc(size, sizeof(mfm__coord_slot));
     o->mask = size - 1;
     o->direct = 1;
-    return o->keys && o->index && o->stamp;
+    return o->slots != NULL;
 }
 
 /* Room for `more` first touches of width floats each (a table has one width): ids, sums, flags,
@@ -3893,14 +3891,16 @@ static void mfm__coords_zero(const mfm__coords *o, uint64_t j, uint64_t n, uint6
 /* The gradient buffer (width = classes x len floats) of coordinate id, zero on its first touch
    in this batch, inside the room mfm__coords_room made. */
 MFM__INLINE static float *mfm__own(mfm__coords *o, uint64_t id, uint32_t stamp, uint64_t width) {
-    uint64_t h = id;
-    if (o->direct) { /* entry id */
-        if (o->stamp[h] == stamp) return o->g + (o->last = o->index[h]) * width;
+    mfm__coord_slot *slot;
+    if (o->direct) { /* slot id */
+        slot = o->slots + id;
+        if (slot->stamp == stamp) return o->g + (o->last = slot->index) * width;
     } else {
-        for (h = mfm__mix(id) & o->mask; o->stamp[h] == stamp; h = (h + 1) & o->mask)
-            if (o->keys[h] == id) return o->g + (o->last = o->index[h]) * width;
+        uint64_t h;
+        for (h = mfm__mix(id) & o->mask; (slot = o->slots + h)->stamp == stamp; h = (h + 1) & o->mask)
+            if (slot->id == id) return o->g + (o->last = slot->index) * width;
     }
-    o->stamp[h] = stamp, o->keys[h] = id, o->index[h] = (uint32_t)o->n;
+    slot->stamp = stamp, slot->id = id, slot->index = (uint32_t)o->n;
     o->ids[o->n] = id;
     return o->g + (o->last = o->n++) * width;
 }
@@ -4185,7 +4185,7 @@ MFM__NOINLINE static void mfm__fwfm_pair_gradients(const mfm__trainer *tr, mfm__
     const uint32_t stamp = tr->stamp_batch, *const field = row->field;
     const int k = m->k;
     mfm__coords *const own_r = &wk->own[MFM_TENSOR_R]; /* direct: entry id is r's block id */
-    const uint32_t *const stamps = own_r->stamp, *const index = own_r->index;
+    const mfm__coord_slot *const slots = own_r->slots;
     const float *const x = row->x, *const *const v = wk->row_v;
     float *const sums = own_r->g + c, *const dots = wk->pair_weight; /* a's with its partners */
     uint32_t *const partner = wk->partner; /* a's partners b > a whose pair this worker owns */
@@ -4207,25 +4207,51 @@ MFM__NOINLINE static void mfm__fwfm_pair_gradients(const mfm__trainer *tr, mfm__
             }
         }
         for (i = 0; i < n_pairs; i++) /* the first touches in the batch, listed; apart from the sums, whose loop then keeps its registers */
-            if (stamps[pairs[i]] != stamp) mfm__own(own_r, pairs[i], stamp, C);
+            if (slots[pairs[i]].stamp != stamp) mfm__own(own_r, pairs[i], stamp, C);
 #if defined(MFM__AVX)
         if (tr->opt.wide && k % 8 == 0)
             mfm__fwfm_partner_terms_wide(v, x, a, partner, n_pairs, g, k, dots);
         else
 #endif
             mfm__fwfm_partner_terms(v, x, a, partner, n_pairs, g, k, dots);
-        for (i = 0; i < n_pairs; i++) sums[(uint64_t)index[pairs[i]] * C] += dots[i];
+        for (i = 0; i < n_pairs; i++) sums[(uint64_t)slots[pairs[i]].index * C] += dots[i];
     }
 }
 
 /* FwFM's dense batch rows (mfm__fwfm_dense) where the CPU has AVX and k is a multiple of 8:
    the worker that scores the row keeps its pairs (mfm__kept_stride) and leaves, per class, the
-   terms its coordinates receive (tr->pair_terms): g U_a for every v_a (z x k,
+   terms its coordinates receive (tr->terms): g U_a for every v_a (z x k,
    mfm__fwfm_kept_gradients_wide), then g x_a x_b <v_a, v_b> for each pair a < b, a-major. The
    workers then only add up the terms of what they own (mfm__fwfm_kept_row_gradients): the
    scoring and the products split among the workers with the rows. The terms and their order are
    those of the pair-by-pair path, so the bits are the same. */
-static int mfm__fwfm_keeps(const mfm__trainer *tr, const mfm__row *row) { return tr->pair_terms && mfm__fwfm_dense(tr->m, row); }
+
+/* Whether the row's score leaves terms for the owners (tr->terms): FM's rows, FwFM's dense ones. */
+static int mfm__keeps_terms(const mfm__trainer *tr, const mfm__row *row) {
+    return tr->terms && (tr->m->params.model == MFM_MODEL_FM || mfm__fwfm_dense(tr->m, row));
+}
+
+/* FM's batch rows: the worker that scores a row leaves, per class, the term each v_a receives,
+   g x_a (sum - v_a x_a) (z x k), while the row's v are in its cache; the owners only add them
+   up (mfm__gradient_row) and read no v. The operations are those of summing in place (a term
+   added with mfm__axpy's 1 x term is the term), so the bits are the same. */
+static void mfm__fm_keep_terms(const mfm__trainer *tr, uint64_t q, const mfm__row *row, const float *sums) {
+    const mfm_model *m = tr->m;
+    const uint64_t C = m->n_classes, k = (uint64_t)m->k;
+    uint64_t a, t;
+    uint32_t c;
+    for (c = 0; c < C; c++) {
+        const float g = tr->dlds[q * C + c], *const sum = sums + c * k;
+        float *const terms = tr->terms + (q * C + c) * tr->terms_row;
+        for (a = 0; a < row->z; a++) {
+            const float *const v = mfm__block(m, MFM_TENSOR_V, c, row->feat[a]), xa = row->x[a], gx = g * xa;
+            const mfm__f4 gx4 = mfm__f4_set1(gx), xa4 = mfm__f4_set1(xa);
+            float *const out = terms + a * k;
+            for (t = 0; t + 4 <= k; t += 4) mfm__f4_store(out + t, mfm__f4_mul(gx4, mfm__f4_sub(mfm__f4_load(sum + t), mfm__f4_mul(mfm__f4_load(v + t), xa4))));
+            for (; t < k; t++) out[t] = gx * (sum[t] - v[t] * xa);
+        }
+    }
+}
 
 #if defined(MFM__AVX)
 MFM__AVX_FN static void mfm__fwfm_keep_terms(const mfm__trainer *tr, mfm__worker *wk, uint64_t q, const mfm__row *row) {
@@ -4236,7 +4262,7 @@ MFM__AVX_FN static void mfm__fwfm_keep_terms(const mfm__trainer *tr, mfm__worker
     uint32_t c;
     for (c = 0; c < C; c++) {
         const float g = tr->dlds[q * C + c], *const keep = wk->pair_keep + c * mfm__kept_floats(z, m->k);
-        float *const terms = tr->pair_terms + (q * C + c) * tr->pair_terms_row;
+        float *const terms = tr->terms + (q * C + c) * tr->terms_row;
         float *r_terms = terms + z * m->k;
         const __m256 g8 = _mm256_set1_ps(g);
         mfm__fwfm_kept_gradients_wide(keep, z, m->k, g, wk->row_ut, terms);
@@ -4251,27 +4277,22 @@ MFM__AVX_FN static void mfm__fwfm_keep_terms(const mfm__trainer *tr, mfm__worker
 }
 #endif
 
-/* Adds up the terms of one class that worker `me` owns: the owned v_a's, and the owned rows of
-   R's upper triangle (whole rows: pair_owner). Where the batch's first r touches were a dense
-   row's, they listed every owned pair in order, so a row of R's pairs are consecutive entries
-   and their sums one run, added four at a time; else each pair finds its entry. */
-static void mfm__fwfm_kept_row_gradients(const mfm__trainer *tr, mfm__worker *wk, int me, uint32_t c, const mfm__row *row, const uint32_t *owned,
-                                         uint32_t n_owned, const float *terms) {
+/* Adds up the r terms of one class (after the row's z x k v terms) that worker `me` owns: the
+   owned rows of R's upper triangle (whole rows: pair_owner). Where the batch's first r touches
+   were a dense row's, they listed every owned pair in order, so a row of R's pairs are
+   consecutive entries and their sums one run, added four at a time; else each pair finds its
+   entry. */
+static void mfm__fwfm_kept_r_gradients(const mfm__trainer *tr, mfm__worker *wk, int me, uint32_t c, const mfm__row *row, const float *terms) {
     const mfm_model *m = tr->m;
     const uint64_t F = m->n_fields, C = m->n_classes, z = row->z, k = (uint64_t)m->k;
     const uint32_t stamp = tr->stamp_batch;
     mfm__coords *const own_r = &wk->own[MFM_TENSOR_R]; /* direct: entry id is r's block id */
-    const uint32_t *const stamps = own_r->stamp, *const index = own_r->index; /* read through locals: the sums' stores could alias anything */
+    const mfm__coord_slot *const slots = own_r->slots; /* read through a local: the sums' stores could alias anything */
     const uint16_t *const row_owner = tr->pair_owner;
     const float *r_terms = terms + z * k;
     float *const sums = own_r->g + c;
     const int first = own_r->n == 0; /* this row lists the batch's r entries */
     uint64_t a, j, entry = 0;
-    uint32_t i;
-    for (i = 0; i < n_owned; i++) {
-        float *const gc = mfm__own_like_w(&wk->own[MFM_TENSOR_V], wk->entry[i], row->feat[owned[i]], C * k);
-        mfm__axpy(gc + c * k, 1.0f, terms + owned[i] * k, (int)k);
-    }
     for (a = 0; a + 1 < z; r_terms += z - a - 1, a++) {
         const uint64_t at = a * F + a + 1, n = z - a - 1; /* r_terms[j]: the pair (a, a + 1 + j), block at + j */
         if (row_owner && row_owner[a * F + a] != me) continue;
@@ -4284,8 +4305,8 @@ static void mfm__fwfm_kept_row_gradients(const mfm__trainer *tr, mfm__worker *wk
             continue;
         }
         for (j = 0; j < n; j++) /* the first touches in the batch, then the sums */
-            if (stamps[at + j] != stamp) mfm__own(own_r, at + j, stamp, C);
-        for (j = 0; j < n; j++) sums[(uint64_t)index[at + j] * C] += r_terms[j];
+            if (slots[at + j].stamp != stamp) mfm__own(own_r, at + j, stamp, C);
+        for (j = 0; j < n; j++) sums[(uint64_t)slots[at + j].index * C] += r_terms[j];
     }
     if (first) wk->r_in_order = 1;
 }
@@ -4295,7 +4316,7 @@ static void mfm__fwfm_kept_row_gradients(const mfm__trainer *tr, mfm__worker *wk
    non-zero, which is the order the in-place path uses; mfm__gradient_room made room for the
    row's first touches. */
 static void mfm__gradient_row(const mfm__trainer *tr, mfm__worker *wk, int me, uint32_t c, const mfm__row *row, const uint32_t *owned, uint32_t n_owned,
-                             float g, const float *sum, const float *pair_terms) {
+                             float g, const float *sum, const float *terms) {
     const mfm_model *m = tr->m;
     const int k = m->k, pairs_only = m->params.pairs_only;
     const uint32_t F = m->n_fields, C = m->n_classes, stamp = tr->stamp_batch;
@@ -4313,6 +4334,14 @@ static void mfm__gradient_row(const mfm__trainer *tr, mfm__worker *wk, int me, u
         if (!pairs_only) gc[c] += g * row->x[a];
     }
     if (m->params.linear_only) return;
+    if (terms) { /* the terms the row's score left (mfm__keeps_terms): v_a's, then FwFM's r */
+        for (i = 0; i < n_owned; i++) {
+            gc = mfm__own_like_w(&wk->own[MFM_TENSOR_V], wk->entry[i], row->feat[owned[i]], (uint64_t)C * k);
+            mfm__axpy(gc + (uint64_t)c * k, 1.0f, terms + (uint64_t)owned[i] * k, k);
+        }
+        if (m->params.model == MFM_MODEL_FWFM) mfm__fwfm_kept_r_gradients(tr, wk, me, c, row, terms);
+        return;
+    }
     for (i = 0; i < n_owned; i++) {
         const uint32_t ia = row->feat[a = owned[i]], fa = m->params.model == MFM_MODEL_FM ? 0 : row->field[a];
         const float xa = row->x[a];
@@ -4351,10 +4380,6 @@ static void mfm__gradient_row(const mfm__trainer *tr, mfm__worker *wk, int me, u
             break;
         }
         }
-    }
-    if (pair_terms) { /* FwFM: the terms the row's score left (mfm__fwfm_keep_terms) */
-        mfm__fwfm_kept_row_gradients(tr, wk, me, c, row, owned, n_owned, pair_terms);
-        return;
     }
     if (m->params.model == MFM_MODEL_FWFM) { /* v_a receives the row's sum of g x_a x_b r(fa, fb) v_b over its partners b */
         for (a = 0; a < row->z; a++) wk->row_v[a] = mfm__block(m, MFM_TENSOR_V, c, row->feat[a]);
@@ -4615,6 +4640,28 @@ static void mfm__share(uint64_t count, int n, int index, uint64_t *lo, uint64_t 
     *hi = *lo + per < count ? *lo + per : count;
 }
 
+/* Several workers: lists the non-zeros of the batch's row q, which this worker scores, grouped
+   by the worker that owns each (in order within a group) at the end of wk->by_owner, and where
+   each group starts in tr->owned_at. Each owner then walks only its own (mfm__gradient_task),
+   and an owner is found once per non-zero, not once per worker. 0 when memory is short. */
+static int mfm__group_by_owner(const mfm__trainer *tr, mfm__worker *wk, uint64_t q, const mfm__row *row) {
+    const uint32_t W = (uint32_t)tr->n_workers;
+    uint32_t *const at = tr->owned_at + q * (W + 1), *const cursor = wk->cursor;
+    uint32_t a, o, n = (uint32_t)wk->n_by_owner;
+    if (wk->n_by_owner + row->z > UINT32_MAX || !mfm__reserve((void **)&wk->by_owner, &wk->cap_by_owner, wk->n_by_owner + row->z, sizeof(uint32_t))) return 0;
+    memset(cursor, 0, W * sizeof(uint32_t));
+    for (a = 0; a < row->z; a++) cursor[wk->owner_of[a] = (uint32_t)mfm__owner(row->feat[a], (int)W)]++;
+    for (o = 0; o < W; o++) {
+        at[o] = n;
+        n += cursor[o];
+        cursor[o] = at[o];
+    }
+    at[W] = n;
+    for (a = 0; a < row->z; a++) wk->by_owner[cursor[wk->owner_of[a]]++] = a;
+    wk->n_by_owner = n;
+    return 1;
+}
+
 /* Step 1: the worker's share of the batch's rows, scored against the frozen parameters. */
 static void mfm__score_task(void *ctx, int index) {
     const mfm__trainer *tr = (const mfm__trainer *)ctx;
@@ -4622,13 +4669,16 @@ static void mfm__score_task(void *ctx, int index) {
     const uint64_t C = tr->m->n_classes, k = (uint64_t)tr->m->k;
     uint64_t q, lo, hi;
     mfm__share(tr->n_batch, tr->n_workers, index, &lo, &hi);
+    wk->n_by_owner = 0, wk->failed = 0;
     for (q = lo; q < hi; q++) {
         const mfm__row row = mfm__get_row(tr->m, tr->d, tr->rows[q], tr->ones, wk->scaled);
-        const int keeps = mfm__fwfm_keeps(tr, &row);
+        const int keeps = mfm__keeps_terms(tr, &row), fwfm_keeps = keeps && tr->m->params.model == MFM_MODEL_FWFM;
         mfm__prefetch_ahead(tr, tr->rows, q, hi);
-        mfm__row_loss(tr, wk, tr->rows[q], &row, tr->dlds + q * C, tr->sums ? tr->sums + q * C * k : wk->sum, keeps ? wk->pair_keep : NULL);
+        if (tr->n_workers > 1 && (wk->failed = !mfm__group_by_owner(tr, wk, q, &row)) != 0) return;
+        mfm__row_loss(tr, wk, tr->rows[q], &row, tr->dlds + q * C, tr->sums ? tr->sums + q * C * k : wk->sum, fwfm_keeps ? wk->pair_keep : NULL);
+        if (keeps && !fwfm_keeps) mfm__fm_keep_terms(tr, q, &row, wk->sum);
 #if defined(MFM__AVX)
-        if (keeps) mfm__fwfm_keep_terms(tr, wk, q, &row);
+        if (fwfm_keeps) mfm__fwfm_keep_terms(tr, wk, q, &row);
 #endif
     }
 }
@@ -4652,51 +4702,51 @@ static int mfm__gradient_room(const mfm__trainer *tr, mfm__worker *wk, const mfm
     }
 }
 
-/* The non-zeros of data row r whose feature worker `me` of several owns, listed in `owned`
-   without a branch; returns how many. Their w and (FM, FwFM) v are asked for at once: the row
-   was scored by any worker, so they are seldom in this core's cache. Only the owned ones, for
-   the lines of the others are the other workers' to write. */
-static uint32_t mfm__list_owned(const mfm__trainer *tr, uint64_t r, int me, uint32_t *owned) {
-    const uint64_t lo = tr->d->row_offsets[r], z = tr->d->row_offsets[r + 1] - lo;
-    const uint32_t *const feat = tr->d->features + lo;
-    uint32_t a, n = 0, c;
-    for (a = 0; a < z; a++) {
-        owned[n] = a;
-        n += mfm__owner(feat[a], tr->n_workers) == me;
+/* The non-zeros of the batch's row q that worker `me` owns: all of them for one worker, else
+   the group its scorer listed (mfm__group_by_owner); returns how many. */
+static uint32_t mfm__owned_of(const mfm__trainer *tr, uint64_t q, int me, const uint32_t **owned) {
+    const uint64_t W = (uint64_t)tr->n_workers, per = (tr->n_batch + W - 1) / W; /* q's scorer: q / per (mfm__share) */
+    const uint32_t *at = tr->owned_at + q * (W + 1) + me;
+    if (W == 1) {
+        *owned = tr->workers[0].owned;
+        return (uint32_t)(tr->d->row_offsets[tr->rows[q] + 1] - tr->d->row_offsets[tr->rows[q]]);
     }
-    for (c = 0; c < tr->m->n_classes; c++)
-        for (a = 0; a < n; a++) mfm__prefetch_feature(tr->m, c, feat[owned[a]]);
-    return n;
+    *owned = tr->workers[q / per].by_owner + at[0];
+    return at[1] - at[0];
 }
 
-/* Step 2: every row of the batch, in order, for the coordinates this worker owns. With several
-   workers the next row's owned non-zeros are listed (and their parameters asked for) while this
-   row's are summed; one worker owns all, and wk->owned lists 0, 1, 2, ... */
+/* Step 2: every row of the batch, in order, for the coordinates this worker owns. The next
+   row's owned w and (FM, FwFM) v are asked for while this row's are summed: the batch's rows
+   touch more lines than L2 holds, and with several workers another one scored the row. Only
+   the owned ones, for the lines of the others are the other workers' to write. */
 static void mfm__gradient_task(void *ctx, int index) {
     const mfm__trainer *tr = (const mfm__trainer *)ctx;
     mfm__worker *wk = &tr->workers[index];
     const uint64_t C = tr->m->n_classes, k = (uint64_t)tr->m->k, n = tr->n_batch;
-    uint32_t *owned = wk->owned, *next = wk->owned_next, n_next = 0;
     uint64_t q;
-    uint32_t c;
+    uint32_t c, a;
     int t;
     for (t = 0; t < MFM_TENSOR_COUNT; t++) wk->own[t].n = 0;
     wk->failed = 0, wk->r_in_order = 0;
-    if (tr->n_workers > 1 && n > 0) n_next = mfm__list_owned(tr, tr->rows[0], index, next);
     for (q = 0; q < n && !wk->failed; q++) {
         const mfm__row row = mfm__get_row(tr->m, tr->d, tr->rows[q], tr->ones, wk->scaled);
-        const int keeps = mfm__fwfm_keeps(tr, &row);
-        uint32_t n_owned = row.z;
+        const int keeps = mfm__keeps_terms(tr, &row);
+        const uint32_t *owned;
+        const uint32_t n_owned = mfm__owned_of(tr, q, index, &owned);
         mfm__prefetch_data_ahead(tr, tr->rows, q, n);
-        if (tr->n_workers > 1) {
-            uint32_t *const listed = next;
-            next = owned, owned = listed, n_owned = n_next;
-            if (q + 1 < n) n_next = mfm__list_owned(tr, tr->rows[q + 1], index, next);
+        if (q + 1 < n) {
+            const uint32_t *next, *const feat = tr->d->features + tr->d->row_offsets[tr->rows[q + 1]];
+            const uint32_t n_next = mfm__owned_of(tr, q + 1, index, &next);
+            const mfm__coords *const w = &wk->own[MFM_TENSOR_W];
+            for (c = 0; c < C && !(tr->terms && tr->m->params.model == MFM_MODEL_FM); c++) /* FM's terms: no parameter to read */
+                for (a = 0; a < n_next; a++) mfm__prefetch_feature(tr->m, c, feat[next[a]]);
+            if (w->mask) /* and the slots their w's first probe reads (mfm__own) */
+                for (a = 0; a < n_next; a++) MFM__PREFETCH(w->slots + (mfm__mix(feat[next[a]]) & w->mask));
         }
         if ((wk->failed = !mfm__gradient_room(tr, wk, &row, n_owned)) != 0) break;
         for (c = 0; c < C; c++)
             mfm__gradient_row(tr, wk, index, c, &row, owned, n_owned, tr->dlds[q * C + c], tr->sums ? tr->sums + (q * C + c) * k : NULL,
-                              keeps ? tr->pair_terms + (q * C + c) * tr->pair_terms_row : NULL);
+                              keeps ? tr->terms + (q * C + c) * tr->terms_row : NULL);
     }
 }
 
@@ -4717,11 +4767,13 @@ static void mfm__apply_adagrad(const mfm__trainer *tr, const mfm__coords *o, mfm
     float *blk[64], mean[MFM__APPLY_FLOATS];
     uint64_t j;
     uint32_t n = 0, f;
-    if (!o->parts) { /* the sums in place, 64 entries at a time */
+    if (!o->parts) { /* the sums in place, 64 entries at a time, the next 64 blocks asked for meanwhile */
+        const size_t bytes = (size_t)tr->m->t[t].stride * sizeof(float);
         mfm__divide(o->g, o->g, o->n * len, rows);
         for (j = 0; j < o->n; j += n) {
             n = o->n - j < per ? (uint32_t)(o->n - j) : per;
             for (f = 0; f < n; f++) blk[f] = mfm__block(tr->m, t, 0, o->ids[j + f]);
+            for (f = 0; j + n + f < o->n && f < per; f++) mfm__prefetch_range(mfm__block(tr->m, t, 0, o->ids[j + n + f]), 0, bytes, 1);
             mfm__adagrad_blocks(&tr->opt, blk, o->g + j * len, n, len, l2);
             mfm__coords_zero(o, j, n, len);
         }
@@ -4802,6 +4854,7 @@ static void mfm__trainer_free(mfm__trainer *tr) {
         MFM_FREE(wk->row_g);
         MFM_FREE(wk->row_v);
         MFM_FREE(wk->owned);
+        MFM_FREE(wk->by_owner);
         MFM_FREE(wk->entry);
         MFM_FREE(wk->pair_weight);
         MFM_FREE(wk->pair_ids);
@@ -4813,9 +4866,10 @@ static void mfm__trainer_free(mfm__trainer *tr) {
     MFM_FREE(tr->workers);
     MFM_FREE(tr->dlds);
     MFM_FREE(tr->sums);
-    MFM_FREE(tr->pair_terms);
+    MFM_FREE(tr->terms);
     MFM_FREE(tr->field_stamp);
     MFM_FREE(tr->pair_owner);
+    MFM_FREE(tr->owned_at);
     MFM_FREE(tr->class_weights);
     MFM_FREE((void *)tr->ones);
 }
@@ -4866,16 +4920,24 @@ static int mfm__trainer_init(mfm__trainer *tr, mfm_model *m, const mfm_csr *d, c
         const uint64_t rows = n_rows < (uint64_t)p->batch_size ? n_rows : (uint64_t)p->batch_size;
         tr->dlds = (float *)mfm__alloc(rows * C, sizeof(float));
         if (!tr->dlds) return 0;
-        if (p->model == MFM_MODEL_FM && !p->linear_only && !(tr->sums = (float *)mfm__alloc(rows * C * (uint64_t)m->k, sizeof(float)))) return 0;
+        if (p->model == MFM_MODEL_FM && !p->linear_only && p->batch_size > 1) { /* mfm__fm_keep_terms, or else each row's sums */
+            tr->terms_row = info->max_row_nnz * (uint64_t)m->k;
+            if (rows * C * tr->terms_row <= MFM__TERMS_FLOATS) tr->terms = (float *)mfm__alloc(rows * C * tr->terms_row, sizeof(float));
+        }
+        if (p->model == MFM_MODEL_FM && !p->linear_only && !tr->terms && !(tr->sums = (float *)mfm__alloc(rows * C * (uint64_t)m->k, sizeof(float)))) return 0;
         if (p->model == MFM_MODEL_FWFM && !p->linear_only && p->batch_size > 1 && m->wide && m->k % 8 == 0 && m->n_fields <= MFM__FWFM_DENSE_MAX &&
-            m->n_fields <= MFM__MAX_SIMPLE_NNZ) { /* mfm__fwfm_keeps; without room (MFM__PAIR_TERMS_FLOATS, or memory) rows go pair by pair */
+            m->n_fields <= MFM__MAX_SIMPLE_NNZ) { /* mfm__fwfm_keeps; without room (MFM__TERMS_FLOATS, or memory) rows go pair by pair */
             const uint64_t F = m->n_fields;
-            tr->pair_terms_row = F * (uint64_t)m->k + F * (F - 1) / 2;
-            if (rows * C * tr->pair_terms_row <= MFM__PAIR_TERMS_FLOATS) tr->pair_terms = (float *)mfm__alloc(rows * C * tr->pair_terms_row, sizeof(float));
+            tr->terms_row = F * (uint64_t)m->k + F * (F - 1) / 2;
+            if (rows * C * tr->terms_row <= MFM__TERMS_FLOATS) tr->terms = (float *)mfm__alloc(rows * C * tr->terms_row, sizeof(float));
         }
     }
     if (p->batch_size == 1 && !(tr->field_stamp = (uint32_t *)mfm__calloc(m->n_fields, sizeof(uint32_t)))) return 0;
     tr->n_workers = p->n_threads < p->batch_size ? p->n_threads : p->batch_size;
+    if (tr->n_workers > 1) {
+        const uint64_t rows = n_rows < (uint64_t)p->batch_size ? n_rows : (uint64_t)p->batch_size;
+        if (!(tr->owned_at = (uint32_t *)mfm__alloc(rows * ((uint64_t)tr->n_workers + 1), sizeof(uint32_t)))) return 0;
+    }
     if (tr->n_workers > 1 && p->model == MFM_MODEL_FWFM && !p->linear_only) {
         const uint64_t F = m->n_fields;
         const uint64_t total = F * (F + 1) / 2;
@@ -4905,7 +4967,7 @@ static int mfm__trainer_init(mfm__trainer *tr, mfm_model *m, const mfm_csr *d, c
             wk->pair_weight = (float *)mfm__alloc(4 * (uint64_t)info->max_row_nnz, sizeof(float));
             wk->pair_ids = (uint64_t *)mfm__alloc(info->max_row_nnz, sizeof(uint64_t));
             if (!wk->row_v || !wk->pair_weight || !wk->pair_ids) return 0;
-            if (p->batch_size == 1 || tr->pair_terms) { /* rows that keep their pairs have at most MFM__MAX_SIMPLE_NNZ (batch 1) or F <= MFM__MAX_SIMPLE_NNZ (batches) non-zeros */
+            if (p->batch_size == 1 || tr->terms) { /* rows that keep their pairs have at most MFM__MAX_SIMPLE_NNZ (batch 1) or F <= MFM__MAX_SIMPLE_NNZ (batches) non-zeros */
                 const uint64_t z = info->max_row_nnz < MFM__MAX_SIMPLE_NNZ ? info->max_row_nnz : MFM__MAX_SIMPLE_NNZ;
                 wk->pair_keep = (float *)mfm__calloc(mfm__kept_floats(z, m->k) * m->n_classes, sizeof(float)); /* padding: numbers from the start */
                 wk->row_ut = (float *)mfm__alloc(mfm__kept_stride(z) * m->k, sizeof(float));
@@ -4914,11 +4976,12 @@ static int mfm__trainer_init(mfm__trainer *tr, mfm_model *m, const mfm_csr *d, c
         }
         wk->one_blk = (float **)mfm__alloc(MFM__MAX_SIMPLE_NNZ * MFM__MAX_SIMPLE_NNZ / 2, sizeof(float *));
         wk->one_g = (float *)mfm__alloc(MFM__MAX_SIMPLE_NNZ * MFM__MAX_SIMPLE_NNZ / 2, sizeof(float));
-        wk->owned = (uint32_t *)mfm__alloc(3 * (uint64_t)info->max_row_nnz, sizeof(uint32_t));
+        wk->owned = (uint32_t *)mfm__alloc(3 * (uint64_t)info->max_row_nnz + (uint64_t)tr->n_workers, sizeof(uint32_t));
         wk->entry = (uint32_t *)mfm__alloc(info->max_row_nnz, sizeof(uint32_t));
         if (!wk->dlds || !wk->sum || !wk->score || !wk->prob || !wk->scaled || !wk->row_g || !wk->one_blk || !wk->one_g || !wk->owned || !wk->entry) return 0;
-        wk->owned_next = wk->owned + info->max_row_nnz;
+        wk->owner_of = wk->owned + info->max_row_nnz;
         wk->partner = wk->owned + 2 * (uint64_t)info->max_row_nnz;
+        wk->cursor = wk->owned + 3 * (uint64_t)info->max_row_nnz;
         for (r = 0; r < info->max_row_nnz; r++) wk->owned[r] = (uint32_t)r;
     }
     return 1;
@@ -4950,10 +5013,12 @@ static mfm_status mfm__pass(mfm__trainer *tr, mfm__pool *pool, const uint64_t *r
             int w, t;
             for (w = 0; w < tr->n_workers; w++)
                 for (t = 0; t < MFM_TENSOR_COUNT; t++)
-                    if (tr->workers[w].own[t].stamp) memset(tr->workers[w].own[t].stamp, 0, (tr->workers[w].own[t].mask + 1) * sizeof(uint32_t));
+                    if (tr->workers[w].own[t].slots) memset(tr->workers[w].own[t].slots, 0, (tr->workers[w].own[t].mask + 1) * sizeof(mfm__coord_slot));
             tr->stamp_batch = 1;
         }
         mfm__pool_run(pool, mfm__score_task, tr);
+        for (w = 0; w < tr->n_workers; w++)
+            if (tr->workers[w].failed) return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for the batch's lists of owned non-zeros; the model holds the updates of the batches before it");
         mfm__pool_run(pool, mfm__gradient_task, tr);
         for (w = 0; w < tr->n_workers; w++)
             if (tr->workers[w].failed)

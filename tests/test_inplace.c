@@ -5,13 +5,13 @@
    both copies train every model, task and optimizer to the same bits, on rows that take the
    shortcut and rows that do not (repeated features or fields). The copy also keys FFM's
    gradients by slot where the library keys them by feature (MFM__FFM_DENSE_FLOATS 0), so batch
-   7 compares those two ways of summing, which must agree to the bit as well; and it sums FwFM's
-   dense batch rows pair by pair, where the library sums the terms their scores left
-   (MFM__PAIR_TERMS_FLOATS 0, test_fwfm_kept_terms_equal_pairs). */
+   7 compares those two ways of summing, which must agree to the bit as well; and it sums FM's
+   batch rows and FwFM's dense ones from the parameters, where the library adds up the terms
+   their scores left (MFM__TERMS_FLOATS 0; FM in batch 7, FwFM in test_fwfm_kept_terms_equal_pairs). */
 #define MFM_STATIC
 #define MFM__BATCH1_IN_PLACE 0
 #define MFM__FFM_DENSE_FLOATS 0
-#define MFM__PAIR_TERMS_FLOATS 0
+#define MFM__TERMS_FLOATS 0
 #define MODERN_FM_IMPLEMENTATION
 #include "../modern_fm.h"
 
