@@ -3726,7 +3726,9 @@ static void mfm__step(const mfm__optim *o, float *blk, uint32_t len, const float
    ============================================================================================
 
    Per batch, with the parameters frozen:
-     1. score (parallel over rows): each row's score, loss and weight * dL/ds per class.
+     1. score (parallel over rows): each row's score, loss and weight * dL/ds per class; with
+        several workers, the row's non-zeros grouped by owner (mfm__group_by_owner); for FM's
+        rows and FwFM's dense ones, the terms their coordinates receive (tr->terms).
      2. gradients (parallel over coordinates): every coordinate has one owner, picked by a hash
         of its feature (of its field pair for FwFM's r; w0 belongs to worker 0). Each worker
         walks all the batch's rows in order and sums only what its own coordinates receive,
@@ -4311,6 +4313,13 @@ static void mfm__fwfm_kept_r_gradients(const mfm__trainer *tr, mfm__worker *wk, 
     if (first) wk->r_in_order = 1;
 }
 
+/* FFM: the slots v(b, field a) of a's partners b, which a's gradients read two owned non-zeros
+   later: the score read them too, but a batch's rows read more than the caches hold. */
+MFM__INLINE static void mfm__prefetch_ffm_partners(const mfm_model *m, uint32_t c, const mfm__row *row, uint32_t a) {
+    uint32_t b;
+    for (b = 0; b < row->z; b++) MFM__PREFETCH(mfm__ffm_slot(m, c, row->feat[b], row->field[a]));
+}
+
 /* Adds g * ds/dtheta of class c's score on one row (g = weight * dL/ds) to the coordinates
    worker `me` owns. Within a row, a coordinate receives its terms in the order of the partner
    non-zero, which is the order the in-place path uses; mfm__gradient_room made room for the
@@ -4342,11 +4351,13 @@ static void mfm__gradient_row(const mfm__trainer *tr, mfm__worker *wk, int me, u
         if (m->params.model == MFM_MODEL_FWFM) mfm__fwfm_kept_r_gradients(tr, wk, me, c, row, terms);
         return;
     }
+    for (i = 0; m->params.model == MFM_MODEL_FFM && i < 2 && i < n_owned; i++) mfm__prefetch_ffm_partners(m, c, row, owned[i]);
     for (i = 0; i < n_owned; i++) {
         const uint32_t ia = row->feat[a = owned[i]], fa = m->params.model == MFM_MODEL_FM ? 0 : row->field[a];
         const float xa = row->x[a];
         switch (m->params.model) {
         case MFM_MODEL_FFM: /* slot (a, field b) receives g x_a x_b v(b, field a) */
+            if (i + 2 < n_owned) mfm__prefetch_ffm_partners(m, c, row, owned[i + 2]);
             if (wk->own[MFM_TENSOR_V].parts) { /* one entry for all of a's slots: [field][class][k] */
                 unsigned char *touched;
                 gc = mfm__own(&wk->own[MFM_TENSOR_V], ia, stamp, (uint64_t)F * C * k);
@@ -4737,11 +4748,13 @@ static void mfm__gradient_task(void *ctx, int index) {
         if (q + 1 < n) {
             const uint32_t *next, *const feat = tr->d->features + tr->d->row_offsets[tr->rows[q + 1]];
             const uint32_t n_next = mfm__owned_of(tr, q + 1, index, &next);
-            const mfm__coords *const w = &wk->own[MFM_TENSOR_W];
+            const mfm__coords *const w = &wk->own[MFM_TENSOR_W], *const v = &wk->own[MFM_TENSOR_V];
             for (c = 0; c < C && !(tr->terms && tr->m->params.model == MFM_MODEL_FM); c++) /* FM's terms: no parameter to read */
                 for (a = 0; a < n_next; a++) mfm__prefetch_feature(tr->m, c, feat[next[a]]);
-            if (w->mask) /* and the slots their w's first probe reads (mfm__own) */
-                for (a = 0; a < n_next; a++) MFM__PREFETCH(w->slots + (mfm__mix(feat[next[a]]) & w->mask));
+            for (a = 0; a < n_next; a++) { /* and the slots the first probes read (mfm__own): w's, and FFM's v's keyed by feature */
+                if (w->mask) MFM__PREFETCH(w->slots + (mfm__mix(feat[next[a]]) & w->mask));
+                if (v->parts && v->mask) MFM__PREFETCH(v->slots + (mfm__mix(feat[next[a]]) & v->mask));
+            }
         }
         if ((wk->failed = !mfm__gradient_room(tr, wk, &row, n_owned)) != 0) break;
         for (c = 0; c < C; c++)
