@@ -4220,40 +4220,40 @@ MFM__NOINLINE static void mfm__fwfm_pair_gradients(const mfm__trainer *tr, mfm__
     }
 }
 
-/* FwFM's dense batch rows (mfm__fwfm_dense) where the CPU has AVX and k is a multiple of 8:
-   the worker that scores the row keeps its pairs (mfm__kept_stride) and leaves, per class, the
-   terms its coordinates receive (tr->terms): g U_a for every v_a (z x k,
-   mfm__fwfm_kept_gradients_wide), then g x_a x_b <v_a, v_b> for each pair a < b, a-major. The
-   workers then only add up the terms of what they own (mfm__fwfm_kept_row_gradients): the
-   scoring and the products split among the workers with the rows. The terms and their order are
-   those of the pair-by-pair path, so the bits are the same. */
-
 /* Whether the row's score leaves terms for the owners (tr->terms): FM's rows, FwFM's dense ones. */
 static int mfm__keeps_terms(const mfm__trainer *tr, const mfm__row *row) {
     return tr->terms && (tr->m->params.model == MFM_MODEL_FM || mfm__fwfm_dense(tr->m, row));
 }
 
-/* FM's batch rows: the worker that scores a row leaves, per class, the term each v_a receives,
-   g x_a (sum - v_a x_a) (z x k), while the row's v are in its cache; the owners only add them
-   up (mfm__gradient_row) and read no v. The operations are those of summing in place (a term
-   added with mfm__axpy's 1 x term is the term), so the bits are the same. */
+/* FM: what v_a receives from a row, g ds/dv_a = g x_a (sum - v_a x_a), k floats into out. */
+static void mfm__fm_vector_term(const float *v, const float *sum, float g, float xa, uint64_t k, float *out) {
+    const float gx = g * xa;
+    const mfm__f4 gx4 = mfm__f4_set1(gx), xa4 = mfm__f4_set1(xa);
+    uint64_t t;
+    for (t = 0; t + 4 <= k; t += 4) mfm__f4_store(out + t, mfm__f4_mul(gx4, mfm__f4_sub(mfm__f4_load(sum + t), mfm__f4_mul(mfm__f4_load(v + t), xa4))));
+    for (; t < k; t++) out[t] = gx * (sum[t] - v[t] * xa);
+}
+
+/* FM's batch rows: the worker that scores a row leaves, per class, the term each v_a receives
+   (z x k), while the row's v are in its cache; the owners only add them up (mfm__gradient_row)
+   and read no v. */
 static void mfm__fm_keep_terms(const mfm__trainer *tr, uint64_t q, const mfm__row *row, const float *sums) {
     const mfm_model *m = tr->m;
     const uint64_t C = m->n_classes, k = (uint64_t)m->k;
-    uint64_t a, t;
+    uint64_t a;
     uint32_t c;
-    for (c = 0; c < C; c++) {
-        const float g = tr->dlds[q * C + c], *const sum = sums + c * k;
-        float *const terms = tr->terms + (q * C + c) * tr->terms_row;
-        for (a = 0; a < row->z; a++) {
-            const float *const v = mfm__block(m, MFM_TENSOR_V, c, row->feat[a]), xa = row->x[a], gx = g * xa;
-            const mfm__f4 gx4 = mfm__f4_set1(gx), xa4 = mfm__f4_set1(xa);
-            float *const out = terms + a * k;
-            for (t = 0; t + 4 <= k; t += 4) mfm__f4_store(out + t, mfm__f4_mul(gx4, mfm__f4_sub(mfm__f4_load(sum + t), mfm__f4_mul(mfm__f4_load(v + t), xa4))));
-            for (; t < k; t++) out[t] = gx * (sum[t] - v[t] * xa);
-        }
-    }
+    for (c = 0; c < C; c++)
+        for (a = 0; a < row->z; a++)
+            mfm__fm_vector_term(mfm__block(m, MFM_TENSOR_V, c, row->feat[a]), sums + c * k, tr->dlds[q * C + c], row->x[a], k,
+                                tr->terms + (q * C + c) * tr->terms_row + a * k);
 }
+
+/* FwFM's dense batch rows (mfm__fwfm_dense) where the CPU has AVX and k is a multiple of 8:
+   the worker that scores the row keeps its pairs (mfm__kept_stride) and leaves, per class, the
+   terms its coordinates receive: g U_a for every v_a (z x k, mfm__fwfm_kept_gradients_wide),
+   then g x_a x_b <v_a, v_b> for each pair a < b, a-major. The scoring and the products split
+   among the workers with the rows. The terms and their order are those of the pair-by-pair
+   path, so the bits are the same. */
 
 #if defined(MFM__AVX)
 MFM__AVX_FN static void mfm__fwfm_keep_terms(const mfm__trainer *tr, mfm__worker *wk, uint64_t q, const mfm__row *row) {
@@ -4330,7 +4330,6 @@ static void mfm__gradient_row(const mfm__trainer *tr, mfm__worker *wk, int me, u
     const int k = m->k, pairs_only = m->params.pairs_only;
     const uint32_t F = m->n_fields, C = m->n_classes, stamp = tr->stamp_batch;
     uint32_t a, b, i;
-    int t;
     float *gc;
     if (me == 0) { /* pairs_only: w0 and w are touched with zero gradients: they stay 0 */
         gc = mfm__own(&wk->own[MFM_TENSOR_W0], 0, stamp, C);
@@ -4343,7 +4342,8 @@ static void mfm__gradient_row(const mfm__trainer *tr, mfm__worker *wk, int me, u
         if (!pairs_only) gc[c] += g * row->x[a];
     }
     if (m->params.linear_only) return;
-    if (terms) { /* the terms the row's score left (mfm__keeps_terms): v_a's, then FwFM's r */
+    if (terms) { /* the terms the row's score left (mfm__keeps_terms): v_a's, then FwFM's r. Adding a
+                    term with mfm__axpy's 1 x term is the add of summing in place: the same bits. */
         for (i = 0; i < n_owned; i++) {
             gc = mfm__own_like_w(&wk->own[MFM_TENSOR_V], wk->entry[i], row->feat[owned[i]], (uint64_t)C * k);
             mfm__axpy(gc + (uint64_t)c * k, 1.0f, terms + (uint64_t)owned[i] * k, k);
@@ -4380,16 +4380,11 @@ static void mfm__gradient_row(const mfm__trainer *tr, mfm__worker *wk, int me, u
             break;
         case MFM_MODEL_FWFM: /* v_a's gradient in this row is summed first (below), then added */
             break;
-        default: { /* FM: ds/dv_at = x_a (sum_t - v_at x_a) */
-            const float *v = mfm__block(m, MFM_TENSOR_V, c, ia), gx = g * xa;
+        default: /* FM, where the score left no terms */
+            mfm__fm_vector_term(mfm__block(m, MFM_TENSOR_V, c, ia), sum, g, xa, (uint64_t)k, wk->row_g);
             gc = mfm__own_like_w(&wk->own[MFM_TENSOR_V], wk->entry[i], ia, (uint64_t)C * k);
-            const mfm__f4 gx4 = mfm__f4_set1(gx), xa4 = mfm__f4_set1(xa);
-            gc += (uint64_t)c * k;
-            for (t = 0; t + 4 <= k; t += 4)
-                mfm__f4_store(gc + t, mfm__f4_add(mfm__f4_load(gc + t), mfm__f4_mul(gx4, mfm__f4_sub(mfm__f4_load(sum + t), mfm__f4_mul(mfm__f4_load(v + t), xa4)))));
-            for (; t < k; t++) gc[t] += gx * (sum[t] - v[t] * xa);
+            mfm__axpy(gc + (uint64_t)c * k, 1.0f, wk->row_g, k);
             break;
-        }
         }
     }
     if (m->params.model == MFM_MODEL_FWFM) { /* v_a receives the row's sum of g x_a x_b r(fa, fb) v_b over its partners b */
