@@ -3809,6 +3809,7 @@ typedef struct mfm__trainer {
     float *terms;         /* batch x C x terms_row: what each row's score left for the owners to add up (FM: mfm__fm_keep_terms;
                              FwFM's dense rows: mfm__fwfm_keep_terms), or NULL */
     uint64_t terms_row;
+    unsigned char *kept;  /* batch: whether the row's score left terms (mfm__keeps_terms), for the owners */
     uint32_t stamp_batch; /* tells the coordinate tables' live entries from stale ones */
     uint16_t *pair_owner; /* several workers, FwFM: the owner of each field pair (at lo * F + hi and hi * F + lo) */
     uint32_t *owned_at;   /* several workers: batch x (workers + 1), where each owner's non-zeros of the row start in the scorer's by_owner, and the end */
@@ -4678,7 +4679,7 @@ static void mfm__score_task(void *ctx, int index) {
     wk->n_by_owner = 0, wk->failed = 0;
     for (q = lo; q < hi; q++) {
         const mfm__row row = mfm__get_row(tr->m, tr->d, tr->rows[q], tr->ones, wk->scaled);
-        const int keeps = mfm__keeps_terms(tr, &row), fwfm_keeps = keeps && tr->m->params.model == MFM_MODEL_FWFM;
+        const int keeps = tr->kept[q] = (unsigned char)mfm__keeps_terms(tr, &row), fwfm_keeps = keeps && tr->m->params.model == MFM_MODEL_FWFM;
         mfm__prefetch_ahead(tr, tr->rows, q, hi);
         if (tr->n_workers > 1 && (wk->failed = !mfm__group_by_owner(tr, wk, q, &row)) != 0) return;
         mfm__row_loss(tr, wk, tr->rows[q], &row, tr->dlds + q * C, tr->sums ? tr->sums + q * C * k : wk->sum, fwfm_keeps ? wk->pair_keep : NULL);
@@ -4736,7 +4737,6 @@ static void mfm__gradient_task(void *ctx, int index) {
     wk->failed = 0, wk->r_in_order = 0;
     for (q = 0; q < n && !wk->failed; q++) {
         const mfm__row row = mfm__get_row(tr->m, tr->d, tr->rows[q], tr->ones, wk->scaled);
-        const int keeps = mfm__keeps_terms(tr, &row);
         const uint32_t *owned;
         const uint32_t n_owned = mfm__owned_of(tr, q, index, &owned);
         mfm__prefetch_data_ahead(tr, tr->rows, q, n);
@@ -4744,7 +4744,7 @@ static void mfm__gradient_task(void *ctx, int index) {
             const uint32_t *next, *const feat = tr->d->features + tr->d->row_offsets[tr->rows[q + 1]];
             const uint32_t n_next = mfm__owned_of(tr, q + 1, index, &next);
             const mfm__coords *const w = &wk->own[MFM_TENSOR_W], *const v = &wk->own[MFM_TENSOR_V];
-            for (c = 0; c < C && !(tr->terms && tr->m->params.model == MFM_MODEL_FM); c++) /* FM's terms: no parameter to read */
+            for (c = 0; c < C && !tr->kept[q + 1]; c++) /* a row that left terms: no parameter to read */
                 for (a = 0; a < n_next; a++) mfm__prefetch_feature(tr->m, c, feat[next[a]]);
             for (a = 0; a < n_next; a++) { /* and the slots the first probes read (mfm__own): w's, and FFM's v's keyed by feature */
                 if (w->mask) MFM__PREFETCH(w->slots + (mfm__mix(feat[next[a]]) & w->mask));
@@ -4754,7 +4754,7 @@ static void mfm__gradient_task(void *ctx, int index) {
         if ((wk->failed = !mfm__gradient_room(tr, wk, &row, n_owned)) != 0) break;
         for (c = 0; c < C; c++)
             mfm__gradient_row(tr, wk, index, c, &row, owned, n_owned, tr->dlds[q * C + c], tr->sums ? tr->sums + (q * C + c) * k : NULL,
-                              keeps ? tr->terms + (q * C + c) * tr->terms_row : NULL);
+                              tr->kept[q] ? tr->terms + (q * C + c) * tr->terms_row : NULL);
     }
 }
 
@@ -4875,6 +4875,7 @@ static void mfm__trainer_free(mfm__trainer *tr) {
     MFM_FREE(tr->dlds);
     MFM_FREE(tr->sums);
     MFM_FREE(tr->terms);
+    MFM_FREE(tr->kept);
     MFM_FREE(tr->field_stamp);
     MFM_FREE(tr->pair_owner);
     MFM_FREE(tr->owned_at);
@@ -4927,7 +4928,8 @@ static int mfm__trainer_init(mfm__trainer *tr, mfm_model *m, const mfm_csr *d, c
     { /* per-row results of a batch; a pass never has more rows than the data */
         const uint64_t rows = n_rows < (uint64_t)p->batch_size ? n_rows : (uint64_t)p->batch_size;
         tr->dlds = (float *)mfm__alloc(rows * C, sizeof(float));
-        if (!tr->dlds) return 0;
+        tr->kept = (unsigned char *)mfm__alloc(rows, 1);
+        if (!tr->dlds || !tr->kept) return 0;
         if (p->model == MFM_MODEL_FM && !p->linear_only && p->batch_size > 1) { /* mfm__fm_keep_terms, or else each row's sums */
             tr->terms_row = info->max_row_nnz * (uint64_t)m->k;
             if (rows * C * tr->terms_row <= MFM__TERMS_FLOATS) tr->terms = (float *)mfm__alloc(rows * C * tr->terms_row, sizeof(float));
