@@ -4713,19 +4713,21 @@ static int mfm__gradient_room(const mfm__trainer *tr, mfm__worker *wk, const mfm
    the group its scorer listed (mfm__group_by_owner); returns how many. */
 static uint32_t mfm__owned_of(const mfm__trainer *tr, uint64_t q, int me, const uint32_t **owned) {
     const uint64_t W = (uint64_t)tr->n_workers, per = (tr->n_batch + W - 1) / W; /* q's scorer: q / per (mfm__share) */
-    const uint32_t *at = tr->owned_at + q * (W + 1) + me;
+    const uint32_t *at;
     if (W == 1) {
         *owned = tr->workers[0].owned;
         return (uint32_t)(tr->d->row_offsets[tr->rows[q] + 1] - tr->d->row_offsets[tr->rows[q]]);
     }
+    at = tr->owned_at + q * (W + 1) + me;
     *owned = tr->workers[q / per].by_owner + at[0];
     return at[1] - at[0];
 }
 
 /* Step 2: every row of the batch, in order, for the coordinates this worker owns. The next
-   row's owned w and (FM, FwFM) v are asked for while this row's are summed: the batch's rows
-   touch more lines than L2 holds, and with several workers another one scored the row. Only
-   the owned ones, for the lines of the others are the other workers' to write. */
+   row's owned w and (FM, FwFM) v, unless it left terms, and the table slots their first probes
+   read are asked for while this row's are summed: the batch's rows touch more lines than L2
+   holds, and with several workers another one scored the row. Only the owned ones, for the
+   lines of the others are the other workers' to write. */
 static void mfm__gradient_task(void *ctx, int index) {
     const mfm__trainer *tr = (const mfm__trainer *)ctx;
     mfm__worker *wk = &tr->workers[index];
