@@ -3114,6 +3114,15 @@ MFM__INLINE static mfm__f4 mfm__dot4(const float *a, const float *b0, const floa
 #define MFM__AVX_INLINE __attribute__((target("avx"), always_inline)) inline
 #endif
 
+/* Asks for the line at p, for writing, into every cache level. */
+#if defined(__GNUC__) || defined(__clang__)
+#define MFM__PREFETCH(p) __builtin_prefetch((p), 1, 3)
+#elif defined(MFM__SSE2)
+#define MFM__PREFETCH(p) _mm_prefetch((const char *)(p), _MM_HINT_T0)
+#else
+#define MFM__PREFETCH(p) ((void)(p))
+#endif
+
 static int mfm__use_avx(void) {
 #if defined(MFM__AVX)
     const char *simd = getenv("MFM_SIMD");
@@ -3551,6 +3560,49 @@ MFM__INLINE static void mfm__ffm_pair_adagrad(float lr, float *va, float *vb, fl
 }
 
 #define MFM__MAX_SIMPLE_NNZ 256 /* longer rows take the batched path at batch 1 */
+
+/* The part of each FFM feature's vectors that a row's fields cover: a feature's F slots lie side
+   by side, so from the lowest field's slot to the end of the highest's. Batch 1 asks for the next
+   row's spans one feature at a time inside this row's pair loop (mfm__ffm_ask): all at once,
+   some 20 lines a feature, they would fill the core's queue of outstanding misses, and the
+   steps would wait for it to drain. */
+typedef struct mfm__ffm_span {
+    const uint32_t *feat; /* the row's features; NULL for no row */
+    uint32_t z;
+    uint64_t first; /* floats from a feature's first slot to the lowest field's */
+    uint64_t bytes; /* 0 where the fields lie far apart: the span would be mostly waste */
+} mfm__ffm_span;
+
+static mfm__ffm_span mfm__ffm_span_of(const mfm_model *m, const mfm_csr *d, uint64_t r) {
+    const uint64_t lo = d->row_offsets[r], hi = d->row_offsets[r + 1];
+    mfm__ffm_span s;
+    uint32_t low, high;
+    uint64_t j;
+    memset(&s, 0, sizeof s);
+    s.feat = d->features + lo, s.z = (uint32_t)(hi - lo);
+    if (m->params.model != MFM_MODEL_FFM || m->params.linear_only || hi == lo) return s;
+    for (low = high = d->fields[lo], j = lo + 1; j < hi; j++) {
+        if (d->fields[j] < low) low = d->fields[j];
+        if (d->fields[j] > high) high = d->fields[j];
+    }
+    s.first = (uint64_t)low * m->t[MFM_TENSOR_V].stride;
+    if (high - low < 4 * (hi - lo)) s.bytes = ((uint64_t)high - low + 1) * m->t[MFM_TENSOR_V].stride * sizeof(float);
+    return s;
+}
+
+/* The span of the row's a-th feature in `table` (one class's V); nothing past the row's end. */
+MFM__INLINE static void mfm__ffm_ask(const float *table, uint64_t per_feature, const mfm__ffm_span *s, uint32_t a) {
+    const char *p;
+    uint64_t at;
+    if (!s || a >= s->z) return;
+    p = (const char *)(table + s->feat[a] * per_feature + s->first);
+    for (at = 0; at < s->bytes; at += 64) MFM__PREFETCH(p + at);
+}
+
+/* ... and those of its features from the a-th on: what a shorter row's pair loop left. */
+MFM__INLINE static void mfm__ffm_ask_rest(const float *table, uint64_t per_feature, const mfm__ffm_span *s, uint32_t a) {
+    for (; s && a < s->z; a++) mfm__ffm_ask(table, per_feature, s, a);
+}
 #ifndef MFM__TERMS_FLOATS
 #define MFM__TERMS_FLOATS ((uint64_t)1 << 24) /* at most 64 MB for a batch's terms (mfm__fm_keep_terms, mfm__fwfm_keep_terms) */
 #endif
@@ -3560,7 +3612,8 @@ MFM__INLINE static void mfm__ffm_pair_adagrad(float lr, float *va, float *vb, fl
    those parameters. Such a row has at most MFM__MAX_SIMPLE_NNZ non-zeros. Where each feature's
    vectors start and where each field's slot lies in them are found once per row, and the row
    is read through locals: the steps store through pointers that may alias anything, after
-   which the compiler would read the row's fields again for every pair. */
+   which the compiler would read the row's fields again for every pair. With a's pairs, the
+   next row's a-th span is asked for (`next`, NULL for none; mfm__ffm_span). */
 #define MFM__FFM_ROW_PAIRS(PAIR_STEP)                                                                           \
     const mfm__table *V = &m->t[MFM_TENSOR_V];                                                                  \
     float *const table = V->data + (uint64_t)c * V->n_blocks * V->stride;                                       \
@@ -3574,10 +3627,12 @@ MFM__INLINE static void mfm__ffm_pair_adagrad(float lr, float *va, float *vb, fl
         float *const base_a = table + vectors[a];                                                               \
         const uint64_t field_a = slot[a];                                                                       \
         const float ga = dlds * x[a];                                                                           \
+        mfm__ffm_ask(table, per_feature, next, a);                                                              \
         for (b = a + 1; b < z; b++) PAIR_STEP(lr, base_a + slot[b], table + vectors[b] + field_a, ga * x[b], k, l2); \
-    }
+    }                                                                                                           \
+    mfm__ffm_ask_rest(table, per_feature, next, z);
 
-MFM__INLINE static void mfm__ffm_row_adagrad(const mfm__optim *o, const mfm_model *m, uint32_t c, const mfm__row *row, float dlds, uint32_t k, float l2) {
+MFM__INLINE static void mfm__ffm_row_adagrad(const mfm__optim *o, const mfm_model *m, uint32_t c, const mfm__row *row, float dlds, uint32_t k, float l2, const mfm__ffm_span *next) {
     MFM__FFM_ROW_PAIRS(mfm__ffm_pair_adagrad);
 }
 
@@ -3604,16 +3659,16 @@ MFM__AVX_INLINE static void mfm__ffm_pair_adagrad_wide(float lr, float *va, floa
     mfm__ffm_pair_adagrad_rest(lr, va, vb, coef, t, k, l2);
 }
 
-MFM__AVX_INLINE static void mfm__ffm_row_adagrad_wide_k(const mfm__optim *o, const mfm_model *m, uint32_t c, const mfm__row *row, float dlds, uint32_t k, float l2) {
+MFM__AVX_INLINE static void mfm__ffm_row_adagrad_wide_k(const mfm__optim *o, const mfm_model *m, uint32_t c, const mfm__row *row, float dlds, uint32_t k, float l2, const mfm__ffm_span *next) {
     MFM__FFM_ROW_PAIRS(mfm__ffm_pair_adagrad_wide);
 }
 
 /* mfm__ffm_row_adagrad, eight lanes wide; k = 4 gets its own copy. */
-MFM__AVX_FN static void mfm__ffm_row_adagrad_wide(const mfm__optim *o, const mfm_model *m, uint32_t c, const mfm__row *row, float dlds, uint32_t k, float l2) {
+MFM__AVX_FN static void mfm__ffm_row_adagrad_wide(const mfm__optim *o, const mfm_model *m, uint32_t c, const mfm__row *row, float dlds, uint32_t k, float l2, const mfm__ffm_span *next) {
     if (k == 4)
-        mfm__ffm_row_adagrad_wide_k(o, m, c, row, dlds, 4, l2);
+        mfm__ffm_row_adagrad_wide_k(o, m, c, row, dlds, 4, l2, next);
     else
-        mfm__ffm_row_adagrad_wide_k(o, m, c, row, dlds, k, l2);
+        mfm__ffm_row_adagrad_wide_k(o, m, c, row, dlds, k, l2, next);
 }
 #endif
 
@@ -3818,6 +3873,7 @@ typedef struct mfm__trainer {
     /* batch 1: which rows may update in place (see mfm__row_is_simple) */
     uint32_t *field_stamp, stamp;
     uint32_t feature_set[2 * MFM__MAX_SIMPLE_NNZ][2]; /* open addressing: id, and the row's stamp when live */
+    mfm__ffm_span next_span; /* batch 1, FFM: the next row's spans, which this row's steps ask for (bytes 0: none) */
 } mfm__trainer;
 
 static uint64_t mfm__mix(uint64_t id) { return (id * 0x9E3779B97F4A7C15ull) >> 24; }
@@ -3916,17 +3972,10 @@ static float *mfm__own_like_w(mfm__coords *o, uint32_t w_entry, uint64_t id, uin
     return o->g + (o->last = w_entry) * width;
 }
 
-#if defined(__GNUC__) || defined(__clang__)
-#define MFM__PREFETCH(p) __builtin_prefetch((p), 1, 3)
-#elif defined(MFM__SSE2)
-#define MFM__PREFETCH(p) _mm_prefetch((const char *)(p), _MM_HINT_T0)
-#else
-#define MFM__PREFETCH(p) ((void)(p))
-#endif
-
 /* Asks the memory system for the next row's parameters while this row trains or is predicted:
    with millions of features most of them are far away, and a row waits on dozens of them. FFM
-   fetches the span of each feature's vectors that the row's fields cover, line by line.
+   fetches the span of each feature's vectors that the row's fields cover, line by line, or
+   leaves the spans to the caller (`later`; mfm__ffm_span).
    The prefetching functions are inlined: GCC takes a function that does nothing but prefetch
    for one without effects and drops every call to it. */
 /* Feature id's w and (FM, FwFM) v in class c. */
@@ -3935,27 +3984,16 @@ MFM__INLINE static void mfm__prefetch_feature(const mfm_model *m, uint32_t c, ui
     if (!m->params.linear_only && m->params.model != MFM_MODEL_FFM) MFM__PREFETCH(mfm__block(m, MFM_TENSOR_V, c, id));
 }
 
-MFM__INLINE static void mfm__prefetch_row(const mfm_model *m, const mfm_csr *d, uint64_t r) {
-    const uint64_t lo = d->row_offsets[r], hi = d->row_offsets[r + 1];
-    uint64_t j, span = 0, first = 0;
-    uint32_t c;
-    if (m->params.model == MFM_MODEL_FFM && !m->params.linear_only && hi > lo) {
-        uint32_t low = d->fields[lo], high = d->fields[lo];
-        for (j = lo + 1; j < hi; j++) {
-            if (d->fields[j] < low) low = d->fields[j];
-            if (d->fields[j] > high) high = d->fields[j];
-        }
-        first = low;
-        span = ((uint64_t)high - low + 1) * m->t[MFM_TENSOR_V].stride * sizeof(float);
-        if (high - low >= 4 * (hi - lo)) span = 0; /* fields far apart: the span would be mostly waste */
-    }
+MFM__INLINE static void mfm__prefetch_row(const mfm_model *m, const mfm_csr *d, uint64_t r, mfm__ffm_span *later) {
+    const mfm__ffm_span span = mfm__ffm_span_of(m, d, r);
+    const mfm__table *V = &m->t[MFM_TENSOR_V];
+    uint32_t c, a;
     for (c = 0; c < m->n_classes; c++)
-        for (j = lo; j < hi; j++) {
-            uint64_t at;
-            mfm__prefetch_feature(m, c, d->features[j]);
-            for (at = 0; at < span; at += 64) /* FFM: the row's fields' slots */
-                MFM__PREFETCH((const char *)mfm__block(m, MFM_TENSOR_V, c, (uint64_t)d->features[j] * m->n_fields + first) + at);
+        for (a = 0; a < span.z; a++) {
+            mfm__prefetch_feature(m, c, span.feat[a]);
+            if (!later && span.bytes) mfm__ffm_ask(V->data + (uint64_t)c * V->n_blocks * V->stride, (uint64_t)m->n_fields * V->stride, &span, a);
         }
+    if (later) *later = span;
 }
 
 /* The lines of a[lo..hi) (elements of `size` bytes); nothing for a NULL array. */
@@ -3984,7 +4022,7 @@ MFM__INLINE static void mfm__prefetch_data_ahead(const mfm__trainer *tr, const u
 
 MFM__INLINE static void mfm__prefetch_ahead(const mfm__trainer *tr, const uint64_t *rows, uint64_t i, uint64_t n) {
     mfm__prefetch_data_ahead(tr, rows, i, n);
-    if (i + 1 < n) mfm__prefetch_row(tr->m, tr->d, rows[i + 1]);
+    if (i + 1 < n) mfm__prefetch_row(tr->m, tr->d, rows[i + 1], NULL);
 }
 
 /* y += c x over k values, four lanes at a time. */
@@ -4510,6 +4548,7 @@ static void mfm__update_row(const mfm__trainer *tr, mfm__worker *wk, uint32_t c,
     const mfm__optim *o = &tr->opt;
     const int k = m->k;
     const float l1w = (float)p->l1_linear, l2w = (float)p->l2_linear, l1v = (float)p->l1_factors, l2v = (float)p->l2_factors;
+    const mfm__ffm_span *const next = tr->next_span.bytes ? &tr->next_span : NULL;
     float *w0 = mfm__block(m, MFM_TENSOR_W0, c, 0), g0;
     uint32_t a, b;
     int t;
@@ -4527,17 +4566,18 @@ static void mfm__update_row(const mfm__trainer *tr, mfm__worker *wk, uint32_t c,
         if (o->kind == MFM_OPTIMIZER_ADAGRAD) { /* k = 4 gets its own copy, with the k-loop unrolled */
 #if defined(MFM__AVX)
             if (o->wide) {
-                mfm__ffm_row_adagrad_wide(o, m, c, row, g, (uint32_t)k, l2v);
+                mfm__ffm_row_adagrad_wide(o, m, c, row, g, (uint32_t)k, l2v, next);
                 break;
             }
 #endif
             if (k == 4)
-                mfm__ffm_row_adagrad(o, m, c, row, g, 4, l2v);
+                mfm__ffm_row_adagrad(o, m, c, row, g, 4, l2v, next);
             else
-                mfm__ffm_row_adagrad(o, m, c, row, g, (uint32_t)k, l2v);
+                mfm__ffm_row_adagrad(o, m, c, row, g, (uint32_t)k, l2v, next);
             break;
         }
-        for (a = 0; a < row->z; a++)
+        for (a = 0; a < row->z; a++) {
+            mfm__ffm_ask(mfm__block(m, MFM_TENSOR_V, c, 0), (uint64_t)m->n_fields * m->t[MFM_TENSOR_V].stride, next, a);
             for (b = a + 1; b < row->z; b++) {
                 float *va = mfm__block(m, MFM_TENSOR_V, c, (uint64_t)row->feat[a] * m->n_fields + row->field[b]);
                 float *vb = mfm__block(m, MFM_TENSOR_V, c, (uint64_t)row->feat[b] * m->n_fields + row->field[a]);
@@ -4549,6 +4589,8 @@ static void mfm__update_row(const mfm__trainer *tr, mfm__worker *wk, uint32_t c,
                 mfm__step(o, va, (uint32_t)k, ga, 1.0f, l1v, l2v);
                 mfm__step(o, vb, (uint32_t)k, gb, 1.0f, l1v, l2v);
             }
+        }
+        mfm__ffm_ask_rest(mfm__block(m, MFM_TENSOR_V, c, 0), (uint64_t)m->n_fields * m->t[MFM_TENSOR_V].stride, next, row->z);
         break;
     case MFM_MODEL_FWFM:
         mfm__fwfm_row_update(tr, wk, c, row, g, keep);
@@ -5013,11 +5055,14 @@ static mfm_status mfm__pass(mfm__trainer *tr, mfm__pool *pool, const uint64_t *r
     for (start = 0; start < n; start += batch) {
         if (batch == 1 && MFM__BATCH1_IN_PLACE) { /* most rows need no touched sets: steps in place */
             mfm__row row = mfm__get_row(tr->m, tr->d, rows[start], tr->ones, NULL);
-            mfm__prefetch_ahead(tr, rows, start, n);
+            mfm__prefetch_data_ahead(tr, rows, start, n);
+            memset(&tr->next_span, 0, sizeof tr->next_span);
+            if (start + 1 < n) mfm__prefetch_row(tr->m, tr->d, rows[start + 1], &tr->next_span); /* FFM's spans: asked for by the steps */
             if (mfm__row_is_simple(tr, &row)) {
                 mfm__train_row(tr, &tr->workers[0], rows[start]);
                 continue;
             }
+            if (tr->next_span.bytes) mfm__prefetch_row(tr->m, tr->d, rows[start + 1], NULL); /* the batched path asks for none */
         }
         tr->rows = rows + start;
         tr->n_batch = n - start < batch ? n - start : batch;
@@ -5396,7 +5441,7 @@ static void mfm__predict_task(void *ctx, int index) {
     for (r = lo; r < hi; r++) {
         mfm__row row = mfm__get_row(m, pr->d, r, pr->ones, pr->scaled + (uint64_t)index * pr->max_row_nnz);
         float *out = pr->out + r * width;
-        if (r + 1 < hi) mfm__prefetch_row(m, pr->d, r + 1);
+        if (r + 1 < hi) mfm__prefetch_row(m, pr->d, r + 1, NULL);
         for (c = 0; c < C; c++) score[c] = mfm__score(m, c, &row, sum + (uint64_t)c * m->k, NULL);
         if (pr->kind == MFM_OUTPUT_SCORE || m->params.task == MFM_TASK_REGRESSION) {
             memcpy(out, score, width * sizeof(float));
