@@ -3176,8 +3176,52 @@ static float mfm__fwfm_r(const mfm_model *m, uint32_t c, uint32_t fa, uint32_t f
     return *mfm__block(m, MFM_TENSOR_R, c, m->pair_id[(uint64_t)fa * m->n_fields + fb]);
 }
 
-/* FFM's pair term: every pair adds into the same four lanes, and one sum ends it. */
-MFM__INLINE static float mfm__ffm_pairs(const mfm_model *m, uint32_t c, const mfm__row *row, int k) {
+/* The part of each FFM feature's vectors that a row's fields cover: a feature's F slots lie side
+   by side, so from the lowest field's slot to the end of the highest's. Prediction and batch 1
+   ask for the next row's spans one feature at a time inside this row's pair loop, the score's
+   or the steps' (mfm__ffm_ask): all at once, some 20 lines a feature, they would fill the core's
+   queue of outstanding misses, and the row's own loads would wait for it to drain. */
+typedef struct mfm__ffm_span {
+    const uint32_t *feat; /* the row's features; NULL for no row */
+    uint32_t z;
+    uint64_t first; /* floats from a feature's first slot to the lowest field's */
+    uint64_t bytes; /* 0 where the fields lie far apart: the span would be mostly waste */
+} mfm__ffm_span;
+
+static mfm__ffm_span mfm__ffm_span_of(const mfm_model *m, const mfm_csr *d, uint64_t r) {
+    const uint64_t lo = d->row_offsets[r], hi = d->row_offsets[r + 1];
+    mfm__ffm_span s;
+    uint32_t low, high;
+    uint64_t j;
+    memset(&s, 0, sizeof s);
+    s.feat = d->features + lo, s.z = (uint32_t)(hi - lo);
+    if (m->params.model != MFM_MODEL_FFM || m->params.linear_only || hi == lo) return s;
+    for (low = high = d->fields[lo], j = lo + 1; j < hi; j++) {
+        if (d->fields[j] < low) low = d->fields[j];
+        if (d->fields[j] > high) high = d->fields[j];
+    }
+    s.first = (uint64_t)low * m->t[MFM_TENSOR_V].stride;
+    if (high - low < 4 * (hi - lo)) s.bytes = ((uint64_t)high - low + 1) * m->t[MFM_TENSOR_V].stride * sizeof(float);
+    return s;
+}
+
+/* The span of the row's a-th feature in `table` (one class's V); nothing past the row's end. */
+MFM__INLINE static void mfm__ffm_ask(const float *table, uint64_t per_feature, const mfm__ffm_span *s, uint32_t a) {
+    const char *p;
+    uint64_t at;
+    if (!s || a >= s->z) return;
+    p = (const char *)(table + s->feat[a] * per_feature + s->first);
+    for (at = 0; at < s->bytes; at += 64) MFM__PREFETCH(p + at);
+}
+
+/* ... and those of its features from the a-th on: what a shorter row's pair loop left. */
+MFM__INLINE static void mfm__ffm_ask_rest(const float *table, uint64_t per_feature, const mfm__ffm_span *s, uint32_t a) {
+    for (; s && a < s->z; a++) mfm__ffm_ask(table, per_feature, s, a);
+}
+
+/* FFM's pair term: every pair adds into the same four lanes, and one sum ends it; with a's pairs
+   the next row's a-th span is asked for (`next`, NULL for none). */
+MFM__INLINE static float mfm__ffm_pairs(const mfm_model *m, uint32_t c, const mfm__row *row, int k, const mfm__ffm_span *next) {
     const mfm__table *V = &m->t[MFM_TENSOR_V];
     const float *const table = V->data + (uint64_t)c * V->n_blocks * V->stride;
     const uint64_t stride = V->stride, per_feature = (uint64_t)m->n_fields * stride;
@@ -3188,6 +3232,7 @@ MFM__INLINE static float mfm__ffm_pairs(const mfm_model *m, uint32_t c, const mf
     for (a = 0; a < row->z; a++) {
         const float *const base_a = table + row->feat[a] * per_feature;
         const uint64_t field_a = row->field[a] * stride;
+        mfm__ffm_ask(table, per_feature, next, a);
         for (b = a + 1; b < row->z; b++) {
             const float *va = base_a + row->field[b] * stride, *vb = table + row->feat[b] * per_feature + field_a;
             const float xx = row->x[a] * row->x[b];
@@ -3196,6 +3241,7 @@ MFM__INLINE static float mfm__ffm_pairs(const mfm_model *m, uint32_t c, const mf
             for (; t < k; t++) rest += va[t] * vb[t] * xx;
         }
     }
+    mfm__ffm_ask_rest(table, per_feature, next, row->z);
     return mfm__f4_sum(acc4) + rest;
 }
 
@@ -3422,8 +3468,9 @@ MFM__INLINE static float mfm__fm_pairs(const mfm_model *m, uint32_t c, const mfm
 }
 
 /* Score of class c. FM leaves sum[t] = sum_i v_it x_i (k values) for its gradient; FwFM, given
-   `keep`, its pair weights and dots (mfm__fwfm_pairs). */
-static float mfm__score(const mfm_model *m, uint32_t c, const mfm__row *row, float *sum, float *keep) {
+   `keep`, its pair weights and dots (mfm__fwfm_pairs); FFM, given `next`, asks for the next
+   row's spans as it goes (mfm__ffm_span). */
+static float mfm__score(const mfm_model *m, uint32_t c, const mfm__row *row, float *sum, float *keep, const mfm__ffm_span *next) {
     const int k = m->k;
     float s = 0;
     uint32_t a;
@@ -3434,7 +3481,7 @@ static float mfm__score(const mfm_model *m, uint32_t c, const mfm__row *row, flo
     if (m->params.linear_only) return s;
     switch (m->params.model) {
     case MFM_MODEL_FFM: /* k = 4 (the common case) gets its own copy, with the k-loop unrolled */
-        return s + (k == 4 ? mfm__ffm_pairs(m, c, row, 4) : mfm__ffm_pairs(m, c, row, k));
+        return s + (k == 4 ? mfm__ffm_pairs(m, c, row, 4, next) : mfm__ffm_pairs(m, c, row, k, next));
     case MFM_MODEL_FWFM:
 #if defined(MFM__AVX)
         if (m->wide && k % 8 == 0) return s + mfm__fwfm_pairs_wide(m, c, row, k, keep);
@@ -3561,48 +3608,6 @@ MFM__INLINE static void mfm__ffm_pair_adagrad(float lr, float *va, float *vb, fl
 
 #define MFM__MAX_SIMPLE_NNZ 256 /* longer rows take the batched path at batch 1 */
 
-/* The part of each FFM feature's vectors that a row's fields cover: a feature's F slots lie side
-   by side, so from the lowest field's slot to the end of the highest's. Batch 1 asks for the next
-   row's spans one feature at a time inside this row's pair loop (mfm__ffm_ask): all at once,
-   some 20 lines a feature, they would fill the core's queue of outstanding misses, and the
-   steps would wait for it to drain. */
-typedef struct mfm__ffm_span {
-    const uint32_t *feat; /* the row's features; NULL for no row */
-    uint32_t z;
-    uint64_t first; /* floats from a feature's first slot to the lowest field's */
-    uint64_t bytes; /* 0 where the fields lie far apart: the span would be mostly waste */
-} mfm__ffm_span;
-
-static mfm__ffm_span mfm__ffm_span_of(const mfm_model *m, const mfm_csr *d, uint64_t r) {
-    const uint64_t lo = d->row_offsets[r], hi = d->row_offsets[r + 1];
-    mfm__ffm_span s;
-    uint32_t low, high;
-    uint64_t j;
-    memset(&s, 0, sizeof s);
-    s.feat = d->features + lo, s.z = (uint32_t)(hi - lo);
-    if (m->params.model != MFM_MODEL_FFM || m->params.linear_only || hi == lo) return s;
-    for (low = high = d->fields[lo], j = lo + 1; j < hi; j++) {
-        if (d->fields[j] < low) low = d->fields[j];
-        if (d->fields[j] > high) high = d->fields[j];
-    }
-    s.first = (uint64_t)low * m->t[MFM_TENSOR_V].stride;
-    if (high - low < 4 * (hi - lo)) s.bytes = ((uint64_t)high - low + 1) * m->t[MFM_TENSOR_V].stride * sizeof(float);
-    return s;
-}
-
-/* The span of the row's a-th feature in `table` (one class's V); nothing past the row's end. */
-MFM__INLINE static void mfm__ffm_ask(const float *table, uint64_t per_feature, const mfm__ffm_span *s, uint32_t a) {
-    const char *p;
-    uint64_t at;
-    if (!s || a >= s->z) return;
-    p = (const char *)(table + s->feat[a] * per_feature + s->first);
-    for (at = 0; at < s->bytes; at += 64) MFM__PREFETCH(p + at);
-}
-
-/* ... and those of its features from the a-th on: what a shorter row's pair loop left. */
-MFM__INLINE static void mfm__ffm_ask_rest(const float *table, uint64_t per_feature, const mfm__ffm_span *s, uint32_t a) {
-    for (; s && a < s->z; a++) mfm__ffm_ask(table, per_feature, s, a);
-}
 #ifndef MFM__TERMS_FLOATS
 #define MFM__TERMS_FLOATS ((uint64_t)1 << 24) /* at most 64 MB for a batch's terms (mfm__fm_keep_terms, mfm__fwfm_keep_terms) */
 #endif
@@ -4646,7 +4651,7 @@ static void mfm__row_loss(const mfm__trainer *tr, mfm__worker *wk, uint64_t r, c
     double loss;
     uint32_t c;
     if (tr->class_weights) weight *= tr->class_weights[(uint32_t)y];
-    for (c = 0; c < C; c++) wk->score[c] = mfm__score(m, c, row, sums + (uint64_t)c * m->k, keep ? keep + c * mfm__kept_floats(row->z, m->k) : NULL);
+    for (c = 0; c < C; c++) wk->score[c] = mfm__score(m, c, row, sums + (uint64_t)c * m->k, keep ? keep + c * mfm__kept_floats(row->z, m->k) : NULL, NULL);
     if (m->params.task == MFM_TASK_MULTICLASS) {
         double lse = mfm__softmax(wk->score, C, wk->prob);
         loss = 0;
@@ -5441,8 +5446,10 @@ static void mfm__predict_task(void *ctx, int index) {
     for (r = lo; r < hi; r++) {
         mfm__row row = mfm__get_row(m, pr->d, r, pr->ones, pr->scaled + (uint64_t)index * pr->max_row_nnz);
         float *out = pr->out + r * width;
-        if (r + 1 < hi) mfm__prefetch_row(m, pr->d, r + 1, NULL);
-        for (c = 0; c < C; c++) score[c] = mfm__score(m, c, &row, sum + (uint64_t)c * m->k, NULL);
+        mfm__ffm_span next;
+        memset(&next, 0, sizeof next);
+        if (r + 1 < hi) mfm__prefetch_row(m, pr->d, r + 1, &next); /* FFM's spans: asked for by the score */
+        for (c = 0; c < C; c++) score[c] = mfm__score(m, c, &row, sum + (uint64_t)c * m->k, NULL, next.bytes ? &next : NULL);
         if (pr->kind == MFM_OUTPUT_SCORE || m->params.task == MFM_TASK_REGRESSION) {
             memcpy(out, score, width * sizeof(float));
         } else if (m->params.task == MFM_TASK_BINARY) {
