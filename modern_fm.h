@@ -3607,7 +3607,6 @@ MFM__INLINE static void mfm__ffm_pair_adagrad(float lr, float *va, float *vb, fl
 }
 
 #define MFM__MAX_SIMPLE_NNZ 256 /* longer rows take the batched path at batch 1 */
-
 #ifndef MFM__TERMS_FLOATS
 #define MFM__TERMS_FLOATS ((uint64_t)1 << 24) /* at most 64 MB for a batch's terms (mfm__fm_keep_terms, mfm__fwfm_keep_terms) */
 #endif
@@ -5067,7 +5066,7 @@ static mfm_status mfm__pass(mfm__trainer *tr, mfm__pool *pool, const uint64_t *r
                 mfm__train_row(tr, &tr->workers[0], rows[start]);
                 continue;
             }
-            if (tr->next_span.bytes) mfm__prefetch_row(tr->m, tr->d, rows[start + 1], NULL); /* the batched path asks for none */
+            if (tr->next_span.bytes) mfm__prefetch_row(tr->m, tr->d, rows[start + 1], NULL); /* the batched steps ask for no span: all now */
         }
         tr->rows = rows + start;
         tr->n_batch = n - start < batch ? n - start : batch;
