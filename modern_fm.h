@@ -4553,6 +4553,8 @@ static void mfm__update_row(const mfm__trainer *tr, mfm__worker *wk, uint32_t c,
     const int k = m->k;
     const float l1w = (float)p->l1_linear, l2w = (float)p->l2_linear, l1v = (float)p->l1_factors, l2v = (float)p->l2_factors;
     const mfm__ffm_span *const next = tr->next_span.bytes ? &tr->next_span : NULL;
+    const float *const table = next ? mfm__block(m, MFM_TENSOR_V, c, 0) : NULL; /* FFM: class c's V, for next's spans */
+    const uint64_t per_feature = (uint64_t)m->n_fields * m->t[MFM_TENSOR_V].stride;
     float *w0 = mfm__block(m, MFM_TENSOR_W0, c, 0), g0;
     uint32_t a, b;
     int t;
@@ -4581,7 +4583,7 @@ static void mfm__update_row(const mfm__trainer *tr, mfm__worker *wk, uint32_t c,
             break;
         }
         for (a = 0; a < row->z; a++) {
-            mfm__ffm_ask(mfm__block(m, MFM_TENSOR_V, c, 0), (uint64_t)m->n_fields * m->t[MFM_TENSOR_V].stride, next, a);
+            mfm__ffm_ask(table, per_feature, next, a);
             for (b = a + 1; b < row->z; b++) {
                 float *va = mfm__block(m, MFM_TENSOR_V, c, (uint64_t)row->feat[a] * m->n_fields + row->field[b]);
                 float *vb = mfm__block(m, MFM_TENSOR_V, c, (uint64_t)row->feat[b] * m->n_fields + row->field[a]);
@@ -4594,7 +4596,7 @@ static void mfm__update_row(const mfm__trainer *tr, mfm__worker *wk, uint32_t c,
                 mfm__step(o, vb, (uint32_t)k, gb, 1.0f, l1v, l2v);
             }
         }
-        mfm__ffm_ask_rest(mfm__block(m, MFM_TENSOR_V, c, 0), (uint64_t)m->n_fields * m->t[MFM_TENSOR_V].stride, next, row->z);
+        mfm__ffm_ask_rest(table, per_feature, next, row->z);
         break;
     case MFM_MODEL_FWFM:
         mfm__fwfm_row_update(tr, wk, c, row, g, keep);
