@@ -1568,14 +1568,20 @@ static mfm_status mfm__validate_params(const mfm_params *p, uint32_t n_classes, 
    of those parameters, slot by slot: [theta x len][state1 x len][state2 x len]... so that a
    coordinate's parameters and state share cache lines. W0 and W and R have len 1; V blocks have
    len k (FM/FwFM: one block per feature; FFM: one per (feature, field)). Classes are stored one
-   after the other: block b of class c is block c * n_blocks + b. */
+   after the other: block b of class c is block c * n_blocks + b.
+
+   FM and FwFM read a feature's w and v together. Where both blocks fit one cache line, W is a
+   guest of V: each V block is followed by the feature's W block, the pair padded to a power of
+   two floats, so that a feature costs one line, not two (mfm__guest_stride). Code that walks
+   blocks (mfm__block) sees no difference; code that copies whole tables copies the host's
+   (mfm__table_bytes), which holds the guest's too. */
 
 typedef struct mfm__table {
-    float *data;       /* 64-byte aligned (mfm__table_alloc) */
-    void *allocation;  /* what data lies in */
+    float *data;       /* 64-byte aligned (mfm__table_alloc); a guest's: its host's data + a host block's floats */
+    void *allocation;  /* what data lies in; NULL for a guest */
     uint64_t n_blocks; /* per class */
     uint32_t len;
-    uint32_t stride;   /* len * (1 + state slots) */
+    uint32_t stride;   /* floats from a block to the next: len * (1 + state slots), or the host's */
 } mfm__table;
 
 struct mfm_model {
@@ -1607,6 +1613,12 @@ static int mfm__state_slots(mfm_optimizer o) {
 static float *mfm__block(const mfm_model *m, mfm_tensor t, uint32_t cls, uint64_t b) {
     const mfm__table *tab = &m->t[t];
     return tab->data + (cls * tab->n_blocks + b) * tab->stride;
+}
+
+/* The bytes of a table's own memory, which a whole-table copy takes: a guest has none (its
+   blocks are copied with its host's). */
+static size_t mfm__table_bytes(const mfm_model *m, int t) {
+    return m->t[t].allocation ? (size_t)(m->t[t].n_blocks * m->n_classes * m->t[t].stride) * sizeof(float) : 0;
 }
 
 MFMDEF void mfm_model_free(mfm_model *model) {
@@ -1651,7 +1663,7 @@ static void mfm__init_state(mfm_model *m) {
         uint32_t i;
         for (b = 0; b < nb; b++) {
             float *state = tab->data + b * tab->stride + tab->len;
-            memset(state, 0, (size_t)(tab->stride - tab->len) * sizeof(float));
+            memset(state, 0, (size_t)tab->len * (size_t)(m->n_slots - 1) * sizeof(float));
             if (m->params.optimizer == MFM_OPTIMIZER_ADAGRAD)
                 for (i = 0; i < tab->len; i++) state[i] = (float)m->params.adagrad_init;
         }
@@ -1683,13 +1695,28 @@ static float *mfm__table_alloc(uint64_t floats, void **allocation) {
 
 static int mfm__use_avx(void); /* >>score */
 
+/* The stride of V's blocks with W's as guests (>>model, above), or 0 where they do not share:
+   FFM (V per feature and field), linear-only models (no V to read), or a pair longer than a line.
+   Tests build a second copy of the library with MFM__W_GUEST 0, to check that both layouts
+   train to the same bits. */
+#ifndef MFM__W_GUEST
+#define MFM__W_GUEST 1
+#endif
+static uint32_t mfm__guest_stride(const mfm_params *p, int n_slots) {
+    const uint32_t pair = (uint32_t)(p->k + 1) * (uint32_t)n_slots;
+    uint32_t stride = 1;
+    if (!MFM__W_GUEST || p->model == MFM_MODEL_FFM || p->linear_only || pair > 16) return 0;
+    while (stride < pair) stride *= 2;
+    return stride;
+}
+
 MFMDEF mfm_status mfm_model_create(const mfm_params *params, uint32_t n_features, uint32_t n_fields, uint32_t n_classes,
                                    mfm_model **out, mfm_error *err) {
     mfm_params p = mfm_params_resolve(params);
     mfm_model *m;
     mfm_status st;
     uint64_t blocks[MFM_TENSOR_COUNT];
-    uint32_t lens[MFM_TENSOR_COUNT];
+    uint32_t lens[MFM_TENSOR_COUNT], guest_stride;
     int t;
     if (!out) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_model_create: the output pointer is NULL");
     *out = NULL;
@@ -1712,12 +1739,14 @@ MFMDEF mfm_status mfm_model_create(const mfm_params *params, uint32_t n_features
     blocks[MFM_TENSOR_R] = p.model == MFM_MODEL_FWFM ? (uint64_t)n_fields * n_fields : 0;
     lens[MFM_TENSOR_W0] = lens[MFM_TENSOR_W] = lens[MFM_TENSOR_R] = 1;
     lens[MFM_TENSOR_V] = (uint32_t)p.k;
+    guest_stride = mfm__guest_stride(&p, m->n_slots);
     for (t = 0; t < MFM_TENSOR_COUNT; t++) {
         mfm__table *tab = &m->t[t];
         uint64_t floats;
         tab->n_blocks = blocks[t];
         tab->len = lens[t];
-        tab->stride = lens[t] * (uint32_t)m->n_slots;
+        tab->stride = guest_stride && (t == MFM_TENSOR_V || t == MFM_TENSOR_W) ? guest_stride : lens[t] * (uint32_t)m->n_slots;
+        if (guest_stride && t == MFM_TENSOR_W) continue; /* placed in V's blocks, below */
         /* blocks x classes x stride, saturating so that an impossible size fails to allocate */
         floats = tab->n_blocks && n_classes > UINT64_MAX / tab->n_blocks ? UINT64_MAX : tab->n_blocks * n_classes;
         floats = floats && tab->stride > UINT64_MAX / floats ? UINT64_MAX : floats * tab->stride;
@@ -1728,6 +1757,7 @@ MFMDEF mfm_status mfm_model_create(const mfm_params *params, uint32_t n_features
                              t == MFM_TENSOR_V ? "V" : t == MFM_TENSOR_R ? "R" : "W", mfm__model_names[p.model], floats);
         }
     }
+    if (guest_stride) m->t[MFM_TENSOR_W].data = m->t[MFM_TENSOR_V].data + (uint32_t)p.k * (uint32_t)m->n_slots;
     if (p.model == MFM_MODEL_FWFM) { /* a pair's weight is then one lookup, without ordering its fields */
         uint64_t fa, fb;
         if (!(m->pair_id = (uint64_t *)mfm__alloc((uint64_t)n_fields * n_fields, sizeof(uint64_t)))) {
@@ -1803,8 +1833,7 @@ MFMDEF mfm_status mfm_model_clone(const mfm_model *m, mfm_model **out, mfm_error
     if (!m || !out) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_model_clone: the model or the output pointer is NULL");
     *out = NULL;
     if ((st = mfm_model_create(&m->params, m->n_features, m->n_fields, m->n_classes, &c, err)) != MFM_OK) return st;
-    for (t = 0; t < MFM_TENSOR_COUNT; t++)
-        memcpy(c->t[t].data, m->t[t].data, (size_t)(m->t[t].n_blocks * m->n_classes * m->t[t].stride) * sizeof(float));
+    for (t = 0; t < MFM_TENSOR_COUNT; t++) memcpy(c->t[t].data, m->t[t].data, mfm__table_bytes(m, t));
     c->epochs_trained = m->epochs_trained;
     c->has_state = m->has_state;
     *out = c;
@@ -3982,10 +4011,10 @@ static float *mfm__own_like_w(mfm__coords *o, uint32_t w_entry, uint64_t id, uin
    leaves the spans to the caller (`later`; mfm__ffm_span).
    The prefetching functions are inlined: GCC takes a function that does nothing but prefetch
    for one without effects and drops every call to it. */
-/* Feature id's w and (FM, FwFM) v in class c. */
+/* Feature id's w and (FM, FwFM) v in class c: one line where w is v's guest (>>model). */
 MFM__INLINE static void mfm__prefetch_feature(const mfm_model *m, uint32_t c, uint32_t id) {
     MFM__PREFETCH(mfm__block(m, MFM_TENSOR_W, c, id));
-    if (!m->params.linear_only && m->params.model != MFM_MODEL_FFM) MFM__PREFETCH(mfm__block(m, MFM_TENSOR_V, c, id));
+    if (!m->params.linear_only && m->params.model != MFM_MODEL_FFM && m->t[MFM_TENSOR_W].allocation) MFM__PREFETCH(mfm__block(m, MFM_TENSOR_V, c, id));
 }
 
 MFM__INLINE static void mfm__prefetch_row(const mfm_model *m, const mfm_csr *d, uint64_t r, mfm__ffm_span *later) {
@@ -5166,7 +5195,6 @@ typedef struct mfm__snapshot {
     int taken;
 } mfm__snapshot;
 
-static size_t mfm__table_bytes(const mfm_model *m, int t) { return (size_t)(m->t[t].n_blocks * m->n_classes * m->t[t].stride) * sizeof(float); }
 
 static void mfm__snapshot_copy(mfm_model *m, mfm__snapshot *s, int restore) {
     int t;
@@ -7743,7 +7771,10 @@ static mfm_status mfm__gpu_fit_start(mfm__gpu_trainer **out, mfm_model *m, const
         a->stride[t] = tab->stride;
         a->len[t] = tab->len;
         if (!tab->n_blocks) continue;
-        st = mfm__gpu_put(g, &a->table[t], tab->data, mfm__table_bytes(m, t), "the model's parameters and optimizer state", err);
+        if (!tab->allocation) /* a guest (>>model): V comes after W, so its table is placed below */
+            a->table[t] = 0;
+        else
+            st = mfm__gpu_put(g, &a->table[t], tab->data, mfm__table_bytes(m, t), "the model's parameters and optimizer state", err);
         if (st != MFM_OK || t == MFM_TENSOR_W0) continue;
         if (a->gather && t == MFM_TENSOR_V) { /* the gather rounds V's sums: floats, and exact ones for features of several chunks */
             st = mfm__gpu_put(g, &a->grad[t], NULL, sums * 4, "the gradient sums", err);
@@ -7752,6 +7783,8 @@ static mfm_status mfm__gpu_fit_start(mfm__gpu_trainer **out, mfm_model *m, const
             st = mfm__gpu_put(g, &a->grad[t], NULL, sums * gsize, "the gradient sums", err);
         }
     }
+    if (st == MFM_OK && !m->t[MFM_TENSOR_W].allocation) /* W in V's blocks, the same floats in as on the host */
+        a->table[MFM_TENSOR_W] = a->table[MFM_TENSOR_V] + (mfm__cu_ptr)((m->t[MFM_TENSOR_W].data - m->t[MFM_TENSOR_V].data) * sizeof(float));
     /* what a batch touched: features (with FFM their field masks) and FwFM's entries of R */
     if (st == MFM_OK) st = mfm__gpu_put(g, &a->mark[0], NULL, (uint64_t)m->n_features * 4, "the touched marks", err);
     if (st == MFM_OK) st = mfm__gpu_take(g, &a->list[0], mfm__touch_bound(m->n_features, g->batch_rows, z) * 8, "the touched lists", err);
@@ -8049,7 +8082,7 @@ static mfm_status mfm__gpu_fit_tables(mfm__gpu_trainer *g, int where, mfm_error 
     if ((st = mfm__gpu_enter(g->m->params.device, &dev, &saved, err)) != MFM_OK) return st;
     for (t = 0; t < MFM_TENSOR_COUNT && st == MFM_OK && r == 0; t++) {
         const size_t bytes = mfm__table_bytes(g->m, t);
-        if (!g->a.table[t]) continue;
+        if (!g->a.table[t] || !bytes) continue; /* a guest's blocks come with its host's */
         if (where != MFM__KEEP_BEST)
             r = mfm__cuda.cu.cuMemcpyDtoHAsync(g->m->t[t].data, where == MFM__RETURN_BEST ? g->best[t] : g->a.table[t], bytes, g->stream);
         else if (g->best[t] || (st = mfm__gpu_take(g, &g->best[t], bytes, "the best epoch's parameters (early stopping)", err)) == MFM_OK)

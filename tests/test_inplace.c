@@ -7,8 +7,11 @@
    gradients by slot where the library keys them by feature (MFM__FFM_DENSE_FLOATS 0), so batch
    7 compares those two ways of summing, which must agree to the bit as well; and it sums FM's
    batch rows and FwFM's dense ones from the parameters, where the library adds up the terms
-   their scores left (MFM__TERMS_FLOATS 0; FM in batch 7, FwFM in test_fwfm_kept_terms_equal_pairs). */
+   their scores left (MFM__TERMS_FLOATS 0; FM in batch 7, FwFM in test_fwfm_kept_terms_equal_pairs).
+   Its W is a table of its own (MFM__W_GUEST 0) where the library's lies in V's blocks (FM and
+   FwFM under SGD and AdaGrad at this k), so every comparison also checks the two layouts. */
 #define MFM_STATIC
+#define MFM__W_GUEST 0
 #define MFM__BATCH1_IN_PLACE 0
 #define MFM__FFM_DENSE_FLOATS 0
 #define MFM__TERMS_FLOATS 0
