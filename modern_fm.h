@@ -321,6 +321,8 @@ typedef struct mfm_model_info {
     int n_state_slots;  /* optimizer state slots per parameter */
     uint64_t epochs_trained;
     uint64_t n_parameters; /* learned values of all classes, state not counted */
+    uint64_t memory_bytes; /* the tables in memory: parameters, optimizer state, and the padding that
+                              keeps a feature's w and v on one cache line (FM, FwFM at small k) */
     int has_state;         /* 0 only for a model loaded from a file saved without its optimizer
                               state (the state is zero until the next mfm_fit) */
 } mfm_model_info;
@@ -1582,6 +1584,7 @@ typedef struct mfm__table {
     uint64_t n_blocks; /* per class */
     uint32_t len;
     uint32_t stride;   /* floats from a block to the next: len * (1 + state slots), or the host's */
+    int guest;         /* W only: its blocks lie in V's */
 } mfm__table;
 
 struct mfm_model {
@@ -1615,11 +1618,16 @@ static float *mfm__block(const mfm_model *m, mfm_tensor t, uint32_t cls, uint64_
     return tab->data + (cls * tab->n_blocks + b) * tab->stride;
 }
 
-/* The bytes of a table's own memory, which a whole-table copy takes: a guest has none (its
-   blocks are copied with its host's). */
-static size_t mfm__table_bytes(const mfm_model *m, int t) {
-    return m->t[t].allocation ? (size_t)(m->t[t].n_blocks * m->n_classes * m->t[t].stride) * sizeof(float) : 0;
+/* The floats of a table's own memory, blocks x classes x stride, saturating so that an
+   impossible size fails to allocate: a guest has none (its blocks are its host's). */
+static uint64_t mfm__table_floats(const mfm__table *tab, uint32_t n_classes) {
+    const uint64_t blocks = tab->n_blocks && n_classes > UINT64_MAX / tab->n_blocks ? UINT64_MAX : tab->n_blocks * n_classes;
+    if (tab->guest) return 0;
+    return blocks && tab->stride > UINT64_MAX / blocks ? UINT64_MAX : blocks * tab->stride;
 }
+
+/* The bytes a whole-table copy takes (clone, snapshot, the GPU's tables). */
+static size_t mfm__table_bytes(const mfm_model *m, int t) { return (size_t)mfm__table_floats(&m->t[t], m->n_classes) * sizeof(float); }
 
 MFMDEF void mfm_model_free(mfm_model *model) {
     int t;
@@ -1710,13 +1718,27 @@ static uint32_t mfm__guest_stride(const mfm_params *p, int n_slots) {
     return stride;
 }
 
+/* The shapes of a model's tables, before any memory: blocks per class, len, stride, guest. */
+static void mfm__shape_tables(const mfm_params *p, uint32_t n_features, uint32_t n_fields, int n_slots, mfm__table *tab) {
+    const uint32_t guest_stride = mfm__guest_stride(p, n_slots);
+    int t;
+    memset(tab, 0, MFM_TENSOR_COUNT * sizeof *tab);
+    tab[MFM_TENSOR_W0].n_blocks = 1;
+    tab[MFM_TENSOR_W].n_blocks = n_features;
+    tab[MFM_TENSOR_V].n_blocks = p->model == MFM_MODEL_FFM ? (uint64_t)n_features * n_fields : n_features;
+    tab[MFM_TENSOR_R].n_blocks = p->model == MFM_MODEL_FWFM ? (uint64_t)n_fields * n_fields : 0;
+    for (t = 0; t < MFM_TENSOR_COUNT; t++) {
+        tab[t].len = t == MFM_TENSOR_V ? (uint32_t)p->k : 1;
+        tab[t].stride = guest_stride && (t == MFM_TENSOR_V || t == MFM_TENSOR_W) ? guest_stride : tab[t].len * (uint32_t)n_slots;
+    }
+    tab[MFM_TENSOR_W].guest = guest_stride != 0;
+}
+
 MFMDEF mfm_status mfm_model_create(const mfm_params *params, uint32_t n_features, uint32_t n_fields, uint32_t n_classes,
                                    mfm_model **out, mfm_error *err) {
     mfm_params p = mfm_params_resolve(params);
     mfm_model *m;
     mfm_status st;
-    uint64_t blocks[MFM_TENSOR_COUNT];
-    uint32_t lens[MFM_TENSOR_COUNT], guest_stride;
     int t;
     if (!out) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_model_create: the output pointer is NULL");
     *out = NULL;
@@ -1733,23 +1755,11 @@ MFMDEF mfm_status mfm_model_create(const mfm_params *params, uint32_t n_features
     m->n_classes = n_classes;
     m->k = p.k;
     m->n_slots = 1 + mfm__state_slots(p.optimizer);
-    blocks[MFM_TENSOR_W0] = 1;
-    blocks[MFM_TENSOR_W] = n_features;
-    blocks[MFM_TENSOR_V] = p.model == MFM_MODEL_FFM ? (uint64_t)n_features * n_fields : n_features;
-    blocks[MFM_TENSOR_R] = p.model == MFM_MODEL_FWFM ? (uint64_t)n_fields * n_fields : 0;
-    lens[MFM_TENSOR_W0] = lens[MFM_TENSOR_W] = lens[MFM_TENSOR_R] = 1;
-    lens[MFM_TENSOR_V] = (uint32_t)p.k;
-    guest_stride = mfm__guest_stride(&p, m->n_slots);
+    mfm__shape_tables(&p, n_features, n_fields, m->n_slots, m->t);
     for (t = 0; t < MFM_TENSOR_COUNT; t++) {
         mfm__table *tab = &m->t[t];
-        uint64_t floats;
-        tab->n_blocks = blocks[t];
-        tab->len = lens[t];
-        tab->stride = guest_stride && (t == MFM_TENSOR_V || t == MFM_TENSOR_W) ? guest_stride : lens[t] * (uint32_t)m->n_slots;
-        if (guest_stride && t == MFM_TENSOR_W) continue; /* placed in V's blocks, below */
-        /* blocks x classes x stride, saturating so that an impossible size fails to allocate */
-        floats = tab->n_blocks && n_classes > UINT64_MAX / tab->n_blocks ? UINT64_MAX : tab->n_blocks * n_classes;
-        floats = floats && tab->stride > UINT64_MAX / floats ? UINT64_MAX : floats * tab->stride;
+        const uint64_t floats = mfm__table_floats(tab, n_classes);
+        if (tab->guest) continue; /* placed in V's blocks, below */
         tab->data = mfm__table_alloc(floats, &tab->allocation);
         if (!tab->allocation) {
             mfm_model_free(m);
@@ -1757,7 +1767,7 @@ MFMDEF mfm_status mfm_model_create(const mfm_params *params, uint32_t n_features
                              t == MFM_TENSOR_V ? "V" : t == MFM_TENSOR_R ? "R" : "W", mfm__model_names[p.model], floats);
         }
     }
-    if (guest_stride) m->t[MFM_TENSOR_W].data = m->t[MFM_TENSOR_V].data + (uint32_t)p.k * (uint32_t)m->n_slots;
+    if (m->t[MFM_TENSOR_W].guest) m->t[MFM_TENSOR_W].data = m->t[MFM_TENSOR_V].data + (uint32_t)p.k * (uint32_t)m->n_slots;
     if (p.model == MFM_MODEL_FWFM) { /* a pair's weight is then one lookup, without ordering its fields */
         uint64_t fa, fb;
         if (!(m->pair_id = (uint64_t *)mfm__alloc((uint64_t)n_fields * n_fields, sizeof(uint64_t)))) {
@@ -1853,7 +1863,10 @@ MFMDEF void mfm_model_get_info(const mfm_model *m, mfm_model_info *out) {
     out->n_state_slots = m->n_slots - 1;
     out->epochs_trained = m->epochs_trained;
     out->has_state = m->has_state;
-    for (t = 0; t < MFM_TENSOR_COUNT; t++) out->n_parameters += m->t[t].n_blocks * m->t[t].len * m->n_classes;
+    for (t = 0; t < MFM_TENSOR_COUNT; t++) {
+        out->n_parameters += m->t[t].n_blocks * m->t[t].len * m->n_classes;
+        out->memory_bytes += mfm__table_bytes(m, t);
+    }
 }
 
 MFMDEF const mfm_params *mfm_model_params(const mfm_model *m) { return &m->params; }
@@ -4014,7 +4027,7 @@ static float *mfm__own_like_w(mfm__coords *o, uint32_t w_entry, uint64_t id, uin
 /* Feature id's w and (FM, FwFM) v in class c: one line where w is v's guest (>>model). */
 MFM__INLINE static void mfm__prefetch_feature(const mfm_model *m, uint32_t c, uint32_t id) {
     MFM__PREFETCH(mfm__block(m, MFM_TENSOR_W, c, id));
-    if (!m->params.linear_only && m->params.model != MFM_MODEL_FFM && m->t[MFM_TENSOR_W].allocation) MFM__PREFETCH(mfm__block(m, MFM_TENSOR_V, c, id));
+    if (!m->params.linear_only && m->params.model != MFM_MODEL_FFM && !m->t[MFM_TENSOR_W].guest) MFM__PREFETCH(mfm__block(m, MFM_TENSOR_V, c, id));
 }
 
 MFM__INLINE static void mfm__prefetch_row(const mfm_model *m, const mfm_csr *d, uint64_t r, mfm__ffm_span *later) {
@@ -6118,6 +6131,7 @@ MFMDEF mfm_status mfm_model_load(const char *path, mfm_model **out, mfm_error *e
 MFMDEF mfm_status mfm_model_file_inspect(const char *path, mfm_model_file_info *out, mfm_error *err) {
     mfm__model_header h;
     uint64_t floats[MFM_TENSOR_COUNT];
+    mfm__table tables[MFM_TENSOR_COUNT];
     mfm__mapping map;
     mfm_status st;
     int t;
@@ -6142,7 +6156,11 @@ MFMDEF mfm_status mfm_model_file_inspect(const char *path, mfm_model_file_info *
     out->model.n_state_slots = (int)h.n_slots - 1;
     out->model.epochs_trained = h.epochs_trained;
     out->model.has_state = out->has_state;
-    for (t = 0; t < MFM_TENSOR_COUNT; t++) out->model.n_parameters += floats[t] * h.n_classes;
+    mfm__shape_tables(&out->params, h.n_features, h.n_fields, (int)h.n_slots, tables);
+    for (t = 0; t < MFM_TENSOR_COUNT; t++) {
+        out->model.n_parameters += floats[t] * h.n_classes;
+        out->model.memory_bytes += mfm__table_floats(&tables[t], h.n_classes) * sizeof(float);
+    }
     return mfm__ok(err);
 }
 
@@ -7771,7 +7789,7 @@ static mfm_status mfm__gpu_fit_start(mfm__gpu_trainer **out, mfm_model *m, const
         a->stride[t] = tab->stride;
         a->len[t] = tab->len;
         if (!tab->n_blocks) continue;
-        if (!tab->allocation) /* a guest (>>model): V comes after W, so its table is placed below */
+        if (tab->guest) /* W (>>model): V comes after it, so its table is placed below */
             a->table[t] = 0;
         else
             st = mfm__gpu_put(g, &a->table[t], tab->data, mfm__table_bytes(m, t), "the model's parameters and optimizer state", err);
@@ -7783,7 +7801,7 @@ static mfm_status mfm__gpu_fit_start(mfm__gpu_trainer **out, mfm_model *m, const
             st = mfm__gpu_put(g, &a->grad[t], NULL, sums * gsize, "the gradient sums", err);
         }
     }
-    if (st == MFM_OK && !m->t[MFM_TENSOR_W].allocation) /* W in V's blocks, the same floats in as on the host */
+    if (st == MFM_OK && m->t[MFM_TENSOR_W].guest) /* W in V's blocks, the same floats in as on the host */
         a->table[MFM_TENSOR_W] = a->table[MFM_TENSOR_V] + (mfm__cu_ptr)((m->t[MFM_TENSOR_W].data - m->t[MFM_TENSOR_V].data) * sizeof(float));
     /* what a batch touched: features (with FFM their field masks) and FwFM's entries of R */
     if (st == MFM_OK) st = mfm__gpu_put(g, &a->mark[0], NULL, (uint64_t)m->n_features * 4, "the touched marks", err);

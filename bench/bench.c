@@ -232,7 +232,7 @@ static void run_once(const options *o, const mfm_csr *train, const mfm_csr *test
     if ((double)test->n_rows / (t3 - tp) > best->predict) best->predict = (double)test->n_rows / (t3 - tp);
     if (best->init == 0 || t1 - t0 < best->init) best->init = t1 - t0;
     if (peak > best->peak) best->peak = peak;
-    best->model_mb = (double)info.n_parameters * (1 + info.n_state_slots) * sizeof(float) / 1048576.0;
+    best->model_mb = (double)info.memory_bytes / 1048576.0;
     mfm_model_free(m);
 }
 
@@ -374,7 +374,7 @@ int main(int argc, char **argv) {
     printf("\n          (vs_1thr: train_rows/s against the same model, k and batch on one thread)\n");
     printf("          (init_s: mfm_model_create, i.e. allocating and seeding parameters and state, timed apart)\n");
     printf("predict   probabilities for the test rows on every core (thr: training threads only); logloss and AUC on them\n");
-    printf("memory    model_MB: parameters + optimizer state; peak_MB: the process's peak resident memory from creating\n"
+    printf("memory    model_MB: parameters + optimizer state + padding; peak_MB: the process's peak resident memory from creating\n"
            "          the model to the end of training (Linux: reset per row), which also holds the data: %.1f MB of\n"
            "          training rows and %.1f MB of test rows\n\n",
            csr_mb(&train), csr_mb(&test));

@@ -160,7 +160,7 @@ static int same_params(const mfm_params *a, const mfm_params *b, const char *wha
 static int same_info(const mfm_model_info *a, const mfm_model_info *b, const char *what) {
     return CHECK(a->model == b->model && a->task == b->task && a->optimizer == b->optimizer && a->n_features == b->n_features &&
                      a->n_fields == b->n_fields && a->n_classes == b->n_classes && a->k == b->k && a->n_state_slots == b->n_state_slots &&
-                     a->epochs_trained == b->epochs_trained && a->n_parameters == b->n_parameters,
+                     a->epochs_trained == b->epochs_trained && a->n_parameters == b->n_parameters && a->memory_bytes == b->memory_bytes,
                  "%s: model info differs (features %u/%u fields %u/%u classes %u/%u k %d/%d slots %d/%d epochs %llu/%llu params %llu/%llu)", what,
                  a->n_features, b->n_features, a->n_fields, b->n_fields, a->n_classes, b->n_classes, a->k, b->k, a->n_state_slots, b->n_state_slots,
                  (unsigned long long)a->epochs_trained, (unsigned long long)b->epochs_trained, (unsigned long long)a->n_parameters,
@@ -179,6 +179,27 @@ static uint64_t expected_file_bytes(const mfm_model *m, int with_state) {
     return MODEL_HEADER_BYTES + 4 * (cw + per_class * info.n_classes * (uint64_t)(with_state ? 1 + state_slots(p->optimizer) : 1)) + 8;
 }
 
+/* The tables' bytes the documented layout gives: blocks of parameters then state; FM's and
+   FwFM's w after v in one block, padded to a power of two floats, where that is at most 16. */
+static uint64_t expected_memory_bytes(const mfm_model *m) {
+    const mfm_params *p = mfm_model_params(m);
+    mfm_model_info info;
+    uint64_t slots, pair, padded = 1, floats;
+    mfm_model_get_info(m, &info);
+    slots = 1 + (uint64_t)info.n_state_slots;
+    pair = ((uint64_t)info.k + 1) * slots;
+    while (padded < pair) padded *= 2;
+    floats = slots; /* w0 */
+    if (p->model == MFM_MODEL_FFM)
+        floats += (uint64_t)info.n_features * slots * (1 + (uint64_t)info.n_fields * info.k);
+    else if (!p->linear_only && pair <= 16)
+        floats += (uint64_t)info.n_features * padded;
+    else
+        floats += (uint64_t)info.n_features * slots * (1 + (uint64_t)info.k);
+    if (p->model == MFM_MODEL_FWFM) floats += (uint64_t)info.n_fields * info.n_fields * slots;
+    return 4 * floats * info.n_classes;
+}
+
 static int scores_equal(const mfm_model *a, const mfm_model *b, const mfm_csr *d, const char *what) {
     size_t width = mfm_output_width(a, MFM_OUTPUT_SCORE), n = (size_t)d->n_rows * width;
     float *x = (float *)calloc(n, sizeof(float)), *y = (float *)calloc(n, sizeof(float));
@@ -191,8 +212,9 @@ static int scores_equal(const mfm_model *a, const mfm_model *b, const mfm_csr *d
 
 /* Every model (FM, FFM, FwFM) x task x optimizer, saved with and without its optimizer state,
    loads back with bit-identical scores and tensors (state slots zero and has_state 0 when it
-   was not saved), the same epochs_trained, params and info; mfm_model_file_inspect describes
-   the file (format and writer version, size as the layout says, header facts). */
+   was not saved), the same epochs_trained, params and info (memory_bytes as the layout says);
+   mfm_model_file_inspect describes the file (format and writer version, size as the layout
+   says, header facts). */
 void test_model_save_load_round_trip(void) {
     static const mfm_model_type models[] = {MFM_MODEL_FM, MFM_MODEL_FFM, MFM_MODEL_FWFM};
     static const mfm_task tasks[] = {MFM_TASK_BINARY, MFM_TASK_REGRESSION, MFM_TASK_MULTICLASS};
@@ -239,6 +261,8 @@ void test_model_save_load_round_trip(void) {
                     if (!with_state) state_is_zero(l, what);
                     CHECK(stat(path, &sb) == 0 && (uint64_t)sb.st_size == expected_file_bytes(m, with_state), "%s: file of %lld bytes, the layout says %llu",
                           what, (long long)sb.st_size, (unsigned long long)expected_file_bytes(m, with_state));
+                    CHECK(im.memory_bytes == expected_memory_bytes(m), "%s: memory_bytes %llu, the layout says %llu", what,
+                          (unsigned long long)im.memory_bytes, (unsigned long long)expected_memory_bytes(m));
                     st = mfm_model_file_inspect(path, &fi, &e);
                     if (CHECK(st == MFM_OK, "%s: inspect failed: %s", what, st ? e.message : "")) {
                         CHECK(fi.format_version == MFM_MODEL_FILE_VERSION && fi.writer_version == MFM_VERSION_NUMBER, "%s: versions %u / %u", what,

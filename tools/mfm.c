@@ -831,6 +831,7 @@ static void show_model_file(const char *path, const mfm_model_file_info *f) {
     if (m->task == MFM_TASK_MULTICLASS) show("classes", "%u", (unsigned)m->n_classes);
     show("epochs trained", "%llu", (unsigned long long)m->epochs_trained);
     show("parameters", "%llu", (unsigned long long)m->n_parameters);
+    show("memory", "%.1f MB (parameters, optimizer state, padding)", (double)m->memory_bytes / 1e6);
     show("optimizer state", "%s", f->has_state ? "stored (training resumes exactly)" : "not stored");
     show("learning rate", "%g", p->learning_rate);
     show("l2 linear/factors", "%g / %g", p->l2_linear, p->l2_factors);
