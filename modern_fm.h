@@ -5208,7 +5208,6 @@ typedef struct mfm__snapshot {
     int taken;
 } mfm__snapshot;
 
-
 static void mfm__snapshot_copy(mfm_model *m, mfm__snapshot *s, int restore) {
     int t;
     for (t = 0; t < MFM_TENSOR_COUNT; t++) memcpy(restore ? m->t[t].data : s->t[t], restore ? s->t[t] : m->t[t].data, mfm__table_bytes(m, t));
