@@ -4180,7 +4180,7 @@ static void mfm__fwfm_vector_gradients(const mfm__optim *o, const mfm_model *m, 
 
 #if defined(MFM__AVX)
 /* mfm__fwfm_vector_gradients for every vector of a batch-1 row from what its score kept (w, k a
-   multiple of 8), the same bits: U_a = the sum over b in row order of W_ab v_b, factor t of
+   multiple of 4), the same bits: U_a = the sum over b in row order of W_ab v_b, factor t of
    vectors a0 .. a0 + 8 nb side by side (lane a: W_ab = W_ba is in w's row b), one broadcast of
    v_b's factor serving them all; g U_a's factor t into ut[t zs + a]. */
 MFM__AVX_INLINE static void mfm__fwfm_kept_sums(const float *v, const float *w, uint64_t z, uint64_t a0, int nb, int k, float g, float *ut) {
@@ -4208,11 +4208,12 @@ MFM__AVX_INLINE static void mfm__fwfm_kept_sums(const float *v, const float *w, 
     }
 }
 
-/* Then gv[a k + t] = ut[t zs + a], eight by eight. ut: room for k x mfm__kept_stride(z). */
+/* Then gv[a k + t] = ut[t zs + a], eight by eight, and a last four factors (k % 8 = 4) four
+   rows of eight lanes into eight vectors' four. ut: room for k x mfm__kept_stride(z). */
 MFM__AVX_INLINE static void mfm__fwfm_kept_gradients_k(const float *w, uint64_t z, int k, float g, float *ut, float *gv) {
     const uint64_t zs = mfm__kept_stride(z);
     const float *const v = w + 2 * z * zs;
-    uint64_t a0;
+    uint64_t a0, j;
     int t0;
     for (a0 = 0; a0 < zs; a0 += 40) { /* five groups of eight lanes keep their sums in registers */
         switch ((zs - a0) / 8) {
@@ -4223,12 +4224,21 @@ MFM__AVX_INLINE static void mfm__fwfm_kept_gradients_k(const float *w, uint64_t 
         default: mfm__fwfm_kept_sums(v, w, z, a0, 5, k, g, ut); break;
         }
     }
-    for (t0 = 0; t0 < k; t0 += 8)
+    for (t0 = 0; t0 + 8 <= k; t0 += 8)
         for (a0 = 0; a0 < z; a0 += 8) {
             __m256 q[8];
             mfm__load8x8(q, ut + t0 * zs + a0, zs);
             mfm__transpose8(q);
             MFM__STORE8X8(gv + a0 * k + t0, (uint64_t)k, q, z - a0);
+        }
+    if (t0 < k)
+        for (a0 = 0; a0 < z; a0 += 8) {
+            const float *const u = ut + t0 * zs + a0;
+            const __m256 r0 = _mm256_loadu_ps(u), r1 = _mm256_loadu_ps(u + zs), r2 = _mm256_loadu_ps(u + 2 * zs), r3 = _mm256_loadu_ps(u + 3 * zs);
+            const __m256 t01 = _mm256_unpacklo_ps(r0, r1), u01 = _mm256_unpackhi_ps(r0, r1), t23 = _mm256_unpacklo_ps(r2, r3), u23 = _mm256_unpackhi_ps(r2, r3);
+            const __m256 s[4] = {_mm256_shuffle_ps(t01, t23, 0x44), _mm256_shuffle_ps(t01, t23, 0xEE), _mm256_shuffle_ps(u01, u23, 0x44),
+                                 _mm256_shuffle_ps(u01, u23, 0xEE)}; /* s[j]: vector a0 + j's four factors, then a0 + 4 + j's */
+            for (j = 0; j < 8 && a0 + j < z; j++) _mm_storeu_ps(gv + (a0 + j) * k + t0, j < 4 ? _mm256_castps256_ps128(s[j]) : _mm256_extractf128_ps(s[j - 4], 1));
         }
 }
 
@@ -4236,6 +4246,8 @@ MFM__AVX_INLINE static void mfm__fwfm_kept_gradients_k(const float *w, uint64_t 
 MFM__AVX_FN static void mfm__fwfm_kept_gradients_wide(const float *w, uint64_t z, int k, float g, float *ut, float *gv) {
     if (k == 8)
         mfm__fwfm_kept_gradients_k(w, z, 8, g, ut, gv);
+    else if (k == 4)
+        mfm__fwfm_kept_gradients_k(w, z, 4, g, ut, gv);
     else
         mfm__fwfm_kept_gradients_k(w, z, k, g, ut, gv);
 }
@@ -4333,7 +4345,7 @@ static void mfm__fm_keep_terms(const mfm__trainer *tr, uint64_t q, const mfm__ro
                                 tr->terms + (q * C + c) * tr->terms_row + a * k);
 }
 
-/* FwFM's dense batch rows (mfm__fwfm_dense) where the CPU has AVX and k is a multiple of 8:
+/* FwFM's dense batch rows (mfm__fwfm_dense) where the CPU has AVX and k is a multiple of 4:
    the worker that scores the row keeps its pairs (mfm__kept_stride) and leaves, per class, the
    terms its coordinates receive: g U_a for every v_a (z x k, mfm__fwfm_kept_gradients_wide),
    then g x_a x_b <v_a, v_b> for each pair a < b, a-major. The scoring and the products split
@@ -4578,7 +4590,7 @@ static void mfm__fwfm_row_update(const mfm__trainer *tr, mfm__worker *wk, uint32
         for (; b < z; b++) gr_a[b] = 0 + g * (xa * x[b]) * da[b];
     }
 #if defined(MFM__AVX)
-    if (tr->opt.wide && m->k % 8 == 0)
+    if (tr->opt.wide && m->k % 4 == 0)
         mfm__fwfm_kept_gradients_wide(keep, z, m->k, g, wk->row_ut, wk->row_g);
     else
 #endif
@@ -5027,7 +5039,7 @@ static int mfm__trainer_init(mfm__trainer *tr, mfm_model *m, const mfm_csr *d, c
             if (rows * C * tr->terms_row <= MFM__TERMS_FLOATS) tr->terms = (float *)mfm__alloc(rows * C * tr->terms_row, sizeof(float));
         }
         if (p->model == MFM_MODEL_FM && !p->linear_only && !tr->terms && !(tr->sums = (float *)mfm__alloc(rows * C * (uint64_t)m->k, sizeof(float)))) return 0;
-        if (p->model == MFM_MODEL_FWFM && !p->linear_only && p->batch_size > 1 && m->wide && m->k % 8 == 0 && m->n_fields <= MFM__FWFM_DENSE_MAX &&
+        if (p->model == MFM_MODEL_FWFM && !p->linear_only && p->batch_size > 1 && m->wide && m->k % 4 == 0 && m->n_fields <= MFM__FWFM_DENSE_MAX &&
             m->n_fields <= MFM__MAX_SIMPLE_NNZ) { /* mfm__fwfm_keeps; without room (MFM__TERMS_FLOATS, or memory) rows go pair by pair */
             const uint64_t F = m->n_fields;
             tr->terms_row = F * (uint64_t)m->k + F * (F - 1) / 2;

@@ -84,13 +84,14 @@ void test_inplace_equals_batched(void) {
 /* AdaGrad's batch-1 steps run eight lanes wide where the CPU has AVX and four lanes wide
    elsewhere (or with MFM_SIMD=sse2): both must give the bits of the batched path, for every
    model and for k = 1 (single coordinates), 4 (blocks taken in pairs), 8 and 16 (whole
-   registers) and 13 (eight, four, then one), in place (the library) and not (the copy).
+   registers), 12 (eight, then four) and 13 (eight, four, then one), in place (the library) and
+   not (the copy).
    Rows are long enough for runs of eight singles; in the second data set every row holds every
    field once, in order (FwFM's dense rows, whose r steps eight pairs from two loads, the last
    group of a partner list masked). */
 void test_simd_widths_agree(void) {
     static const mfm_model_type models[] = {MFM_MODEL_FM, MFM_MODEL_FFM, MFM_MODEL_FWFM};
-    static const int ks[] = {1, 4, 8, 13, 16};
+    static const int ks[] = {1, 4, 8, 12, 13, 16};
     enum { CAP = 1 << 21 };
     float *batched = (float *)malloc(CAP * sizeof(float)), *wide = (float *)malloc(CAP * sizeof(float)), *narrow = (float *)malloc(CAP * sizeof(float));
     float *narrow_batched = (float *)malloc(CAP * sizeof(float));
@@ -148,18 +149,18 @@ void test_simd_widths_agree(void) {
     free(narrow_batched);
 }
 
-/* FwFM's dense batch rows (k a multiple of 8, AVX): the library sums the terms each row's score
+/* FwFM's dense batch rows (k a multiple of 4, AVX): the library sums the terms each row's score
    left (every v_a's sum at once, the pairs' terms from the kept dots), the copy sums them pair by
-   pair; both must give the same bits, for k = 8 and 16, binary and multiclass, batches of 7 and
-   64, one and two threads, AdaGrad and FTRL (whose R blocks are not [r, G]). */
+   pair; both must give the same bits, for k = 4, 8, 12 and 16, binary and multiclass, batches of
+   7 and 64, one and two threads, AdaGrad and FTRL (whose R blocks are not [r, G]). */
 void test_fwfm_kept_terms_equal_pairs(void) {
-    static const int ks[2] = {8, 16}, batches[2] = {7, 64};
+    static const int ks[4] = {4, 8, 12, 16}, batches[2] = {7, 64};
     enum { CAP = 1 << 21 };
     float *kept = (float *)malloc(CAP * sizeof(float)), *pairs = (float *)malloc(CAP * sizeof(float));
     int ki, bi, threads, multiclass, ftrl;
     REQUIRE(kept && pairs, "out of memory");
     if (!mfm__use_avx()) runner_skip("this CPU has no AVX: both copies sum pair by pair");
-    for (ki = 0; ki < 2; ki++)
+    for (ki = 0; ki < 4; ki++)
         for (multiclass = 0; multiclass < 2; multiclass++) {
             data_spec spec;
             test_data td;
