@@ -4242,7 +4242,7 @@ MFM__AVX_INLINE static void mfm__fwfm_kept_gradients_k(const float *w, uint64_t 
         }
 }
 
-/* k = 8 (the common case) gets its own copy. */
+/* k = 8 and 4 (the common cases) get their own copies. */
 MFM__AVX_FN static void mfm__fwfm_kept_gradients_wide(const float *w, uint64_t z, int k, float g, float *ut, float *gv) {
     if (k == 8)
         mfm__fwfm_kept_gradients_k(w, z, 8, g, ut, gv);
