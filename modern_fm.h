@@ -4059,7 +4059,7 @@ MFM__INLINE static void mfm__prefetch_data_ahead(const mfm__trainer *tr, const u
     if (i + 2 < n) {
         const uint64_t r = rows[i + 2], lo = d->row_offsets[r], hi = d->row_offsets[r + 1];
         mfm__prefetch_range(d->features, lo, hi, sizeof *d->features);
-        mfm__prefetch_range(d->fields, lo, hi, sizeof *d->fields);
+        if (tr->m->params.model != MFM_MODEL_FM) mfm__prefetch_range(d->fields, lo, hi, sizeof *d->fields); /* FM reads no fields */
         mfm__prefetch_range(d->values, lo, hi, sizeof *d->values);
         MFM__PREFETCH(d->labels + r);
         if (d->weights) MFM__PREFETCH(d->weights + r);
