@@ -46,7 +46,8 @@ build/tests build/tests-asan build/tests-tsan: | build/mfm
 build/tests-tsan: EXTRA = -fsanitize=thread
 
 # bench, the demo's data generator and mfm are built (not run) so that CI sees them compile warning-free.
-# ThreadSanitizer runs the tests that use threads (their names contain "thread").
+# ThreadSanitizer runs the tests that use threads (their names contain "thread"); the Hogwild
+# tests that run several threads race on the parameters by design and are not among them.
 test: kernels-fresh compile-checks build/tests build/tests-asan build/tests-tsan build/bench build/bench-gpu build/demo-data build/mfm
 	./build/tests-tsan thread
 	./build/tests

@@ -228,6 +228,11 @@ typedef struct mfm_params {
     int n_epochs;               /* 10 */
     int batch_size;             /* 1: per-row updates */
     int n_threads;              /* 1. The bits of a result depend neither on it nor on the machine */
+    int hogwild;                /* 0: the threads share each batch (every run the same bits); 1:
+                                   Hogwild, as LIBFFM and xLearn run: each thread trains its own
+                                   share of every epoch's rows on the shared model, lock-free,
+                                   so batch_size 1 uses every thread too, and results vary from
+                                   run to run. CPU training only; one thread trains as 0 does */
     mfm_backend backend;        /* CPU: where mfm_fit, mfm_predict and mfm_evaluate run */
     int device;                 /* 0: the CUDA device (ordinal) for backend CUDA or AUTO */
     int deterministic;          /* 0: CUDA training takes its fastest path, whose last bits vary
@@ -1484,6 +1489,11 @@ static mfm_status mfm__validate_params(const mfm_params *p, uint32_t n_classes, 
     if (p->device < 0) return mfm__fail(err, MFM_ERR_INVALID_PARAM, "params.device = %d must not be negative", p->device);
     if (p->deterministic != 0 && p->deterministic != 1)
         return mfm__fail(err, MFM_ERR_INVALID_PARAM, "params.deterministic = %d must be 0 (fastest) or 1 (bit-identical GPU runs)", p->deterministic);
+    if (p->hogwild != 0 && p->hogwild != 1)
+        return mfm__fail(err, MFM_ERR_INVALID_PARAM, "params.hogwild = %d must be 0 (reproducible threads) or 1 (Hogwild threads)", p->hogwild);
+    if (p->hogwild && p->backend == MFM_BACKEND_CUDA)
+        return mfm__fail(err, MFM_ERR_INVALID_PARAM,
+                         "params.hogwild = 1 is a schedule of CPU threads and the backend is CUDA; the GPU's choice is params.deterministic");
     if (p->k < 1 || p->k > 4096)
         return mfm__fail(err, MFM_ERR_INVALID_PARAM, "params.k = %d is out of range: it must be between 1 and 4096 (0 means 8)", p->k);
     if (p->n_epochs < 1)
@@ -5009,7 +5019,7 @@ static int mfm__class_weights_of(const mfm_model *m, const mfm_csr *d, const uin
 }
 
 /* Everything a fit needs besides the model: maps, workers, class weights. 0 when memory is short. */
-static int mfm__trainer_init(mfm__trainer *tr, mfm_model *m, const mfm_csr *d, const uint64_t *rows, uint64_t n_rows, const mfm__data_info *info) {
+static int mfm__trainer_init(mfm__trainer *tr, mfm_model *m, const mfm_csr *d, const uint64_t *rows, uint64_t n_rows, const mfm__data_info *info, int n_threads) {
     const mfm_params *p = &m->params;
     const uint32_t C = m->n_classes;
     float *ones;
@@ -5047,7 +5057,7 @@ static int mfm__trainer_init(mfm__trainer *tr, mfm_model *m, const mfm_csr *d, c
         }
     }
     if (p->batch_size == 1 && !(tr->field_stamp = (uint32_t *)mfm__calloc(m->n_fields, sizeof(uint32_t)))) return 0;
-    tr->n_workers = p->n_threads < p->batch_size ? p->n_threads : p->batch_size;
+    tr->n_workers = n_threads < p->batch_size ? n_threads : p->batch_size;
     if (tr->n_workers > 1) {
         const uint64_t rows = n_rows < (uint64_t)p->batch_size ? n_rows : (uint64_t)p->batch_size;
         if (!(tr->owned_at = (uint32_t *)mfm__alloc(rows * ((uint64_t)tr->n_workers + 1), sizeof(uint32_t)))) return 0;
@@ -5143,6 +5153,59 @@ static mfm_status mfm__pass(mfm__trainer *tr, mfm__pool *pool, const uint64_t *r
         mfm__pool_run(pool, mfm__apply_task, tr);
     }
     return MFM_OK;
+}
+
+/* Hogwild (params.hogwild): the pass's rows in n_shares contiguous shares, share s trained by
+   trainer s (one worker) on its own thread, each reading and writing the shared model without
+   locks, as LIBFFM and xLearn do. A share's rows take the steps one thread would give them; how
+   the shares' steps interleave is up to the machine. */
+typedef struct mfm__hogwild {
+    mfm__trainer *share;
+    int n_shares;
+    const uint64_t *rows;
+    uint64_t n;
+    mfm_status *status;
+    mfm_error *errors;
+} mfm__hogwild;
+
+static void mfm__hogwild_task(void *ctx, int s) {
+    const mfm__hogwild *h = (const mfm__hogwild *)ctx;
+    const uint64_t lo = h->n * (uint64_t)s / (uint64_t)h->n_shares, hi = h->n * (uint64_t)(s + 1) / (uint64_t)h->n_shares;
+    mfm__pool alone; /* one worker: the pass runs its batches on this thread */
+    mfm__pool_start(&alone, 1, &h->errors[s]);
+    h->status[s] = mfm__pass(&h->share[s], &alone, h->rows + lo, hi - lo, &h->errors[s]);
+    mfm__pool_stop(&alone);
+}
+
+/* One epoch's pass over rows[0..n): by the shared batches of trainer 0 (n_shares = 1) or by
+   Hogwild shares; adds the rows' loss and weight, trainer by trainer, worker by worker. */
+static mfm_status mfm__train_pass(mfm__trainer *tr, int n_shares, mfm__pool *pool, const uint64_t *rows, uint64_t n, double *loss, double *weight,
+                                  mfm_error *err) {
+    mfm_status st = MFM_OK;
+    int s, w;
+    for (s = 0; s < n_shares; s++)
+        for (w = 0; w < tr[s].n_workers; w++) tr[s].workers[w].loss = tr[s].workers[w].weight = 0;
+    if (n_shares == 1) {
+        st = mfm__pass(tr, pool, rows, n, err);
+    } else {
+        mfm_status *status = (mfm_status *)mfm__alloc((uint64_t)n_shares, sizeof(mfm_status));
+        mfm_error *errors = (mfm_error *)mfm__alloc((uint64_t)n_shares, sizeof(mfm_error));
+        mfm__hogwild h;
+        h.share = tr, h.n_shares = n_shares, h.rows = rows, h.n = n, h.status = status, h.errors = errors;
+        if (!status || !errors) st = mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for the reports of %d Hogwild threads", n_shares);
+        if (st == MFM_OK) mfm__pool_run(pool, mfm__hogwild_task, &h);
+        for (s = 0; s < n_shares && st == MFM_OK; s++)
+            if ((st = status[s]) != MFM_OK && err) *err = errors[s];
+        MFM_FREE(status);
+        MFM_FREE(errors);
+        if (st != MFM_OK) return st;
+    }
+    for (s = 0; s < n_shares; s++)
+        for (w = 0; w < tr[s].n_workers; w++) { /* in a fixed order: with one share, the same bits every run */
+            *loss += tr[s].workers[w].loss;
+            *weight += tr[s].workers[w].weight;
+        }
+    return st;
 }
 
 /* The validation rows of an internal split as a CSR of their own. */
@@ -5308,7 +5371,7 @@ static mfm_status mfm__fit(mfm_model *m, const mfm_csr *d, const mfm_csr *valida
     mfm__data_info info, vinfo;
     mfm__subset split;
     mfm__snapshot best;
-    mfm__trainer tr;
+    mfm__trainer *tr = NULL; /* one, or one a Hogwild share */
     mfm__gpu_trainer *gpu = NULL;
     mfm__pool pool;
     mfm_status st;
@@ -5316,7 +5379,8 @@ static mfm_status mfm__fit(mfm_model *m, const mfm_csr *d, const mfm_csr *valida
     uint64_t *rows = NULL, *order = NULL, *order_next = NULL, n = 0, epochs_before;
     double best_metric = 0;
     float *class_weights = NULL;
-    int e, w, higher_better = 0, best_epoch = 0, stale = 0, on_gpu, pool_on = 0, restore_best, ahead = 0, n_epochs = partial ? 1 : m ? m->params.n_epochs : 0;
+    int e, s, higher_better = 0, best_epoch = 0, stale = 0, on_gpu, pool_on = 0, restore_best, ahead = 0, n_epochs = partial ? 1 : m ? m->params.n_epochs : 0;
+    int n_shares = 1;
     if (!m) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "%s: the model is NULL", fn);
     if (!m->has_state)
         return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT,
@@ -5333,26 +5397,30 @@ static mfm_status mfm__fit(mfm_model *m, const mfm_csr *d, const mfm_csr *valida
     epochs_before = m->epochs_trained;
     memset(&split, 0, sizeof split);
     memset(&best, 0, sizeof best);
-    memset(&tr, 0, sizeof tr);
     memset(&pool, 0, sizeof pool);
     st = mfm__split(m, d, partial || validation ? 0.0 : m->params.validation_fraction, &rows, &n, &split, err);
     if (split.offsets) valid = &split.csr;
+    if (st == MFM_OK && !on_gpu && m->params.hogwild) n_shares = (uint64_t)m->params.n_threads < n ? m->params.n_threads : (int)n;
     if (st == MFM_OK) {
+        int trainers_ok = 1;
+        if (!on_gpu && (tr = (mfm__trainer *)mfm__calloc((uint64_t)n_shares, sizeof(mfm__trainer))) != NULL)
+            for (s = 0; s < n_shares && trainers_ok; s++) trainers_ok = mfm__trainer_init(&tr[s], m, d, rows, n, &info, n_shares > 1 ? 1 : m->params.n_threads);
         order = (uint64_t *)mfm__alloc(n, sizeof(uint64_t));
         if (on_gpu && n_epochs > 1) order_next = (uint64_t *)mfm__alloc(n, sizeof(uint64_t)); /* the next epoch's order, made during this one */
         for (e = 0; valid && !on_gpu && e < MFM_TENSOR_COUNT; e++) best.t[e] = (float *)mfm__alloc(mfm__table_bytes(m, e) / sizeof(float), sizeof(float));
         if (!order || (on_gpu && n_epochs > 1 && !order_next) || (valid && !on_gpu && (!best.t[0] || !best.t[1] || !best.t[2] || !best.t[3])) ||
-            (on_gpu ? !mfm__class_weights_of(m, d, rows, n, &class_weights) : !mfm__trainer_init(&tr, m, d, rows, n, &info)))
+            (on_gpu ? !mfm__class_weights_of(m, d, rows, n, &class_weights) : !tr || !trainers_ok))
             st = mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for the training buffers (%" PRIu64 " rows)", n);
     }
-    if (st == MFM_OK) st = on_gpu ? mfm__gpu_fit_start(&gpu, m, d, n, valid, class_weights, &info, order_next != NULL, err) : mfm__pool_start(&pool, tr.n_workers, err);
+    if (st == MFM_OK) st = on_gpu ? mfm__gpu_fit_start(&gpu, m, d, n, valid, class_weights, &info, order_next != NULL, err) : mfm__pool_start(&pool, n_shares > 1 ? n_shares : tr->n_workers, err);
     if (st != MFM_OK) goto done;
     pool_on = !on_gpu;
     if (!partial)
         mfm__log(&m->params, MFM_LOG_INFO,
-                 "training %s %s on %" PRIu64 " rows (%" PRIu64 " non-zeros), %u features, %u fields, k=%d, %s, batch %d, %d thread(s)%s, %d epoch(s)%s",
+                 "training %s %s on %" PRIu64 " rows (%" PRIu64 " non-zeros), %u features, %u fields, k=%d, %s, batch %d, %d thread(s)%s%s, %d epoch(s)%s",
                  mfm__model_names[m->params.model], mfm__task_names[m->params.task], n, info.nnz, (unsigned)m->n_features, (unsigned)m->n_fields, m->k,
-                 mfm__optimizer_names[m->params.optimizer], m->params.batch_size, on_gpu ? 0 : tr.n_workers,
+                 mfm__optimizer_names[m->params.optimizer], m->params.batch_size, on_gpu ? 0 : n_shares > 1 ? n_shares : tr->n_workers,
+                 n_shares > 1 ? " (Hogwild)" : m->params.hogwild && on_gpu ? " (Hogwild is for CPU threads: not used)" : "",
                  on_gpu ? (m->params.deterministic ? " on the GPU (deterministic)" : " on the GPU") : "", n_epochs, valid ? ", early stopping" : "");
     for (e = 0; e < n_epochs && st == MFM_OK; e++) {
         double t0 = mfm__seconds(), loss = 0, weight = 0, metric = NAN;
@@ -5364,13 +5432,8 @@ static mfm_status mfm__fit(mfm_model *m, const mfm_csr *d, const mfm_csr *valida
             if ((st = mfm__gpu_fit_pass(gpu, d, order, n, ahead ? &next : NULL, &loss, &weight, err)) != MFM_OK) break;
             if (ahead) order_next = order, order = next.out;
         } else {
-            for (w = 0; w < tr.n_workers; w++) tr.workers[w].loss = tr.workers[w].weight = 0;
-            if ((st = mfm__pass(&tr, &pool, order, n, err)) != MFM_OK) break;
+            if ((st = mfm__train_pass(tr, n_shares, &pool, order, n, &loss, &weight, err)) != MFM_OK) break;
             m->has_state = 1;
-            for (w = 0; w < tr.n_workers; w++) { /* in worker order: the same bits every run */
-                loss += tr.workers[w].loss;
-                weight += tr.workers[w].weight;
-            }
         }
         if (partial) break;
         m->epochs_trained++;
@@ -5424,7 +5487,9 @@ static mfm_status mfm__fit(mfm_model *m, const mfm_csr *d, const mfm_csr *valida
     }
 done:
     if (pool_on) mfm__pool_stop(&pool);
-    if (tr.m) mfm__trainer_free(&tr);
+    for (s = 0; tr && s < n_shares; s++)
+        if (tr[s].m) mfm__trainer_free(&tr[s]);
+    MFM_FREE(tr);
     mfm__gpu_fit_free(gpu);
     for (e = 0; e < MFM_TENSOR_COUNT; e++) MFM_FREE(best.t[e]);
     MFM_FREE(class_weights);

@@ -3,7 +3,8 @@
 
    First a data-file table: the rows written as libffm text, parsed back with one thread and
    with every core, written as a binary dataset file and loaded back (mmap + checksum). Then
-   one table row per (model, k, batch size, threads): one AdaGrad run over the training rows,
+   one table row per (model, k, batch size, threads; "2h": two Hogwild threads, params.hogwild):
+   one AdaGrad run over the training rows,
    then prediction (probabilities) and metrics on held-out rows; with --repeat N, N runs of
    each, the thread counts of a (model, k, batch) taking turns, and the fastest of each
    reported, so that a noisy machine's slow spells fall on no one row. Data generation is timed
@@ -18,7 +19,7 @@
 #include <string.h>
 #include <sys/resource.h>
 
-enum { MAX_LIST = 8 };
+enum { MAX_LIST = 8, HOGWILD = 1 << 20 }; /* a thread count | HOGWILD: that many Hogwild threads */
 
 typedef struct list {
     int n, v[MAX_LIST];
@@ -61,6 +62,16 @@ static int parse_list(const char *arg, int (*parse)(const char *), list *out) {
     return out->n > 0;
 }
 
+/* A thread count, or one followed by 'h' for Hogwild threads ("2h"). */
+static int parse_threads(const char *s) {
+    char digits[16];
+    const size_t n = strlen(s);
+    if (n < 2 || n >= sizeof digits || s[n - 1] != 'h') return parse_number(s);
+    memcpy(digits, s, n - 1);
+    digits[n - 1] = '\0';
+    return parse_number(digits) > 1 ? parse_number(digits) | HOGWILD : -1;
+}
+
 static void set_list(list *l, int n, const int *v) {
     l->n = n;
     memcpy(l->v, v, (size_t)n * sizeof *v);
@@ -75,7 +86,7 @@ static void usage(int code) {
            "  --models LIST  e.g. FM,FFM,FwFM (default all three)\n"
            "  --k LIST       factors, e.g. 4,8,16 (default)\n"
            "  --batch LIST   batch sizes, e.g. 1,256 (default)\n"
-           "  --threads LIST e.g. 1,2 (default)\n"
+           "  --threads LIST e.g. 1,2,2h (default; 2h: two Hogwild threads)\n"
            "  --repeat N     runs of each row, the thread counts taking turns; the fastest is reported (default 1)\n"
            "  --seed N       data seed (default 1)\n"
            "  --io-rows N    rows of the data-file table (default 500000, about 230 MB of text; 0 skips it)\n"
@@ -85,7 +96,7 @@ static void usage(int code) {
 }
 
 static void parse_options(int argc, char **argv, options *o) {
-    static const int models[] = {MFM_MODEL_FM, MFM_MODEL_FFM, MFM_MODEL_FWFM}, ks[] = {4, 8, 16}, batches[] = {1, 256}, threads[] = {1, 2};
+    static const int models[] = {MFM_MODEL_FM, MFM_MODEL_FFM, MFM_MODEL_FWFM}, ks[] = {4, 8, 16}, batches[] = {1, 256}, threads[] = {1, 2, 2 | HOGWILD};
     int i, ok = 1;
     o->io_rows = 500000;
     o->io_only = 0;
@@ -98,7 +109,7 @@ static void parse_options(int argc, char **argv, options *o) {
     set_list(&o->models, 3, models);
     set_list(&o->k, 3, ks);
     set_list(&o->batch, 2, batches);
-    set_list(&o->threads, 2, threads);
+    set_list(&o->threads, 3, threads);
     for (i = 1; i < argc && ok; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--quick") == 0) {
@@ -136,7 +147,7 @@ static void parse_options(int argc, char **argv, options *o) {
         else if (strcmp(a, "--batch") == 0)
             ok = parse_list(v, parse_number, &o->batch);
         else if (strcmp(a, "--threads") == 0)
-            ok = parse_list(v, parse_number, &o->threads);
+            ok = parse_list(v, parse_threads, &o->threads);
         else
             ok = 0;
         if (!ok) fprintf(stderr, "bench: bad option %s %s\n", a, v);
@@ -194,7 +205,7 @@ static double csr_mb(const mfm_csr *d) {
     return b / 1048576.0;
 }
 
-/* The fastest of a table row's runs (the results are the same bits every run). */
+/* The fastest of a table row's runs (the results are the same bits every run, Hogwild's aside). */
 typedef struct cell {
     double train, predict, init, peak, model_mb;
     mfm_metrics met;
@@ -211,7 +222,8 @@ static void run_once(const options *o, const mfm_csr *train, const mfm_csr *test
     p.optimizer = MFM_OPTIMIZER_ADAGRAD;
     p.k = k;
     p.batch_size = batch;
-    p.n_threads = threads;
+    p.n_threads = threads & ~HOGWILD;
+    p.hogwild = (threads & HOGWILD) != 0;
     p.n_epochs = o->epochs;
     p.learning_rate = o->lr;
     p.seed = 7;
@@ -247,10 +259,11 @@ static void run_cells(const options *o, const mfm_csr *train, const mfm_csr *tes
     for (d = 0; d < o->threads.n; d++)
         if (o->threads.v[d] == 1) one = d;
     for (d = 0; d < o->threads.n; d++) {
-        char ratio[16] = "-";
+        char ratio[16] = "-", thr[16];
         if (one >= 0) snprintf(ratio, sizeof ratio, "%.2fx", best[d].train / best[one].train);
-        printf("%-5s %3d %6d %4d %13.0f %8s %15.0f %8.4f %7.4f %7.2f %9.0f %8.0f\n", bench_model_names[model], k, batch, o->threads.v[d], best[d].train,
-               ratio, best[d].predict, best[d].met.logloss, best[d].met.auc, best[d].init, best[d].model_mb, best[d].peak);
+        snprintf(thr, sizeof thr, "%d%s", o->threads.v[d] & ~HOGWILD, o->threads.v[d] & HOGWILD ? "h" : "");
+        printf("%-5s %3d %6d %4s %13.0f %8s %15.0f %8.4f %7.4f %7.2f %9.0f %8.0f\n", bench_model_names[model], k, batch, thr, best[d].train, ratio,
+               best[d].predict, best[d].met.logloss, best[d].met.auc, best[d].init, best[d].model_mb, best[d].peak);
         fflush(stdout);
     }
 }
@@ -371,7 +384,8 @@ int main(int argc, char **argv) {
            -(ctr * log(ctr) + (1 - ctr) * log(1 - ctr)));
     printf("training  AdaGrad, learning rate %g, %d epoch(s); rows/s = rows x epochs / wall seconds of mfm_fit", o.lr, o.epochs);
     if (o.repeat > 1) printf(", the fastest of %d runs (thread counts in turns)", o.repeat);
-    printf("\n          (vs_1thr: train_rows/s against the same model, k and batch on one thread)\n");
+    printf("\n          (vs_1thr: train_rows/s against the same model, k and batch on one thread;\n"
+           "          thr 2h: two Hogwild threads, lock-free on shared parameters, not reproducible)\n");
     printf("          (init_s: mfm_model_create, i.e. allocating and seeding parameters and state, timed apart)\n");
     printf("predict   probabilities for the test rows on every core (thr: training threads only); logloss and AUC on them\n");
     printf("memory    model_MB: parameters + optimizer state + padding; peak_MB: the process's peak resident memory from creating\n"

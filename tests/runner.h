@@ -43,6 +43,8 @@
     X(test_determinism_same_seed)           \
     X(test_determinism_fixed_threads)       \
     X(test_threads_bit_identical)           \
+    X(test_hogwild_disjoint_shares_exact)   \
+    X(test_hogwild_one_thread_same)         \
     X(test_train_is_create_plus_fit)        \
     X(test_predict_from_many_threads)       \
     X(test_predict_thread_count_invariant)  \
@@ -57,6 +59,7 @@
     X(test_learn_binary_interactions)       \
     X(test_learn_regression)                \
     X(test_learn_multiclass)                \
+    X(test_learn_hogwild)                   \
     X(test_text_quirks_libffm)              \
     X(test_text_quirks_libsvm)              \
     X(test_text_unlabeled)                  \
@@ -90,6 +93,7 @@
     X(test_cli_stdin)                         \
     X(test_cli_convert_and_info)              \
     X(test_cli_errors)                        \
+    X(test_cli_hogwild)                       \
     X(test_cli_resume)                        \
     X(test_cli_cache_and_backend)             \
     X(test_lifecycle_early_stop_restores_best) \

@@ -424,6 +424,87 @@ void test_threads_bit_identical(void) {
         }
 }
 
+/* Hogwild's shares, checked exactly: rows in T blocks whose features (ids 20 b ..) and fields
+   (3 b ..) no other block has, with pairs_only so that w0 and w take zero steps. Then no share
+   writes what another reads, and mfm_partial_fit (one pass in row order) with T Hogwild threads,
+   share s taking block s, must give one thread's bits: every row trained once, in order, by the
+   in-place steps (distinct fields) or the batched path (repeated fields) alike. FM, FFM and FwFM;
+   batch 1 and 4; AdaGrad and SGD; 2 and 3 threads. */
+void test_hogwild_disjoint_shares_exact(void) {
+    static const mfm_model_type models[3] = {MFM_MODEL_FM, MFM_MODEL_FFM, MFM_MODEL_FWFM};
+    enum { BLOCK_ROWS = 60, BLOCK_FEATURES = 20, BLOCK_FIELDS = 3 };
+    int mi, T, batch, opt;
+    for (mi = 0; mi < 3; mi++)
+        for (T = 2; T <= 3; T++)
+            for (batch = 1; batch <= 4; batch += 3)
+                for (opt = 0; opt < 2; opt++) {
+                    data_spec spec = train_data(MFM_TASK_BINARY, 2, (uint64_t)BLOCK_ROWS * T, 300 + (uint64_t)(mi * 10 + T));
+                    mfm_params p;
+                    test_data td;
+                    snapshot one, shared;
+                    mfm_model *m[2] = {NULL, NULL};
+                    uint64_t r, j;
+                    int i;
+                    spec.feature_range = BLOCK_FEATURES;
+                    spec.n_fields = BLOCK_FIELDS;
+                    data_random(&td, &spec);
+                    for (r = 0; r < td.csr.n_rows; r++)
+                        for (j = td.offsets[r]; j < td.offsets[r + 1]; j++) {
+                            td.features[j] += (uint32_t)(r / BLOCK_ROWS) * BLOCK_FEATURES;
+                            td.fields[j] += (uint32_t)(r / BLOCK_ROWS) * BLOCK_FIELDS;
+                        }
+                    memset(&p, 0, sizeof p);
+                    p.model = models[mi];
+                    p.k = 4;
+                    p.pairs_only = 1;
+                    p.batch_size = batch;
+                    p.optimizer = opt ? MFM_OPTIMIZER_SGD : MFM_OPTIMIZER_ADAGRAD;
+                    p.seed = 9;
+                    for (i = 0; i < 2; i++) {
+                        mfm_error e;
+                        p.n_threads = i ? T : 1;
+                        p.hogwild = i;
+                        m[i] = make_model(&p, (uint32_t)(BLOCK_FEATURES * T), (uint32_t)(BLOCK_FIELDS * T), 1);
+                        if (m[i]) CHECK(mfm_partial_fit(m[i], &td.csr, &e) == MFM_OK, "mfm_partial_fit: %s", e.message);
+                    }
+                    if (m[0] && m[1]) {
+                        snapshot_take(&one, m[0]);
+                        snapshot_take(&shared, m[1]);
+                        CHECK(snapshot_equal(&one, &shared), "%s, %s, batch %d: %d Hogwild threads on disjoint blocks differ from one thread",
+                              model_name(p.model), opt ? "SGD" : "AdaGrad", batch, T);
+                        snapshot_free(&one);
+                        snapshot_free(&shared);
+                    }
+                    mfm_model_free(m[0]);
+                    mfm_model_free(m[1]);
+                    data_free(&td);
+                }
+}
+
+/* Hogwild with one thread is the ordinary schedule: the same bits over two shuffled epochs. */
+void test_hogwild_one_thread_same(void) {
+    int which;
+    for (which = 0; which < 4; which++) {
+        mfm_params p;
+        mfm_task task;
+        test_data td;
+        data_spec spec;
+        snapshot plain, hogwild;
+        determinism_params(which, &p, &task);
+        spec = train_data(task, 3, 300, 120 + (uint64_t)which);
+        data_random(&td, &spec);
+        if (train_snapshot(&p, &td.csr, &plain)) {
+            p.hogwild = 1;
+            if (train_snapshot(&p, &td.csr, &hogwild)) {
+                CHECK(snapshot_equal(&plain, &hogwild), "case %d: hogwild with one thread differs from hogwild 0", which);
+                snapshot_free(&hogwild);
+            }
+            snapshot_free(&plain);
+        }
+        data_free(&td);
+    }
+}
+
 /* mfm_train is mfm_model_create with the data's shape (max id + 1 for features and fields,
    max label + 1 classes for multiclass with n_classes 0) followed by mfm_fit: bit-identical.
    data.n_features, when set, gives the model's feature count. */

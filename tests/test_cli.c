@@ -285,6 +285,51 @@ void test_cli_errors(void) {
     scratch_clean();
 }
 
+/* --hogwild: two Hogwild threads train a model whose test AUC is within 0.02 of the API's
+   one-thread model of the same settings (the bits vary from run to run); with --backend cuda it
+   is refused by name, and no model file is written. */
+void test_cli_hogwild(void) {
+    char model_path[512], cmd[1600], out[4096], errs[4096];
+    mfm_dataset *train = read_data(AGARICUS_TRAIN, MFM_TASK_BINARY), *test = read_data(AGARICUS_TEST, MFM_TASK_BINARY);
+    mfm_model *tool_model = NULL, *api_model = NULL;
+    mfm_metrics tool_met, api_met;
+    mfm_params p;
+    mfm_error e;
+    mfm_csr tr, te;
+    FILE *f;
+    int rc;
+    if (!train || !test) goto done;
+    tr = mfm_dataset_csr(train);
+    te = mfm_dataset_csr(test);
+    scratch_path(model_path, sizeof model_path, "hogwild.model");
+    snprintf(cmd, sizeof cmd, "%s train --model fm -k 4 -t 3 -r 0.1 --seed 5 --hogwild -s 2 --quiet %s %s", MFM_TOOL, AGARICUS_TRAIN, model_path);
+    rc = run_tool(cmd, out, sizeof out, errs, sizeof errs);
+    if (!CHECK(rc == 0, "'%s' exited with %d: %s", cmd, rc, errs)) goto done;
+    if (!CHECK(mfm_model_load(model_path, &tool_model, &e) == MFM_OK, "%s", e.message)) goto done;
+    memset(&p, 0, sizeof p);
+    p.model = MFM_MODEL_FM;
+    p.k = 4;
+    p.n_epochs = 3;
+    p.learning_rate = 0.1;
+    p.seed = 5;
+    if (!CHECK(mfm_train(&p, &tr, &api_model, &e) == MFM_OK, "%s", e.message)) goto done;
+    if (CHECK(mfm_evaluate(tool_model, &te, &tool_met, &e) == MFM_OK && mfm_evaluate(api_model, &te, &api_met, &e) == MFM_OK, "%s", e.message))
+        CHECK(tool_met.auc >= api_met.auc - 0.02, "--hogwild -s 2: test AUC %.4f against one thread's %.4f", tool_met.auc, api_met.auc);
+    scratch_path(model_path, sizeof model_path, "hogwild-cuda.model");
+    snprintf(cmd, sizeof cmd, "%s train --model fm -k 4 --hogwild -s 2 --backend cuda --quiet %s %s", MFM_TOOL, AGARICUS_TRAIN, model_path);
+    rc = run_tool(cmd, out, sizeof out, errs, sizeof errs);
+    CHECK(rc == 1 && strstr(errs, "hogwild") != NULL, "'%s' should fail naming hogwild (exit %d): %s", cmd, rc, errs);
+    f = fopen(model_path, "rb");
+    CHECK(f == NULL, "a refused --hogwild --backend cuda run wrote %s", model_path);
+    if (f) fclose(f);
+done:
+    mfm_model_free(tool_model);
+    mfm_model_free(api_model);
+    mfm_dataset_free(train);
+    mfm_dataset_free(test);
+    scratch_clean();
+}
+
 /* --resume continues exactly: 2 epochs, then 2 more from the file, score every row as 4 epochs
    in one go would (one thread); a model saved with --no-state is refused. */
 void test_cli_resume(void) {

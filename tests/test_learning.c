@@ -6,6 +6,7 @@
 
 #include "../bench/synth.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -112,6 +113,64 @@ void test_learn_multiclass(void) {
     mfm_params p = learning_params(MFM_MODEL_FFM, MFM_TASK_MULTICLASS, 0);
     if (make_split(&spec, &train, &test) != 0) return;
     if (train_and_evaluate(&p, &train, &test, &mt)) CHECK(mt.accuracy > 0.5, "FFM test accuracy %.4f over 4 classes: expected above 0.5", mt.accuracy);
+    synth_free(&train);
+    synth_free(&test);
+}
+
+/* What the epoch callback saw: rows and train loss of each epoch. */
+typedef struct epoch_log {
+    int n;
+    uint64_t rows[8];
+    double loss[8];
+} epoch_log;
+
+static int log_epoch(void *user, const mfm_epoch_report *r) {
+    epoch_log *l = (epoch_log *)user;
+    if (l->n < 8) l->rows[l->n] = r->n_rows, l->loss[l->n] = r->train_loss, l->n++;
+    return 0;
+}
+
+/* Hogwild threads learn what one thread learns: on the binary planted data, FM, FFM and FwFM at
+   batch 1 and 16 with 2 and 3 Hogwild threads reach a test AUC within 0.05 of one thread's
+   (about 0.80), every epoch reports all the training rows, and its train loss is within 0.05
+   of one thread's. The bits differ from run to run, and on this model of 120 features every
+   row shares parameters with the others, which costs Hogwild the most: over ten runs of every
+   case on 2 cores the widest gaps were 0.024 in AUC and 0.026 in loss. */
+void test_learn_hogwild(void) {
+    static const mfm_model_type models[3] = {MFM_MODEL_FM, MFM_MODEL_FFM, MFM_MODEL_FWFM};
+    synth_spec spec = learning_spec(0, 2.0, 204);
+    synth_data train, test;
+    int mi, batch, threads;
+    if (make_split(&spec, &train, &test) != 0) return;
+    for (mi = 0; mi < 3; mi++)
+        for (batch = 1; batch <= 16; batch += 15) {
+            mfm_params p = learning_params(models[mi], MFM_TASK_BINARY, 0);
+            mfm_metrics one, hog;
+            epoch_log one_log, hog_log;
+            p.batch_size = batch;
+            p.on_epoch = log_epoch;
+            memset(&one_log, 0, sizeof one_log);
+            p.user = &one_log;
+            if (!train_and_evaluate(&p, &train, &test, &one)) continue;
+            for (threads = 2; threads <= 3; threads++) {
+                int e;
+                p.n_threads = threads;
+                p.hogwild = 1;
+                memset(&hog_log, 0, sizeof hog_log);
+                p.user = &hog_log;
+                if (!train_and_evaluate(&p, &train, &test, &hog)) continue;
+                CHECK(hog.auc >= one.auc - 0.05, "%s batch %d, %d Hogwild threads: test AUC %.4f against one thread's %.4f", model_name(p.model), batch,
+                      threads, hog.auc, one.auc);
+                if (!CHECK(hog_log.n == p.n_epochs && one_log.n == p.n_epochs, "%d and %d epochs reported, expected %d", hog_log.n, one_log.n, p.n_epochs))
+                    continue;
+                for (e = 0; e < p.n_epochs; e++) {
+                    CHECK(hog_log.rows[e] == TRAIN_ROWS, "%s batch %d, %d Hogwild threads: epoch %d reports %llu rows", model_name(p.model), batch, threads,
+                          e + 1, (unsigned long long)hog_log.rows[e]);
+                    CHECK(fabs(hog_log.loss[e] - one_log.loss[e]) < 0.05, "%s batch %d, %d Hogwild threads: epoch %d train loss %.4f, one thread %.4f",
+                          model_name(p.model), batch, threads, e + 1, hog_log.loss[e], one_log.loss[e]);
+                }
+            }
+        }
     synth_free(&train);
     synth_free(&test);
 }

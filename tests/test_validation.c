@@ -23,7 +23,7 @@ static void expect_failure(mfm_status got, const mfm_error *e, mfm_status want, 
 typedef enum param_change {
     P_MODEL, P_TASK, P_OPTIMIZER, P_CLASS_WEIGHT, P_K, P_BATCH, P_LR_NEG, P_LR_NAN, P_LR_INF, P_L2_LIN_NEG, P_L2_LIN_NAN, P_L2_FAC_INF,
     P_L2_FAC_NEG, P_L1_SGD, P_L1_ADAGRAD, P_L1_ADAM, P_L1_FACTORS_DEFAULT_OPT, P_SMOOTH_ONE, P_SMOOTH_NEG, P_SMOOTH_NAN, P_CW_NEG, P_CW_NAN,
-    P_CW_ZERO, P_CW_NULL
+    P_CW_ZERO, P_CW_NULL, P_HOGWILD_TWO, P_HOGWILD_CUDA
 } param_change;
 
 typedef struct param_case {
@@ -61,6 +61,8 @@ static void change_params(mfm_params *p, param_change c) {
     case P_CW_NAN: p->class_weight = MFM_CLASS_WEIGHT_EXPLICIT, p->class_weights = cw_nan; break;
     case P_CW_ZERO: p->class_weight = MFM_CLASS_WEIGHT_EXPLICIT, p->class_weights = cw_zero; break;
     case P_CW_NULL: p->class_weight = MFM_CLASS_WEIGHT_EXPLICIT, p->class_weights = NULL; break;
+    case P_HOGWILD_TWO: p->hogwild = 2; break;
+    case P_HOGWILD_CUDA: p->hogwild = 1, p->backend = MFM_BACKEND_CUDA, p->n_threads = 2; break;
     }
 }
 
@@ -103,9 +105,10 @@ static mfm_params valid_params(void) {
 }
 
 /* Unknown enum values, k < 0, batch_size < 0, negative/NaN/inf learning rate and L2, L1 with
-   any optimizer but FTRL, label smoothing outside [0, 1), bad explicit class weights: each is
-   MFM_ERR_INVALID_PARAM from mfm_train and from mfm_model_create, naming the parameter, with
-   no model handed back. The same values with FTRL (L1) or k = 0 (= 8) are accepted. */
+   any optimizer but FTRL, label smoothing outside [0, 1), bad explicit class weights, hogwild
+   other than 0 and 1 or asked of the CUDA backend: each is MFM_ERR_INVALID_PARAM from mfm_train
+   and from mfm_model_create, naming the parameter, with no model handed back. The same values
+   with FTRL (L1) or k = 0 (= 8) are accepted. */
 void test_invalid_params(void) {
     static const param_case cases[] = {
         {P_MODEL, "model", "unknown model"},
@@ -132,6 +135,8 @@ void test_invalid_params(void) {
         {P_CW_NAN, "class_weights", "class_weights with NaN"},
         {P_CW_ZERO, "class_weights", "class_weights all zero"},
         {P_CW_NULL, "class_weights", "class_weight explicit without class_weights"},
+        {P_HOGWILD_TWO, "hogwild", "hogwild = 2"},
+        {P_HOGWILD_CUDA, "hogwild", "hogwild with the CUDA backend"},
     };
     fixture f;
     size_t i;

@@ -231,6 +231,7 @@ static const option options[] = {
     {CMD_TRAIN, "-l", "--l2", OPT_REAL, AT(p.l2_linear), AT(p.l2_factors), 0, HUGE_VAL, 0, NULL, "L", "L2 on both weights and factors (0)"},
     OPTION_NUMBER(CMD_TRAIN | CMD_PREDICT | CMD_EVAL, "-s", "--threads", OPT_INT, p.n_threads, 1, 1024, 0, "N",
                   "threads (train: 1; predict and eval: every core)"),
+    OPTION_FLAG(CMD_TRAIN, NULL, "--hogwild", p.hogwild, "threads train their shares of the rows lock-free (LIBFFM's way; results vary run to run)"),
     OPTION_TEXT(CMD_TRAIN, "-p", "--validation", validation, "FILE", "report validation metrics after every epoch"),
     OPTION_FLAG(CMD_TRAIN, NULL, "--auto-stop", auto_stop, "early stopping on -p FILE; keeps the best epoch's model"),
     OPTION_REAL("--validation-fraction", p.validation_fraction, 0, 1, OPEN_LO | OPEN_HI, "early stopping on a seeded split of TRAIN"),
@@ -593,7 +594,7 @@ static void resume_params(const settings *s, const mfm_model *model, mfm_params 
     if (c->field) p->field = c->field;
     TAKE(k) TAKE(n_epochs) TAKE(batch_size) TAKE(n_threads) TAKE(learning_rate) TAKE(l2_linear) TAKE(l2_factors) TAKE(l1_linear) TAKE(l1_factors)
     TAKE(adam_beta1) TAKE(adam_beta2) TAKE(adam_epsilon) TAKE(ftrl_beta) TAKE(label_smoothing) TAKE(patience) TAKE(min_delta)
-    TAKE(validation_fraction) TAKE(keep_last) TAKE(device) TAKE(deterministic) TAKE(gpu_memory_limit)
+    TAKE(validation_fraction) TAKE(keep_last) TAKE(device) TAKE(deterministic) TAKE(gpu_memory_limit) TAKE(hogwild)
 #undef TAKE
     if (s->metric) p->metric = (mfm_metric)s->metric;
 }
