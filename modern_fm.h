@@ -5404,7 +5404,8 @@ static mfm_status mfm__fit(mfm_model *m, const mfm_csr *d, const mfm_csr *valida
     if (st == MFM_OK) {
         int trainers_ok = 1;
         if (!on_gpu && (tr = (mfm__trainer *)mfm__calloc((uint64_t)n_shares, sizeof(mfm__trainer))) != NULL)
-            for (s = 0; s < n_shares && trainers_ok; s++) trainers_ok = mfm__trainer_init(&tr[s], m, d, rows, n, &info, n_shares > 1 ? 1 : m->params.n_threads);
+            for (s = 0; s < n_shares && trainers_ok; s++) /* a Hogwild share's trainer has one worker */
+                trainers_ok = mfm__trainer_init(&tr[s], m, d, rows, n, &info, n_shares > 1 ? 1 : m->params.n_threads);
         order = (uint64_t *)mfm__alloc(n, sizeof(uint64_t));
         if (on_gpu && n_epochs > 1) order_next = (uint64_t *)mfm__alloc(n, sizeof(uint64_t)); /* the next epoch's order, made during this one */
         for (e = 0; valid && !on_gpu && e < MFM_TENSOR_COUNT; e++) best.t[e] = (float *)mfm__alloc(mfm__table_bytes(m, e) / sizeof(float), sizeof(float));
@@ -5412,7 +5413,9 @@ static mfm_status mfm__fit(mfm_model *m, const mfm_csr *d, const mfm_csr *valida
             (on_gpu ? !mfm__class_weights_of(m, d, rows, n, &class_weights) : !tr || !trainers_ok))
             st = mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for the training buffers (%" PRIu64 " rows)", n);
     }
-    if (st == MFM_OK) st = on_gpu ? mfm__gpu_fit_start(&gpu, m, d, n, valid, class_weights, &info, order_next != NULL, err) : mfm__pool_start(&pool, n_shares > 1 ? n_shares : tr->n_workers, err);
+    if (st == MFM_OK)
+        st = on_gpu ? mfm__gpu_fit_start(&gpu, m, d, n, valid, class_weights, &info, order_next != NULL, err)
+                    : mfm__pool_start(&pool, n_shares > 1 ? n_shares : tr->n_workers, err);
     if (st != MFM_OK) goto done;
     pool_on = !on_gpu;
     if (!partial)
