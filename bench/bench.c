@@ -4,11 +4,11 @@
    First a data-file table: the rows written as libffm text, parsed back with one thread and
    with every core, written as a binary dataset file and loaded back (mmap + checksum). Then
    one table row per (model, k, batch size, threads; "2h": two Hogwild threads, params.hogwild):
-   one AdaGrad run over the training rows,
-   then prediction (probabilities) and metrics on held-out rows; with --repeat N, N runs of
-   each, the thread counts of a (model, k, batch) taking turns, and the fastest of each
-   reported, so that a noisy machine's slow spells fall on no one row. Data generation is timed
-   on its own and kept out of every rate. `bench --help` lists the options. */
+   one AdaGrad run over the training rows, then prediction (probabilities) and metrics on
+   held-out rows; with --repeat N, N runs of each, the thread counts of a (model, k, batch)
+   taking turns, and the fastest of each reported, so that a noisy machine's slow spells fall
+   on no one row. Data generation is timed on its own and kept out of every rate. `bench
+   --help` lists the options. */
 #define MODERN_FM_IMPLEMENTATION
 #include "../modern_fm.h"
 
@@ -66,10 +66,12 @@ static int parse_list(const char *arg, int (*parse)(const char *), list *out) {
 static int parse_threads(const char *s) {
     char digits[16];
     const size_t n = strlen(s);
+    int threads;
     if (n < 2 || n >= sizeof digits || s[n - 1] != 'h') return parse_number(s);
     memcpy(digits, s, n - 1);
     digits[n - 1] = '\0';
-    return parse_number(digits) > 1 ? parse_number(digits) | HOGWILD : -1;
+    threads = parse_number(digits);
+    return threads > 1 ? threads | HOGWILD : -1; /* one Hogwild thread is one thread */
 }
 
 static void set_list(list *l, int n, const int *v) {
