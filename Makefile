@@ -1,8 +1,9 @@
 # modern_fm - build, test, benchmark and demo. Everything lands in build/.
 #   make          tests, bench and demo programs, and the mfm command-line tool (build/mfm)
 #   make test     compile checks, the tests, and the tests under ASan + UBSan and TSan (what CI runs)
-#   make check    only the sanitizer runs of the tests
+#   make check    only the sanitizer runs of the tests (TESTS_QUICK sizes, see make test below)
 #   make demo     train linear / FM / FFM / FwFM on planted data with build/mfm and compare
+#   make examples the programs of examples/ (build/examples/); make examples-check runs and checks them
 #   make bench    speed and quality table on Criteo-shaped data (BENCH_ARGS=--quick etc.)
 #   make fuzz     the libFuzzer targets, FUZZ_SECONDS (20) each (make test runs them when clang is there)
 
@@ -38,21 +39,50 @@ build:
 
 # ---- tests: every tests/*.c linked together (tests/impl.c holds the implementation) ----
 
+# The sanitizer builds are -O1: half the compile time of -O2, and they run about as fast.
 build/tests build/tests-asan build/tests-tsan: $(TEST_SRC) $(TEST_HDR) $(HEADERS) | build
 	$(CC) -std=c99 $(WARN) $(CFLAGS) $(EXTRA) -o $@ $(TEST_SRC) $(LDLIBS)
-build/tests-asan: EXTRA = $(SAN)
+build/tests-asan: EXTRA = -O1 $(SAN)
 # the tool's end-to-end tests run ./build/mfm
 build/tests build/tests-asan build/tests-tsan: | build/mfm
-build/tests-tsan: EXTRA = -fsanitize=thread
+build/tests-tsan: EXTRA = -O1 -fsanitize=thread
 
-# bench, the demo's data generator and mfm are built (not run) so that CI sees them compile warning-free.
-# ThreadSanitizer runs the tests that use threads (their names contain "thread"); the Hogwild
-# tests that run several threads race on the parameters by design and are not among them.
-test: kernels-fresh compile-checks build/tests build/tests-asan build/tests-tsan build/bench build/bench-gpu build/demo-data build/mfm
-	./build/tests-tsan thread
-	./build/tests
-	./build/tests-asan
-	@$(MAKE) --no-print-directory fuzz
+# ---- make test: every step its own target, TEST_JOBS (2) at a time ----
+# `make test` runs `make -j$(TEST_JOBS) --output-sync=target test-steps`: a step's output is
+# printed whole when it ends, and the first failing step stops the run. A new step (a check, a
+# program to run) is one more name in TEST_STEPS; the longest steps come first so they start
+# first. bench, the demo's data generator and mfm are built (not run) so that CI sees them
+# compile warning-free.
+#
+# The test binary takes name parts to run and --skip parts (tests/main.c); TESTS_QUICK=1 asks
+# the heavy tests for smaller instances of the same checks (runner_quick in tests/runner.h).
+#   test-nvrtc  the tests that build the kernels with NVRTC (about 15 s of CPU a build, three
+#               times that under ASan, whose allocator NVRTC then uses): plain build only
+#   test-plain  every other test, plain build, full sizes
+#   test-asan   every other test under ASan + UBSan, quick sizes
+#   test-tsan   the tests that use threads (their names contain "thread") under TSan, quick
+#               sizes; the Hogwild tests that run several threads race on the parameters by
+#               design and are not among them
+TEST_JOBS   ?= 2
+TEST_STEPS  := kernels-fresh test-nvrtc test-asan test-plain test-tsan fuzz compile-checks examples-check \
+               build/bench build/bench-gpu build/demo-data build/mfm
+NVRTC_TESTS := test_cuda_nvrtc_compiles test_cuda_cache_ test_cli_cache_and_backend
+NOT_NVRTC   := $(NVRTC_TESTS:%=--skip %)
+
+.PHONY: test-steps test-nvrtc test-plain test-asan test-tsan
+test:
+	@$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target test-steps
+test-steps: $(TEST_STEPS)
+	@echo "make test: every step passed"
+
+test-nvrtc: build/tests build/mfm
+	./build/tests $(NVRTC_TESTS)
+test-plain: build/tests build/mfm
+	./build/tests $(NOT_NVRTC)
+test-asan: build/tests-asan build/mfm
+	TESTS_QUICK=1 ./build/tests-asan $(NOT_NVRTC)
+test-tsan: build/tests-tsan build/mfm
+	TESTS_QUICK=1 ./build/tests-tsan thread
 
 # The GPU's tests (each skips, saying why, without a driver or a device) and the CUDA runtime's.
 .PHONY: test-gpu bench-gpu
@@ -63,9 +93,7 @@ test-gpu: kernels-fresh build/tests
 bench-gpu: build/bench-gpu
 	./build/bench-gpu $(BENCH_ARGS)
 
-check: build/tests-asan build/tests-tsan
-	./build/tests-tsan thread
-	./build/tests-asan
+check: test-asan test-tsan
 
 # ---- compile checks (tests/compile/): the header compiles warning-free in every setting ----
 # Native checks are linked and run (a tiny smoke run); the mingw-w64 ones compile only.
@@ -75,7 +103,7 @@ have = $(shell command -v $(1) >/dev/null 2>&1 && echo yes)
 
 CHK_C   := tests/compile/check.c
 CHK_CXX := tests/compile/check.cpp
-NATIVE  := c99 c11 no-cuda static no-threads no-avx stdio-first cxx11 cxx17 $(if $(call have,$(CLANG)),c99-clang)
+NATIVE  := c99 c11 no-cuda static no-threads no-avx cxx11 cxx17 $(if $(call have,$(CLANG)),c99-clang)
 CROSS   := $(if $(call have,$(MINGW)),mingw mingw-mfm) $(if $(call have,$(MINGWXX)),mingw-cxx)
 MISSING := $(foreach c,$(CLANG) $(MINGW) $(MINGWXX),$(if $(call have,$(c)),,$(c)))
 
@@ -86,7 +114,6 @@ build/check-no-cuda:     CHK = $(CC) -std=c99 -DMFM_NO_CUDA $(CHK_C)
 build/check-static:      CHK = $(CC) -std=c99 -DMFM_STATIC $(CHK_C)
 build/check-no-threads:  CHK = $(CC) -std=c99 -DMFM_NO_THREADS $(CHK_C)
 build/check-no-avx:      CHK = $(CC) -std=c99 -DMFM_NO_AVX $(CHK_C)
-build/check-stdio-first: CHK = $(CC) -std=c99 -Werror=implicit-function-declaration tests/compile/stdio_first.c
 build/check-cxx11:       CHK = $(CXX) -std=c++11 $(CHK_CXX)
 build/check-cxx17:       CHK = $(CXX) -std=c++17 $(CHK_CXX)
 build/check-mingw.o:     CHK = $(MINGW) -std=c99 $(CHK_C)
@@ -100,8 +127,34 @@ $(NATIVE:%=build/check-%): $(wildcard tests/compile/*) $(HEADERS) | build
 $(CROSS:%=build/check-%.o): $(wildcard tests/compile/*) $(HEADERS) | build
 	$(CHK) $(WARN) $(CFLAGS) -c -o $@
 
-compile-checks: $(NATIVE:%=build/check-%) $(CROSS:%=build/check-%.o)
+# Drop-in: the header copied into an empty folder (cpu: alone; gpu: with modern_fm_kernels.h and
+# xxhash.h) and built as a user builds it, with no -I, -pthread or -ldl (glibc 2.34+), as C99
+# (with system headers included first, too) and C++17; then run (tests/compile/dropin.c).
+XXHASH_H := $(or $(XXHASH),/usr/include/xxhash.h)
+DROPIN   := cpu-c99 cpu-headers-first cpu-cxx17 gpu-c99 gpu-headers-first gpu-cxx17
+
+build/dropin/cpu/app.c: tests/compile/dropin.c modern_fm.h
+	rm -rf $(@D) && mkdir -p $(@D) && cp modern_fm.h $(@D)/ && cp $< $@
+build/dropin/gpu/app.c: tests/compile/dropin.c modern_fm.h modern_fm_kernels.h $(XXHASH_H)
+	rm -rf $(@D) && mkdir -p $(@D) && cp modern_fm.h modern_fm_kernels.h $(XXHASH_H) $(@D)/ && cp $< $@
+
+# build/check-dropin-WHERE-HOW: WHERE is the folder, HOW the compile line
+dropin_build = cd build/dropin/$(1) && $(2) $(WARN) -O2 -DEXPECT_GPU_PART=$(if $(filter gpu,$(1)),1,0) app.c -o $(CURDIR)/$@
+build/check-dropin-cpu-c99 build/check-dropin-cpu-headers-first build/check-dropin-cpu-cxx17 build/check-dropin-mingw.o: build/dropin/cpu/app.c
+build/check-dropin-gpu-c99 build/check-dropin-gpu-headers-first build/check-dropin-gpu-cxx17: build/dropin/gpu/app.c
+build/check-dropin-cpu-c99:           ; $(call dropin_build,cpu,$(CC) -std=c99) -lm
+build/check-dropin-cpu-headers-first: ; $(call dropin_build,cpu,$(CC) -std=c99 -DSYSTEM_HEADERS_FIRST) -lm
+build/check-dropin-cpu-cxx17:         ; $(call dropin_build,cpu,$(CXX) -std=c++17 -x c++)
+build/check-dropin-gpu-c99:           ; $(call dropin_build,gpu,$(CC) -std=c99) -lm
+build/check-dropin-gpu-headers-first: ; $(call dropin_build,gpu,$(CC) -std=c99 -DSYSTEM_HEADERS_FIRST) -lm
+build/check-dropin-gpu-cxx17:         ; $(call dropin_build,gpu,$(CXX) -std=c++17 -x c++)
+build/check-dropin-mingw.o:           ; $(call dropin_build,cpu,$(MINGW) -std=c99 -c)
+
+CROSS += $(if $(call have,$(MINGW)),dropin-mingw)
+
+compile-checks: $(NATIVE:%=build/check-%) $(DROPIN:%=build/check-dropin-%) $(CROSS:%=build/check-%.o)
 	@for c in $(NATIVE); do printf 'compile check %-12s ' $$c; ./build/check-$$c || exit 1; done
+	@for c in $(DROPIN); do printf 'compile check dropin-%-17s ' $$c; ./build/check-dropin-$$c || exit 1; done
 	@for c in $(CROSS); do echo "compile check $$c (compile only) ok"; done
 	@for c in $(MISSING); do echo "compile check SKIPPED: $$c is not installed"; done
 
@@ -115,16 +168,16 @@ FUZZERS      := dataset model
 $(FUZZERS:%=build/fuzz-%): build/fuzz-%: tests/fuzz/fuzz_%.c $(HEADERS) | build
 	$(CLANG) -std=c99 $(WARN) $(XXH_INC) -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -o $@ $< $(LDLIBS)
 
-.PHONY: fuzz
+# fuzz-NAME runs one target, so that make -j runs them side by side.
+.PHONY: fuzz $(FUZZERS:%=fuzz-%)
 ifeq ($(call have,$(CLANG)),yes)
-fuzz: $(FUZZERS:%=build/fuzz-%)
-	@for f in $(FUZZERS); do \
-	    rm -rf build/fuzz-corpus-$$f && mkdir -p build/fuzz-corpus-$$f && cp tests/fuzz/corpus_$$f/* build/fuzz-corpus-$$f/ || exit 1; \
-	    printf 'fuzz %-8s %s s: ' $$f $(FUZZ_SECONDS); \
-	    ./build/fuzz-$$f -max_total_time=$(FUZZ_SECONDS) -timeout=30 -artifact_prefix=build/fuzz-$$f- build/fuzz-corpus-$$f \
-	        >build/fuzz-$$f.log 2>&1 || { echo FAILED; tail -n 40 build/fuzz-$$f.log; exit 1; }; \
-	    grep '^Done' build/fuzz-$$f.log; \
-	done
+fuzz: $(FUZZERS:%=fuzz-%)
+$(FUZZERS:%=fuzz-%): fuzz-%: build/fuzz-%
+	@rm -rf build/fuzz-corpus-$* && mkdir -p build/fuzz-corpus-$* && cp tests/fuzz/corpus_$*/* build/fuzz-corpus-$*/
+	@printf 'fuzz %-8s %s s: ' $* $(FUZZ_SECONDS); \
+	./build/fuzz-$* -max_total_time=$(FUZZ_SECONDS) -timeout=30 -artifact_prefix=build/fuzz-$*- build/fuzz-corpus-$* \
+	    >build/fuzz-$*.log 2>&1 || { echo FAILED; tail -n 40 build/fuzz-$*.log; exit 1; }; \
+	grep '^Done' build/fuzz-$*.log
 else
 fuzz:
 	@echo "fuzz SKIPPED: $(CLANG) is not installed"
@@ -163,6 +216,21 @@ build/bench build/bench-gpu build/demo-data build/mfm: $(HEADERS) | build
 
 demo: build/demo-data build/mfm
 	sh bench/demo.sh
+
+# ---- examples/: each built by the compile line at its top (examples/build.sh), warning-free ----
+EXAMPLES := $(patsubst examples/%.c,build/examples/%,$(wildcard examples/*.c)) \
+            $(patsubst examples/%.cpp,build/examples/%,$(wildcard examples/*.cpp))
+.PHONY: examples examples-check
+
+examples: $(EXAMPLES)
+
+build/examples/%: examples/%.c examples/build.sh $(HEADERS)
+	@CC='$(CC)' CXX='$(CXX)' EXTRA_FLAGS='$(WARN)' sh examples/build.sh build/examples $<
+build/examples/%: examples/%.cpp examples/modern_fm.hpp examples/build.sh $(HEADERS)
+	@CC='$(CC)' CXX='$(CXX)' EXTRA_FLAGS='$(WARN)' sh examples/build.sh build/examples $<
+
+examples-check: examples
+	sh examples/check.sh build/examples
 
 bench: build/bench
 	./build/bench $(BENCH_ARGS)

@@ -3,8 +3,13 @@
    Do this:
        #define MODERN_FM_IMPLEMENTATION
        #include "modern_fm.h"
-   in exactly one C or C++ file (include it first there, before any system header);
-   every other file includes the header plainly and sees only the declarations.
+   in exactly one C or C++ file (anywhere among its includes); every other file includes the
+   header plainly and sees only the declarations. Build (examples/ has complete programs):
+       cc -std=c99 -O2 app.c -lm          Linux, glibc 2.34+ (older glibc: add -pthread -ldl)
+       g++ -std=c++17 -O2 app.cpp         C++ (the same header; mfm_params p{}; not = {0})
+       cc -std=c99 -O2 app.c              macOS (the GPU part compiles out: no CUDA there)
+       cl /O2 app.c                       MSVC
+       x86_64-w64-mingw32-gcc -std=c99 -O2 app.c -o app.exe      Windows from Linux
 
    What it does
    ------------
@@ -25,15 +30,28 @@
        MFM_ASSERT(x)        internal invariants only, never input checks (default: assert)
        MFM_NO_THREADS       build without threads: n_threads above 1 still gives the same
                             numbers (chunks are accumulated one after the other)
-       MFM_NO_CUDA          compile the GPU part out
+       MFM_NO_CUDA          leave the GPU part out
+       MFM_CUDA             insist on the GPU part (an error when its two files are missing)
        MFM_NO_AVX           no eight-lane AdaGrad steps (by default they run where the CPU has
                             AVX, checked at run time; the bits are those of the SSE2 code,
                             and MFM_SIMD=sse2 in the environment turns them off at run time)
 
-   The GPU part needs no CUDA to build: the driver and NVRTC are loaded at run time, and the
-   kernels come with modern_fm_kernels.h (keep it beside this file). Its kernel cache keys
-   entries with XXH3, so the implementation includes xxhash.h (xxHash 0.8, header-only;
-   Debian/Ubuntu package libxxhash-dev) unless MFM_NO_CUDA is defined.
+   The CPU part is this file alone. The GPU part needs no CUDA to build (the driver and NVRTC
+   are loaded at run time) and compiles in by itself where two more headers are found: the
+   kernel sources modern_fm_kernels.h (beside this file) and xxhash.h (xxHash 0.8,
+   header-only, which keys the kernel cache; Debian/Ubuntu: libxxhash-dev). Without them,
+   backend CUDA fails with MFM_ERR_CUDA_UNAVAILABLE naming the missing file, and AUTO runs on
+   the CPU.
+
+   Conventions
+   -----------
+   Every call that can fail returns an mfm_status (MFM_OK = 0) and, given an mfm_error (err
+   may always be NULL), a sentence that names the bad value and where it is. A required
+   pointer that is NULL is an MFM_ERR_INVALID_ARGUMENT naming it; *_free(NULL) does nothing;
+   the metric functions (mfm_logloss, mfm_auc, mfm_rmse) give NaN for NULL arrays or NaN
+   inputs. Every n_threads means the same: 0 is every core. Enum values out of range are
+   refused (parameters) or named "unknown" (mfm_*_name). The library never prints, exits or
+   aborts on bad input.
 
    Quick start
    -----------
@@ -49,12 +67,13 @@
        mfm_model_free(m);
 
    Thread safety: a model may be used for prediction and inspection from many threads at
-   once; training (mfm_fit, mfm_model_write) needs the model to itself. Nothing is global.
+   once; training (mfm_fit, mfm_model_set_tensor) needs the model to itself. Nothing is global.
 */
-/* The implementation wants clock_gettime, which -std=c99 hides unless asked for before the
-   first system header. */
+/* The implementation uses POSIX 2008 (clock_gettime, fsync, lstat, ...), which a strict -std=c99
+   hides unless asked for before the first system header. A system header included before this
+   one has already fixed glibc's feature set; the implementation asks glibc again below. */
 #if (defined(MODERN_FM_IMPLEMENTATION) || defined(MFM_IMPLEMENTATION)) && !defined(_WIN32) && !defined(_POSIX_C_SOURCE) && \
-    !defined(_GNU_SOURCE)
+    !defined(_GNU_SOURCE) && !defined(_XOPEN_SOURCE)
 #define _POSIX_C_SOURCE 200809L
 #endif
 
@@ -63,6 +82,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h> /* FILE: mfm_output_stream */
 
 #define MFM_VERSION_MAJOR 0
 #define MFM_VERSION_MINOR 1
@@ -111,7 +131,8 @@ extern "C" {
     X(MFM_ERR_NVRTC_UNAVAILABLE, 13, "no usable NVRTC")                                           \
     X(MFM_ERR_DEVICE_UNSUPPORTED, 14, "the GPU is not supported by any NVRTC found")              \
     X(MFM_ERR_NVRTC_COMPILE, 15, "NVRTC could not compile the kernels")                           \
-    X(MFM_ERR_CUDA, 16, "a CUDA driver call failed")
+    X(MFM_ERR_CUDA, 16, "a CUDA driver call failed")                                              \
+    X(MFM_ERR_DIVERGED, 17, "training diverged")
 
 typedef enum mfm_status {
 #define MFM__STATUS_ENUM(name, value, text) name = value,
@@ -159,7 +180,7 @@ typedef enum mfm_optimizer {
     MFM_OPTIMIZER_FORCE_U32 = 0x7FFFFFFF
 } mfm_optimizer;
 
-/* Where work runs (SPEC 11). CUDA never falls back to the CPU: without a driver, a device, or
+/* Where work runs (docs/SPEC.md section 11). CUDA never falls back to the CPU: without a driver, a device, or
    NVRTC (when the kernel cache cannot serve) the call fails and says what to install. AUTO
    runs on the GPU when a driver and a device are there, else on the CPU; a failure on a GPU
    that is there is still an error. */
@@ -181,7 +202,7 @@ typedef enum mfm_class_weight {
     MFM_CLASS_WEIGHT_FORCE_U32 = 0x7FFFFFFF
 } mfm_class_weight;
 
-/* What early stopping watches on the validation rows (SPEC 7). */
+/* What early stopping watches on the validation rows (docs/SPEC.md section 7). */
 typedef enum mfm_metric {
     MFM_METRIC_DEFAULT = 0,  /* binary: logloss; regression: half MSE; multiclass: cross-entropy */
     MFM_METRIC_LOGLOSS,      /* binary, lower is better */
@@ -227,7 +248,8 @@ typedef struct mfm_params {
     int n_classes;              /* multiclass only: 0 = max label + 1 of the training data */
     int n_epochs;               /* 10 */
     int batch_size;             /* 1: per-row updates */
-    int n_threads;              /* 1. The bits of a result depend neither on it nor on the machine */
+    int n_threads;              /* 0 = every core (counted when the work starts). The bits of a
+                                   result depend neither on it nor on the machine (Hogwild aside) */
     int hogwild;                /* 0: the threads share each batch (every run the same bits); 1:
                                    Hogwild, as LIBFFM and xLearn run: each thread trains its own
                                    share of every epoch's rows on the shared model, lock-free,
@@ -237,8 +259,11 @@ typedef struct mfm_params {
     int device;                 /* 0: the CUDA device (ordinal) for backend CUDA or AUTO */
     int deterministic;          /* 0: CUDA training takes its fastest path, whose last bits vary
                                    from run to run (float atomics); 1: bit-identical runs on the
-                                   same GPU (gradients summed exactly, in fixed point). The CPU is
-                                   deterministic either way */
+                                   same GPU (gradients summed exactly, in fixed point). GPU only:
+                                   CPU training is deterministic unless hogwild is set, and this
+                                   does not change that (with backend AUTO, hogwild and
+                                   deterministic each steer their own backend; mfm train refuses
+                                   the two together) */
     uint64_t gpu_memory_limit;  /* 0: the bytes CUDA training may take on the device (0: what is
                                    free); rows that do not fit next to the model stream from
                                    host memory, chunk by chunk */
@@ -257,7 +282,7 @@ typedef struct mfm_params {
     const float *class_weights;     /* EXPLICIT: one weight per class (binary: 2); copied */
     uint64_t seed;              /* 0 is a seed like any other */
     int linear_only;            /* 0: 1 switches the pair term off (a linear model) */
-    /* LIBFFM compatibility (SPEC 10): with normalize_rows, pairs_only and adagrad_init = 1,
+    /* LIBFFM compatibility (docs/SPEC.md section 10): with normalize_rows, pairs_only and adagrad_init = 1,
        init_scale = 1, an FFM trained with AdaGrad is the algorithm LIBFFM runs. */
     int normalize_rows;         /* 0: 1 scales each row's values so that sum x^2 = 1 */
     int pairs_only;             /* 0: 1 drops the bias and the linear term (they stay 0) */
@@ -333,12 +358,23 @@ typedef struct mfm_model_info {
 } mfm_model_info;
 
 MFMDEF const char *mfm_version_string(void);
-MFMDEF const char *mfm_status_string(mfm_status status);
+MFMDEF const char *mfm_status_string(mfm_status status); /* "unknown status" out of range */
+
+/* The name of each enum value, as the mfm tool spells it on its command line ("ffm", "adagrad",
+   "logloss", ...). A DEFAULT value gives its default's name ("default" where the default depends
+   on the task); a value out of range gives "unknown". The strings are static. */
+MFMDEF const char *mfm_model_type_name(mfm_model_type model);
+MFMDEF const char *mfm_task_name(mfm_task task);
+MFMDEF const char *mfm_optimizer_name(mfm_optimizer optimizer);
+MFMDEF const char *mfm_backend_name(mfm_backend backend);
+MFMDEF const char *mfm_class_weight_name(mfm_class_weight class_weight);
+MFMDEF const char *mfm_metric_name(mfm_metric metric);
 
 /* The params with every default filled in. Validates nothing. */
 MFMDEF mfm_params mfm_params_resolve(const mfm_params *params);
 
-/* A fresh, seeded model of the given shape (n_classes is used for multiclass only). */
+/* A fresh, seeded model of the given shape (n_classes is used for multiclass only; params NULL:
+   every default). */
 MFMDEF mfm_status mfm_model_create(const mfm_params *params, uint32_t n_features, uint32_t n_fields,
                                    uint32_t n_classes, mfm_model **out, mfm_error *err);
 
@@ -352,7 +388,14 @@ MFMDEF mfm_status mfm_train(const mfm_params *params, const mfm_csr *data, mfm_m
 /* Trains params.n_epochs more epochs, each a fresh seeded permutation of the rows, from the
    current parameters and optimizer state (warm start: calling it again continues, and one call
    per epoch equals one call of many epochs bit for bit). Data is validated before anything
-   changes. With params.validation_fraction, early stopping watches a seeded split. */
+   changes. With params.validation_fraction, early stopping watches a seeded split.
+   Divergence is an error, MFM_ERR_DIVERGED: a row's (batch's) loss that is not finite stops
+   the epoch there, and every value (parameters and optimizer state) is checked after each
+   epoch. The sentence names the epoch and the row or batch (1-based rows of `data`), or the
+   value, and says what the model holds: the steps before that row, and any values that went
+   NaN or infinite (mfm_model_save refuses such a model). On the GPU the loss is checked per
+   epoch and the model is left as it was before the call. mfm_partial_fit checks the losses
+   only (a chunk may be much smaller than the model); mfm_model_save still refuses. */
 MFMDEF mfm_status mfm_fit(mfm_model *model, const mfm_csr *data, mfm_error *err);
 
 /* mfm_fit with early stopping on the given validation rows (no internal split). */
@@ -368,7 +411,7 @@ MFMDEF mfm_status mfm_partial_fit(mfm_model *model, const mfm_csr *data, mfm_err
 MFMDEF void mfm_model_free(mfm_model *model);
 
 /* Threads for the model's next mfm_fit and mfm_predict calls (params.n_threads; 0 = every
-   core). Training results depend on the number; predictions do not. Not while another call
+   core). Results do not depend on the number (Hogwild training aside). Not while another call
    uses the model. */
 MFMDEF mfm_status mfm_model_set_threads(mfm_model *model, int n_threads, mfm_error *err);
 
@@ -383,16 +426,18 @@ MFMDEF mfm_status mfm_model_set_params(mfm_model *model, const mfm_params *param
    where it stopped. */
 MFMDEF void mfm_model_reset_state(mfm_model *model);
 
+/* A NULL model gives all zeros; a NULL out is ignored. */
 MFMDEF void mfm_model_get_info(const mfm_model *model, mfm_model_info *out);
+/* NULL for a NULL model. */
 MFMDEF const mfm_params *mfm_model_params(const mfm_model *model);
 
 /* Number of floats in one class of a tensor (0 where the model has no such tensor). */
 MFMDEF size_t mfm_tensor_size(const mfm_model *model, mfm_tensor tensor);
 
 /* Copy one class's tensor slot out of / into the model (count = mfm_tensor_size). */
-MFMDEF mfm_status mfm_model_read(const mfm_model *model, mfm_tensor tensor, int slot, uint32_t cls,
+MFMDEF mfm_status mfm_model_get_tensor(const mfm_model *model, mfm_tensor tensor, int slot, uint32_t cls,
                                  float *out, size_t count, mfm_error *err);
-MFMDEF mfm_status mfm_model_write(mfm_model *model, mfm_tensor tensor, int slot, uint32_t cls,
+MFMDEF mfm_status mfm_model_set_tensor(mfm_model *model, mfm_tensor tensor, int slot, uint32_t cls,
                                   const float *in, size_t count, mfm_error *err);
 
 /* ============================================================================================
@@ -407,8 +452,10 @@ typedef enum mfm_output {
     MFM_OUTPUT_COUNT,
     MFM_OUTPUT_FORCE_U32 = 0x7FFFFFFF
 } mfm_output;
+MFMDEF const char *mfm_output_name(mfm_output output); /* "default", "score", "prob", "label" */
 
-/* Values per row that mfm_predict writes for this kind of output (C or 1). */
+/* Values per row that mfm_predict writes for this kind of output (C or 1); 0 for a NULL model
+   or a kind that is not an mfm_output. */
 MFMDEF size_t mfm_output_width(const mfm_model *model, mfm_output kind);
 
 /* out has n_rows * mfm_output_width values; `capacity` says how many it can hold. Uses the
@@ -428,7 +475,8 @@ typedef struct mfm_metrics {
 MFMDEF mfm_status mfm_evaluate(const mfm_model *model, const mfm_csr *data, mfm_metrics *out,
                                mfm_error *err);
 
-/* The metrics on plain arrays (n values each; probabilities clipped to [1e-15, 1-1e-15]). */
+/* The metrics on plain arrays (n values each; probabilities clipped to [1e-15, 1-1e-15]). NaN
+   when n is 0, an array is NULL, or a label or score is NaN (mfm_auc too). */
 MFMDEF double mfm_logloss(const float *labels, const float *probabilities, size_t n);
 
 /* ============================================================================================
@@ -472,6 +520,7 @@ typedef enum mfm_format {
     MFM_FORMAT_COUNT,
     MFM_FORMAT_FORCE_U32 = 0x7FFFFFFF
 } mfm_format;
+MFMDEF const char *mfm_format_name(mfm_format format); /* "auto", "libffm", "libsvm", "binary" */
 
 /* bytes_total is 0 when the size is unknown (a pipe). Called from the reading thread. */
 typedef void (*mfm_progress_fn)(void *user, uint64_t bytes_done, uint64_t bytes_total);
@@ -483,7 +532,7 @@ typedef struct mfm_read_options {
                            finite real; multiclass class ids 0, 1, 2, ... DEFAULT: binary for
                            text, the recorded task for a binary file */
     int n_threads;      /* 0 = every core: big text files are parsed in parallel; the result
-                           never depends on the number */
+                           never depends on the number. Negative is refused */
     mfm_progress_fn on_progress; /* NULL */
     void *user;
 } mfm_read_options;
@@ -503,6 +552,8 @@ typedef struct mfm_dataset_info {
                                 for a binary file written from a plain CSR */
     uint64_t source_bytes;   /* binary cache of a text file: that file's size and */
     int64_t source_mtime;    /* modification time (seconds); 0 otherwise */
+    uint64_t source_digest;  /* text: the digest of the bytes parsed (mfm_file_digest's); binary
+                                cache: its text's, recorded when it was written; 0 = none */
 } mfm_dataset_info;
 
 /* Reads a libffm, libsvm or binary dataset from a path, or "-" for standard input. A malformed
@@ -513,28 +564,68 @@ MFMDEF mfm_status mfm_dataset_read(const char *path, const mfm_read_options *opt
 /* The same from text in memory (binary data too); name is what errors call the input. */
 MFMDEF mfm_status mfm_dataset_parse(const void *bytes, size_t size, const char *name,
                                     const mfm_read_options *options, mfm_dataset **out, mfm_error *err);
-/* A view of the dataset's arrays, valid until mfm_dataset_free. */
+/* A view of the dataset's arrays, valid until mfm_dataset_free, with n_features and n_fields
+   filled in (max id + 1 unless the file recorded more), so that
+   mfm_model_create(&p, view.n_features, view.n_fields, 0, ...) fits the data. NULL: an empty view. */
 MFMDEF mfm_csr mfm_dataset_csr(const mfm_dataset *dataset);
+/* NULL dataset: *out is zeroed; NULL out: nothing happens. */
 MFMDEF void mfm_dataset_get_info(const mfm_dataset *dataset, mfm_dataset_info *out);
-MFMDEF void mfm_dataset_free(mfm_dataset *dataset);
+MFMDEF void mfm_dataset_free(mfm_dataset *dataset); /* NULL is fine */
 
 /* Writes data as libffm or libsvm text (path "-" = standard output) or as a binary dataset
    file. Text round-trips exactly: every float is printed with the fewest digits that read
    back to the same bits. Files are written to a temporary name and renamed into place. */
 MFMDEF mfm_status mfm_dataset_write(const mfm_csr *data, const char *path, mfm_format format,
                                     mfm_error *err);
-/* The binary file of a dataset read from a text file: records the text's size and mtime, so a
-   cache can tell that it is stale (mfm_dataset_info.source_*), and the task its labels were
-   read for (reading it back for another task is refused). */
+/* The binary file of a dataset read from a text file: records the digest of the text as it was
+   parsed (and, for people, its size and mtime), so that a cache is known fresh only while
+   mfm_file_digest(source) still equals mfm_dataset_info.source_digest; and the task its labels
+   were read for (reading it back for another task is refused). source_path may be NULL. */
 MFMDEF mfm_status mfm_dataset_write_cache(const mfm_dataset *dataset, const char *path, const char *source_path,
                                           mfm_error *err);
+/* The digest of a file's bytes (any file; "-" is refused), the one a dataset parsed from that
+   text records: not cryptographic, it tells an edited file from the one that was parsed. */
+MFMDEF mfm_status mfm_file_digest(const char *path, uint64_t *digest, mfm_error *err);
+
+/* Writing a file safely: every file the library writes (models, datasets, caches) goes through
+   this, and so can the caller's own output (predictions):
+   - a regular file, or a path where nothing is yet, is written to a temporary file created now,
+     exclusively, in the same folder (".NAME.mfm.tmp-PID-RANDOM": never an existing file, never
+     taken for a result), and renamed over the path only by a commit that flushed it to the
+     disk; a failure, a crash or an abort leaves any earlier file as it was;
+   - a symbolic link is written through: the file it names is replaced that way, the link stays;
+   - "-" and "/dev/stdout" (standard output), a character device (/dev/null), a FIFO and a
+     socket are written in place; a directory, a block device and the like are refused.
+   Open creates the temporary file, so a path that cannot be written fails at once, before the
+   work that would fill it. Commit and abort free the handle, whatever they return. */
+typedef struct mfm_output_file mfm_output_file;
+MFMDEF mfm_status mfm_output_open(const char *path, mfm_output_file **out, mfm_error *err);
+/* Where to write (fwrite, fprintf): the temporary file, or the stream written in place. */
+MFMDEF FILE *mfm_output_stream(mfm_output_file *file);
+/* The temporary file's name; NULL when the output is written in place. */
+MFMDEF const char *mfm_output_temp_path(const mfm_output_file *file);
+/* Flushes (fsync) and renames into place; any write error, the stream's included, fails it with
+   "writing PATH failed: reason" and removes the temporary file. */
+MFMDEF mfm_status mfm_output_commit(mfm_output_file *file, mfm_error *err);
+/* Removes the temporary file: nothing at the path changes. NULL is fine. */
+MFMDEF void mfm_output_abort(mfm_output_file *file);
+/* Removes the temporary file of every output of this process still open (mfm_model_save's and
+   the dataset writers' included); async-signal-safe, for a SIGINT or SIGTERM handler that then
+   re-raises the signal. The process-wide table behind it holds 32 names; more outputs open at
+   once still work, without this clean-up. (On Windows a file still open is not removed.) */
+MFMDEF void mfm_output_remove_temporaries(void);
 
 /* Model files: magic, format version, endianness, the params that shaped the model, shapes,
    parameters, optionally the optimizer state (so that training resumes exactly), checksum.
    Saving writes a temporary file and renames it over `path`: a failed or interrupted save
-   leaves the old file as it was. */
+   leaves the old file as it was. A model holding a value that is not finite (only a fit that
+   diverged leaves one) is refused with MFM_ERR_DIVERGED before anything is written: the loader
+   would refuse the file. Without the state, only the parameters need be finite. */
 #define MFM_MODEL_FILE_VERSION 1
 MFMDEF mfm_status mfm_model_save(const mfm_model *model, const char *path, int with_state, mfm_error *err);
+/* The same into an output opened (and not yet written) with mfm_output_open; the caller commits
+   it, or aborts. Opening before training finds an unwritable path before the work is done. */
+MFMDEF mfm_status mfm_model_write(const mfm_model *model, mfm_output_file *out, int with_state, mfm_error *err);
 /* Refuses a truncated, corrupt, foreign or newer-version file with a sentence saying which. */
 MFMDEF mfm_status mfm_model_load(const char *path, mfm_model **out, mfm_error *err);
 MFMDEF mfm_status mfm_model_load_memory(const void *bytes, size_t size, mfm_model **out, mfm_error *err);
@@ -556,14 +647,41 @@ MFMDEF mfm_status mfm_model_file_inspect(const char *path, mfm_model_file_info *
    ============================================================================================
 
    Nothing here needs CUDA at build time: the driver (libcuda.so.1 / nvcuda.dll) and NVRTC are
-   loaded when first needed. Environment:
-       MFM_CUDA_LIBRARY   the driver library to load instead of libcuda.so.1
-       MFM_NVRTC_PATH     the NVRTC library to load (authoritative: no search when set)
-       MFM_CACHE_DIR      the kernel cache directory (default $XDG_CACHE_HOME/modern_fm,
-                          ~/.cache/modern_fm; %LOCALAPPDATA%\modern_fm\cache on Windows)
-       MFM_CACHE          on (default), off (no reads, no writes) or readonly
-   Kernels are compiled once per process and device; the image (CUBIN for a GPU that NVRTC
-   knows, PTX for a newer one) is kept in the cache, so a warm cache needs no NVRTC at all. */
+   loaded when first needed. Kernels are compiled once per process and device; the image (CUBIN
+   for a GPU that NVRTC knows, PTX for a newer one) is kept in a disk cache, so a warm cache
+   needs no NVRTC at all. A build without the GPU part (see the top of this file) answers every
+   call here with MFM_ERR_CUDA_UNAVAILABLE and a sentence naming what was missing. */
+
+/* Where the GPU part finds its libraries and keeps its kernels, for the whole process. A field
+   left NULL / DEFAULT takes its environment variable, then the built-in default:
+       driver_library  MFM_CUDA_LIBRARY  libcuda.so.1 (never libcuda.so) / nvcuda.dll
+       nvrtc_library   MFM_NVRTC_PATH    searched by version, newest first, never newer than
+                                         the driver (a path set here is authoritative)
+       cache_dir       MFM_CACHE_DIR     $XDG_CACHE_HOME/modern_fm, ~/.cache/modern_fm;
+                                         %LOCALAPPDATA%\modern_fm\cache on Windows
+       cache_mode      MFM_CACHE         on / off (no reads, no writes) / readonly; another
+                                         value of MFM_CACHE is an error when the cache is used */
+typedef enum mfm_cache_mode {
+    MFM_CACHE_DEFAULT = 0, /* MFM_CACHE, else read and write */
+    MFM_CACHE_ON,          /* read and write */
+    MFM_CACHE_READONLY,    /* read, never write */
+    MFM_CACHE_OFF,         /* neither: NVRTC compiles on every process start */
+    MFM_CACHE_MODE_COUNT,
+    MFM_CACHE_MODE_FORCE_U32 = 0x7FFFFFFF
+} mfm_cache_mode;
+
+typedef struct mfm_cuda_config {
+    const char *driver_library; /* copied; NULL = MFM_CUDA_LIBRARY, else the default */
+    const char *nvrtc_library;  /* copied; NULL = MFM_NVRTC_PATH, else searched */
+    const char *cache_dir;      /* copied; NULL = MFM_CACHE_DIR, else the default */
+    mfm_cache_mode cache_mode;  /* DEFAULT = MFM_CACHE, else on */
+} mfm_cuda_config;
+
+/* Sets the GPU's settings (NULL: back to the environment's). The cache settings apply from the
+   next kernel build on; the library paths only before the driver or NVRTC is first loaded: a
+   different path after that is refused (MFM_ERR_INVALID_ARGUMENT), naming the library loaded.
+   A build without the GPU part takes the settings and has no use for them. Thread-safe. */
+MFMDEF mfm_status mfm_cuda_configure(const mfm_cuda_config *config, mfm_error *err);
 
 /* 1 when a CUDA driver loads and sees at least one device. Never fails, creates no context. */
 MFMDEF int mfm_cuda_available(void);
@@ -572,6 +690,8 @@ MFMDEF int mfm_cuda_available(void);
 typedef struct mfm_kernel_build {
     int from_cache;      /* 1: read from the cache; 0: compiled now */
     int stored;          /* compiled and written to the cache */
+    char not_stored[512]; /* compiled but not stored: why (the cache is off or read-only, or the
+                            system's reason, e.g. "Permission denied"); "" otherwise */
     char kind[8];        /* "cubin" or "ptx" */
     int arch;            /* e.g. 90 for sm_90 / compute_90 */
     uint64_t image_bytes;
@@ -590,7 +710,7 @@ typedef struct mfm_cuda_info {
     int nvrtc_version;    /* e.g. 13000; 0 when no NVRTC loaded (a warm cache does not need one) */
     char nvrtc_path[256]; /* the NVRTC library that was loaded */
     char cache_dir[512];  /* "" when the cache is off or no directory could be found */
-    int cache_mode;       /* 0 off, 1 readonly, 2 read and write */
+    mfm_cache_mode cache_mode; /* ON, READONLY or OFF: the mode in force */
     int kernels_ready;    /* this process has the device's kernels loaded, and ... */
     mfm_kernel_build kernels; /* ... this is how it got them */
     double context_seconds;   /* what creating the device's context took (0 until it exists) */
@@ -655,6 +775,18 @@ MFMDEF mfm_status mfm_gpu_predict_resident(mfm_gpu_model *model, const mfm_gpu_d
 #if (defined(MODERN_FM_IMPLEMENTATION) || defined(MFM_IMPLEMENTATION)) && !defined(MODERN_FM_IMPLEMENTATION_INCLUDED)
 #define MODERN_FM_IMPLEMENTATION_INCLUDED
 
+/* A system header came before this one under a strict -std=cNN: glibc then fixed its feature
+   set without POSIX. Asking again (features.h recomputes everything when included anew) gives
+   POSIX 2008 to every header included from here on; the few functions of <stdio.h> and
+   <time.h>, which were already read, are declared under "late POSIX" below. */
+#if defined(__GLIBC__) && !defined(__USE_POSIX199309) && !defined(__cplusplus) && !defined(_WIN32)
+#undef _FEATURES_H
+#undef _POSIX_C_SOURCE
+#define _POSIX_C_SOURCE 200809L
+#include <features.h>
+#define MFM__LATE_POSIX 1
+#endif
+
 #include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
@@ -710,9 +842,11 @@ MFMDEF mfm_status mfm_gpu_predict_resident(mfm_gpu_model *model, const mfm_gpu_d
 #endif
 
 #include <errno.h>
+#include <signal.h> /* sig_atomic_t: the temporary files a signal handler removes */
 #include <sys/stat.h>
 #include <sys/types.h>
 #if defined(_WIN32)
+#include <fcntl.h>
 #include <io.h>
 #else
 #include <fcntl.h>
@@ -720,17 +854,51 @@ MFMDEF mfm_status mfm_gpu_predict_resident(mfm_gpu_model *model, const mfm_gpu_d
 #include <unistd.h>
 #endif
 
-#if !defined(MFM_NO_CUDA)
+#if defined(MFM__LATE_POSIX) /* see the top of the implementation */
+#include <pthread.h>         /* struct timespec */
+extern int fileno(FILE *stream);
+extern FILE *fdopen(int fd, const char *mode);
+extern int clock_gettime(int clock, struct timespec *ts);
+#ifndef CLOCK_MONOTONIC
+#define CLOCK_MONOTONIC 1 /* Linux's number; <time.h> hid it */
+#endif
+#endif
+
+/* The GPU part compiles in when its two companions are found: modern_fm_kernels.h (the kernel
+   sources, beside this file) and xxhash.h (xxHash 0.8, header-only, for the kernel cache's keys;
+   Debian/Ubuntu: libxxhash-dev). MFM_NO_CUDA leaves it out; MFM_CUDA insists on it. Without
+   it, backend CUDA fails with MFM_ERR_CUDA_UNAVAILABLE naming what was missing, and AUTO runs
+   on the CPU. */
+#if defined(MFM_NO_CUDA) && defined(MFM_CUDA)
+#error "modern_fm.h: define MFM_NO_CUDA or MFM_CUDA, not both"
+#endif
+#if defined(MFM_NO_CUDA)
+#define MFM__GPU 0
+#define MFM__NO_GPU_WHY "it was compiled with MFM_NO_CUDA"
+#elif defined(MFM_CUDA)
+#define MFM__GPU 1
+#elif defined(__has_include)
+#if __has_include("modern_fm_kernels.h") && __has_include("xxhash.h")
+#define MFM__GPU 1
+#elif __has_include("xxhash.h")
+#define MFM__GPU 0
+#define MFM__NO_GPU_WHY "modern_fm_kernels.h was not found beside modern_fm.h when it was compiled"
+#elif __has_include("modern_fm_kernels.h")
+#define MFM__GPU 0
+#define MFM__NO_GPU_WHY "xxhash.h (xxHash 0.8; Debian/Ubuntu: libxxhash-dev) was not on the include path when it was compiled"
+#else
+#define MFM__GPU 0
+#define MFM__NO_GPU_WHY "modern_fm_kernels.h and xxhash.h were not found beside modern_fm.h when it was compiled"
+#endif
+#else /* a compiler that cannot look: the GPU part only when asked for */
+#define MFM__GPU 0
+#define MFM__NO_GPU_WHY "this compiler has no __has_include, so the GPU part needs -DMFM_CUDA"
+#endif
+
+#if MFM__GPU
 #if !defined(_WIN32)
 #include <dirent.h>
 #include <dlfcn.h> /* glibc before 2.34 wants -ldl for dlopen */
-#endif
-/* XXH3 for the kernel cache's keys and checksums: xxhash.h from xxHash 0.8 (Debian's
-   libxxhash-dev), used header-only. */
-#if defined(__has_include)
-#if !__has_include("xxhash.h")
-#error "modern_fm.h needs xxhash.h (xxHash 0.8, header-only; Debian/Ubuntu: libxxhash-dev) on the include path for its GPU kernel cache; or define MFM_NO_CUDA for a CPU-only build"
-#endif
 #endif
 #ifndef XXH_INLINE_ALL
 #define XXH_INLINE_ALL
@@ -1238,18 +1406,91 @@ static void mfm__unmap(mfm__mapping *m) {
     memset(m, 0, sizeof *m);
 }
 
-/* Writes go to "<path>.tmp-<pid>-<address>" and are renamed over path only once everything reached
-   the disk, so a crash or a failed write never leaves a half-written file where a good one was.
-   "-" writes to standard output instead. The checksum of everything written is kept. */
+/* Every file the library writes goes through one writer (mfm_output_open is its public face).
+   A regular file, or a path where nothing is yet, is written to a new temporary file in the same
+   folder, ".NAME.mfm.tmp-PID-RANDOM", created exclusively (so it is never someone's existing
+   file), flushed to the disk and renamed over the path only at commit: a crash, a signal or a
+   failed write never leaves a half-written file where a good one was, and the temporary name
+   never looks like a result. A symbolic link is written through: the file it names is replaced
+   that way and the link stays. Standard output ("-", "/dev/stdout"), a character device, a FIFO
+   and a socket are written in place (nothing to replace); a directory, a block device or
+   anything else is refused untouched. The checksum of everything written is kept. */
+#if defined(S_ISSOCK) /* hidden by glibc when a strict -std=c99 system header came first */
+#define MFM__IS_SOCKET(mode) S_ISSOCK(mode)
+#else
+#define MFM__IS_SOCKET(mode) 0
+#endif
+#if defined(O_CLOEXEC)
+#define MFM__O_CLOEXEC O_CLOEXEC /* a child the caller starts meanwhile does not hold the file */
+#else
+#define MFM__O_CLOEXEC 0
+#endif
+
 typedef struct mfm__writer {
     FILE *f;
-    const char *path;
-    char *temp;     /* NULL when writing straight into path (standard output, a device) */
-    char *resolved; /* the file a symbolic link names */
-    int failed; /* a write came up short: the error is reported at commit */
+    const char *path; /* the file written or replaced (a link's target) */
+    char *temp;       /* NULL when writing in place */
+    char *resolved;   /* the file a symbolic link names */
+    int failed;       /* a write came up short: the error is reported at commit */
     int failed_errno;
+    int temp_slot;    /* temp's place in the table below, or -1 */
     mfm__hash hash;
 } mfm__writer;
+
+/* The temporary files open in this process, for mfm_output_remove_temporaries (a signal
+   handler's): a name is complete before its flag says live, and read only through volatile. */
+#define MFM__TEMP_SLOTS 32
+#define MFM__TEMP_NAME_BYTES 4096
+static volatile char mfm__temp_names[MFM__TEMP_SLOTS][MFM__TEMP_NAME_BYTES];
+static volatile sig_atomic_t mfm__temp_live[MFM__TEMP_SLOTS];
+static int mfm__temp_taken[MFM__TEMP_SLOTS];
+#if defined(MFM_NO_THREADS)
+static void mfm__temp_lock(void) {}
+static void mfm__temp_unlock(void) {}
+#elif defined(_WIN32)
+static SRWLOCK mfm__temp_mutex = SRWLOCK_INIT;
+static void mfm__temp_lock(void) { AcquireSRWLockExclusive(&mfm__temp_mutex); }
+static void mfm__temp_unlock(void) { ReleaseSRWLockExclusive(&mfm__temp_mutex); }
+#else
+static pthread_mutex_t mfm__temp_mutex = PTHREAD_MUTEX_INITIALIZER;
+static void mfm__temp_lock(void) { pthread_mutex_lock(&mfm__temp_mutex); }
+static void mfm__temp_unlock(void) { pthread_mutex_unlock(&mfm__temp_mutex); }
+#endif
+
+/* The slot holding name, or -1 when the table is full (the file then is not removed on a signal). */
+static int mfm__temp_register(const char *name) {
+    size_t n = strlen(name), i;
+    int slot = -1, s;
+    if (n >= MFM__TEMP_NAME_BYTES) return -1;
+    mfm__temp_lock();
+    for (s = 0; s < MFM__TEMP_SLOTS && slot < 0; s++)
+        if (!mfm__temp_taken[s]) mfm__temp_taken[s] = 1, slot = s;
+    mfm__temp_unlock();
+    if (slot < 0) return -1;
+    for (i = 0; i <= n; i++) mfm__temp_names[slot][i] = name[i];
+    mfm__temp_live[slot] = 1;
+    return slot;
+}
+
+static void mfm__temp_unregister(int slot) {
+    if (slot < 0) return;
+    mfm__temp_live[slot] = 0;
+    mfm__temp_lock();
+    mfm__temp_taken[slot] = 0;
+    mfm__temp_unlock();
+}
+
+MFMDEF void mfm_output_remove_temporaries(void) {
+    int s;
+    for (s = 0; s < MFM__TEMP_SLOTS; s++)
+        if (mfm__temp_live[s]) {
+#if defined(_WIN32)
+            _unlink((const char *)mfm__temp_names[s]);
+#else
+            unlink((const char *)mfm__temp_names[s]); /* async-signal-safe, unlike remove() */
+#endif
+        }
+}
 
 /* lstat and readlink are POSIX 2001; glibc hides them when a strict -std=c99 system header came
    before this one (then a link is replaced by the file instead of the file it names). */
@@ -1286,49 +1527,100 @@ static char *mfm__follow_links(const char *path) {
 static void mfm__writer_abort(mfm__writer *w) {
     if (w->f && w->f != stdout) fclose(w->f);
     if (w->temp) remove(w->temp);
+    mfm__temp_unregister(w->temp_slot);
     MFM_FREE(w->temp);
     MFM_FREE(w->resolved);
     memset(w, 0, sizeof *w);
+    w->temp_slot = -1;
+}
+
+/* Creates w->temp beside path, exclusively: a name that exists is skipped, never reused. */
+static mfm_status mfm__writer_create_temp(mfm__writer *w, const char *path, mfm_error *err) {
+    const char *base = path, *c;
+    size_t len = strlen(path) + 64;
+    uint64_t seed = (uint64_t)(uintptr_t)w ^ ((uint64_t)time(NULL) << 20) ^ (uint64_t)clock();
+    int attempt, fd = -1, code = 0;
+#if defined(_WIN32)
+    unsigned long pid = (unsigned long)GetCurrentProcessId();
+#else
+    unsigned long pid = (unsigned long)getpid();
+#endif
+    for (c = path; *c; c++)
+#if defined(_WIN32)
+        if (*c == '/' || *c == '\\' || *c == ':') base = c + 1;
+#else
+        if (*c == '/') base = c + 1;
+#endif
+    if (!(w->temp = (char *)mfm__alloc(len, 1))) return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for a file name");
+    seed ^= (uint64_t)pid << 32;
+    for (attempt = 0; attempt < 16 && fd < 0; attempt++) {
+        snprintf(w->temp, len, "%.*s.%s.mfm.tmp-%lu-%016" PRIx64, (int)(base - path), path, base, pid, mfm__splitmix(&seed));
+        w->temp_slot = mfm__temp_register(w->temp); /* before the file exists: a signal in between finds no file */
+#if defined(_WIN32)
+        fd = _open(w->temp, _O_WRONLY | _O_CREAT | _O_EXCL | _O_BINARY, _S_IREAD | _S_IWRITE);
+#else
+        fd = open(w->temp, O_WRONLY | O_CREAT | O_EXCL | MFM__O_CLOEXEC, 0666);
+#endif
+        code = errno;
+        if (fd < 0) mfm__temp_unregister(w->temp_slot), w->temp_slot = -1;
+        if (fd < 0 && code != EEXIST) break;
+    }
+    if (fd >= 0) {
+#if !defined(_WIN32)
+        struct stat st;
+        if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) (void)fchmod(fd, st.st_mode & 07777); /* the replaced file's permissions */
+        w->f = fdopen(fd, "wb");
+#else
+        w->f = _fdopen(fd, "wb");
+#endif
+        code = errno;
+        if (!w->f) {
+#if defined(_WIN32)
+            _close(fd);
+#else
+            close(fd);
+#endif
+            remove(w->temp);
+        }
+    }
+    if (!w->f) {
+        mfm_status st = mfm__fail(err, MFM_ERR_IO, "cannot write %s (creating %s): %s", path, w->temp, strerror(code));
+        mfm__writer_abort(w);
+        return st;
+    }
+    return MFM_OK;
 }
 
 static mfm_status mfm__writer_open(mfm__writer *w, const char *path, mfm_error *err) {
-    size_t len;
     memset(w, 0, sizeof *w);
+    w->temp_slot = -1;
     mfm__hash_init(&w->hash);
     w->path = path;
     if (!path || !*path) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "the output path is NULL or empty");
-    if (strcmp(path, "-") == 0) {
+    if (strcmp(path, "-") == 0 || strcmp(path, "/dev/stdout") == 0) {
         w->f = stdout;
         return MFM_OK;
     }
 #if !defined(_WIN32)
     {
         struct stat st;
-        if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) { /* a device or a pipe: nothing to replace */
+        if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) { /* nothing to replace: written in place, or not at all */
+            if (!S_ISCHR(st.st_mode) && !S_ISFIFO(st.st_mode) && !MFM__IS_SOCKET(st.st_mode))
+                return mfm__fail(err, MFM_ERR_IO, "cannot write %s: it is a %s, not a file; nothing was written", path,
+                                 S_ISDIR(st.st_mode) ? "directory" : S_ISBLK(st.st_mode) ? "block device" : "special file");
             if (!(w->f = fopen(path, "wb"))) return mfm__fail(err, MFM_ERR_IO, "cannot write %s: %s", path, mfm__os_error());
             return MFM_OK;
         }
 #if defined(MFM__FOLLOW_LINKS)
-        if ((w->resolved = mfm__follow_links(path)) != NULL) w->path = path = w->resolved; /* replace the file, not the link */
+        if ((w->resolved = mfm__follow_links(path)) != NULL) {
+            w->path = path = w->resolved; /* replace the file, not the link */
+        } else if (lstat(path, &st) == 0 && S_ISLNK(st.st_mode)) {
+            return mfm__fail(err, MFM_ERR_IO, "cannot write %s: it is a symbolic link that leads nowhere (a loop, or a chain too long); nothing was written", path);
+        }
 #endif
     }
 #endif
-    len = strlen(path) + 64;
-    w->temp = (char *)mfm__alloc(len, 1);
-    if (!w->temp) return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for a file name");
-    /* process id and this writer's address: unique among saves running at the same time */
-#if defined(_WIN32)
-    snprintf(w->temp, len, "%s.tmp-%lu-%p", path, (unsigned long)GetCurrentProcessId(), (void *)w);
-#else
-    snprintf(w->temp, len, "%s.tmp-%ld-%p", path, (long)getpid(), (void *)w);
-#endif
-    w->f = fopen(w->temp, "wb");
-    if (!w->f) {
-        mfm_status st = mfm__fail(err, MFM_ERR_IO, "cannot write %s (creating %s): %s", path, w->temp, mfm__os_error());
-        mfm__writer_abort(w);
-        return st;
-    }
-    return MFM_OK;
+    return mfm__writer_create_temp(w, path, err);
 }
 
 static void mfm__write(mfm__writer *w, const void *p, size_t n) {
@@ -1340,8 +1632,31 @@ static void mfm__write(mfm__writer *w, const void *p, size_t n) {
     }
 }
 
+/* fsync of the folder, so that the rename itself survives a power cut (best effort). */
+static void mfm__sync_folder(const char *path) {
+#if !defined(_WIN32)
+    const char *slash = strrchr(path, '/');
+    char *dir = (char *)mfm__alloc(slash ? (uint64_t)(slash - path) + 2 : 2, 1);
+    int fd;
+    if (!dir) return;
+    if (slash) {
+        memcpy(dir, path, (size_t)(slash - path) + 1);
+        dir[slash - path + 1] = '\0';
+    } else {
+        strcpy(dir, ".");
+    }
+    if ((fd = open(dir, O_RDONLY)) >= 0) {
+        (void)fsync(fd);
+        close(fd);
+    }
+    MFM_FREE(dir);
+#else
+    (void)path;
+#endif
+}
+
 static mfm_status mfm__writer_commit(mfm__writer *w, mfm_error *err) {
-    int ok = !w->failed && fflush(w->f) == 0;
+    int ok = !w->failed && fflush(w->f) == 0 && !ferror(w->f); /* ferror: writes straight to the stream too */
     if (!w->failed && !ok) w->failed_errno = errno;
     if (ok && w->temp) {
 #if defined(_WIN32)
@@ -1364,15 +1679,64 @@ static mfm_status mfm__writer_commit(mfm__writer *w, mfm_error *err) {
         if (!ok) w->failed_errno = errno;
     }
     if (!ok) {
-        mfm_status st = mfm__fail(err, MFM_ERR_IO, "writing %s failed: %s; %s", w->path, strerror(w->failed_errno ? w->failed_errno : EIO),
+        mfm_status st = mfm__fail(err, MFM_ERR_IO, "writing %s failed: %s; %s", w->f == stdout ? "standard output" : w->path,
+                                  strerror(w->failed_errno ? w->failed_errno : EIO),
                                   w->temp ? "any earlier file there is unchanged" : "the output is incomplete");
         mfm__writer_abort(w);
         return st;
     }
+    if (w->temp) mfm__sync_folder(w->path);
     MFM_FREE(w->temp); /* renamed: nothing left to remove */
     w->temp = NULL;
-    mfm__writer_abort(w); /* now only frees */
+    mfm__writer_abort(w); /* now only frees (and forgets the temporary name) */
     return MFM_OK;
+}
+
+/* The public face of the writer: the same open, stream, commit or abort. */
+struct mfm_output_file {
+    mfm__writer w;
+    char *path; /* the caller's path, kept for the writer */
+};
+
+MFMDEF mfm_status mfm_output_open(const char *path, mfm_output_file **out, mfm_error *err) {
+    mfm_output_file *f;
+    mfm_status st;
+    if (!out) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_output_open: the output pointer is NULL");
+    *out = NULL;
+    if (!path || !*path) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "the output path is NULL or empty");
+    f = (mfm_output_file *)mfm__calloc(1, sizeof *f);
+    if (!f || !(f->path = (char *)mfm__alloc(strlen(path) + 1, 1))) {
+        MFM_FREE(f);
+        return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory opening %s", path);
+    }
+    strcpy(f->path, path);
+    if ((st = mfm__writer_open(&f->w, f->path, err)) != MFM_OK) {
+        MFM_FREE(f->path);
+        MFM_FREE(f);
+        return st;
+    }
+    *out = f;
+    return mfm__ok(err);
+}
+
+MFMDEF FILE *mfm_output_stream(mfm_output_file *f) { return f ? f->w.f : NULL; }
+
+MFMDEF const char *mfm_output_temp_path(const mfm_output_file *f) { return f ? f->w.temp : NULL; }
+
+MFMDEF mfm_status mfm_output_commit(mfm_output_file *f, mfm_error *err) {
+    mfm_status st;
+    if (!f) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_output_commit: the output is NULL");
+    st = mfm__writer_commit(&f->w, err);
+    MFM_FREE(f->path);
+    MFM_FREE(f);
+    return st == MFM_OK ? mfm__ok(err) : st;
+}
+
+MFMDEF void mfm_output_abort(mfm_output_file *f) {
+    if (!f) return;
+    mfm__writer_abort(&f->w);
+    MFM_FREE(f->path);
+    MFM_FREE(f);
 }
 
 /* Ends a binary file: the checksum of everything before it. */
@@ -1418,12 +1782,15 @@ static int mfm__cores(void) {
 #endif
 }
 
+/* Every n_threads in the API means the same: 0 is every core of this machine, counted when the
+   work starts (a model saved with 0 uses every core of the machine that loads it). */
+static int mfm__threads(int n_threads) { return n_threads > 0 ? n_threads : mfm__cores(); }
+
 /* ============================================================================================
    >>params  Defaults and validation of mfm_params
    ============================================================================================ */
 
 static const char *mfm__model_names[] = {"FM", "FM", "FFM", "FwFM"};
-static const char *mfm__task_names[] = {"binary", "binary", "regression", "multiclass"};
 static const char *mfm__optimizer_names[] = {"AdaGrad", "SGD", "AdaGrad", "Adam", "FTRL"};
 
 MFMDEF const char *mfm_version_string(void) { return MFM_VERSION_STRING; }
@@ -1440,6 +1807,25 @@ MFMDEF const char *mfm_status_string(mfm_status status) {
     }
 }
 
+/* One table of names per enum, indexed by value (DEFAULT first). */
+static const char *mfm__enum_name(const char *const *names, int count, int value) {
+    return value >= 0 && value < count ? names[value] : "unknown";
+}
+#define MFM__ENUM_NAME(fn, type, count, ...)                                   \
+    MFMDEF const char *fn(type value) {                                        \
+        static const char *const names[count] = {__VA_ARGS__};                 \
+        return mfm__enum_name(names, (int)(count), (int)value);                \
+    }
+MFM__ENUM_NAME(mfm_model_type_name, mfm_model_type, MFM_MODEL_COUNT, "fm", "fm", "ffm", "fwfm")
+MFM__ENUM_NAME(mfm_task_name, mfm_task, MFM_TASK_COUNT, "binary", "binary", "regression", "multiclass")
+MFM__ENUM_NAME(mfm_optimizer_name, mfm_optimizer, MFM_OPTIMIZER_COUNT, "adagrad", "sgd", "adagrad", "adam", "ftrl")
+MFM__ENUM_NAME(mfm_backend_name, mfm_backend, MFM_BACKEND_COUNT, "cpu", "cpu", "cuda", "auto")
+MFM__ENUM_NAME(mfm_class_weight_name, mfm_class_weight, MFM_CLASS_WEIGHT_COUNT, "none", "none", "balanced", "explicit")
+MFM__ENUM_NAME(mfm_metric_name, mfm_metric, MFM_METRIC_COUNT, "default", "logloss", "auc", "half-mse", "rmse", "cross-entropy")
+MFM__ENUM_NAME(mfm_format_name, mfm_format, MFM_FORMAT_COUNT, "auto", "libffm", "libsvm", "binary")
+MFM__ENUM_NAME(mfm_output_name, mfm_output, MFM_OUTPUT_COUNT, "default", "score", "prob", "label")
+#undef MFM__ENUM_NAME
+
 MFMDEF mfm_params mfm_params_resolve(const mfm_params *params) {
     mfm_params p;
     if (params)
@@ -1454,7 +1840,6 @@ MFMDEF mfm_params mfm_params_resolve(const mfm_params *params) {
     if (p.k == 0) p.k = 8;
     if (p.n_epochs == 0) p.n_epochs = 10;
     if (p.batch_size == 0) p.batch_size = 1;
-    if (p.n_threads == 0) p.n_threads = 1;
     if (p.learning_rate == 0) p.learning_rate = 0.05;
     if (p.init_scale == 0) p.init_scale = 0.01;
     if (p.adam_beta1 == 0) p.adam_beta1 = 0.9;
@@ -1500,18 +1885,19 @@ static mfm_status mfm__validate_params(const mfm_params *p, uint32_t n_classes, 
         return mfm__fail(err, MFM_ERR_INVALID_PARAM, "params.n_epochs = %d must be at least 1 (0 means 10)", p->n_epochs);
     if (p->batch_size < 1)
         return mfm__fail(err, MFM_ERR_INVALID_PARAM, "params.batch_size = %d must be at least 1 (0 means 1)", p->batch_size);
-    if (p->n_threads < 1 || p->n_threads > 1024)
-        return mfm__fail(err, MFM_ERR_INVALID_PARAM, "params.n_threads = %d must be between 1 and 1024 (0 means 1)", p->n_threads);
+    if (p->n_threads < 0 || p->n_threads > 1024)
+        return mfm__fail(err, MFM_ERR_INVALID_PARAM, "params.n_threads = %d must be between 0 (every core) and 1024", p->n_threads);
     if (p->n_classes < 0)
         return mfm__fail(err, MFM_ERR_INVALID_PARAM, "params.n_classes = %d must not be negative", p->n_classes);
     if (p->patience < 1) return mfm__fail(err, MFM_ERR_INVALID_PARAM, "params.patience = %d must be at least 1 (0 means 10)", p->patience);
-    if ((unsigned)p->metric >= MFM_METRIC_COUNT || p->metric == MFM_METRIC_DEFAULT ||
-        (p->task == MFM_TASK_BINARY) != (p->metric == MFM_METRIC_LOGLOSS || p->metric == MFM_METRIC_AUC) ||
+    if ((unsigned)p->metric >= MFM_METRIC_COUNT || p->metric == MFM_METRIC_DEFAULT)
+        return mfm__fail(err, MFM_ERR_INVALID_PARAM, "params.metric = %d is not a known metric (logloss, auc, half-mse, rmse or cross-entropy)", (int)p->metric);
+    if ((p->task == MFM_TASK_BINARY) != (p->metric == MFM_METRIC_LOGLOSS || p->metric == MFM_METRIC_AUC) ||
         (p->task == MFM_TASK_REGRESSION) != (p->metric == MFM_METRIC_HALF_MSE || p->metric == MFM_METRIC_RMSE) ||
         (p->task == MFM_TASK_MULTICLASS) != (p->metric == MFM_METRIC_CROSS_ENTROPY))
         return mfm__fail(err, MFM_ERR_INVALID_PARAM,
-                         "params.metric = %d does not fit a %s task (binary: logloss or AUC; regression: half MSE or RMSE; multiclass: cross-entropy)",
-                         (int)p->metric, mfm__task_names[p->task]);
+                         "params.metric = %s (%d) does not fit a %s task (binary: logloss or auc; regression: half-mse or rmse; multiclass: cross-entropy)",
+                         mfm_metric_name(p->metric), (int)p->metric, mfm_task_name(p->task));
     if (p->linear_only && p->pairs_only)
         return mfm__fail(err, MFM_ERR_INVALID_PARAM, "params.linear_only and params.pairs_only together leave nothing to learn");
 #define MFM__REAL(field, lo, hi, excl)                \
@@ -1810,8 +2196,8 @@ MFMDEF mfm_status mfm_model_create(const mfm_params *params, uint32_t n_features
 
 MFMDEF mfm_status mfm_model_set_threads(mfm_model *m, int n_threads, mfm_error *err) {
     if (!m) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_model_set_threads: the model is NULL");
-    if (n_threads == 0) n_threads = mfm__cores();
-    if (n_threads < 1 || n_threads > 1024) return mfm__fail(err, MFM_ERR_INVALID_PARAM, "n_threads = %d must be between 0 and 1024", n_threads);
+    if (n_threads < 0 || n_threads > 1024)
+        return mfm__fail(err, MFM_ERR_INVALID_PARAM, "n_threads = %d must be between 0 (every core) and 1024", n_threads);
     m->params.n_threads = n_threads;
     return mfm__ok(err);
 }
@@ -1862,7 +2248,9 @@ MFMDEF mfm_status mfm_model_clone(const mfm_model *m, mfm_model **out, mfm_error
 
 MFMDEF void mfm_model_get_info(const mfm_model *m, mfm_model_info *out) {
     int t;
+    if (!out) return;
     memset(out, 0, sizeof *out);
+    if (!m) return;
     out->model = m->params.model;
     out->task = m->params.task;
     out->optimizer = m->params.optimizer;
@@ -1879,17 +2267,17 @@ MFMDEF void mfm_model_get_info(const mfm_model *m, mfm_model_info *out) {
     }
 }
 
-MFMDEF const mfm_params *mfm_model_params(const mfm_model *m) { return &m->params; }
+MFMDEF const mfm_params *mfm_model_params(const mfm_model *m) { return m ? &m->params : NULL; }
 
 MFMDEF size_t mfm_tensor_size(const mfm_model *m, mfm_tensor t) {
     if (!m || (unsigned)t >= MFM_TENSOR_COUNT) return 0;
     return (size_t)(m->t[t].n_blocks * m->t[t].len);
 }
 
-/* Shared checks and the copy loop of mfm_model_read / mfm_model_write. */
+/* Shared checks and the copy loop of mfm_model_get_tensor / mfm_model_set_tensor. */
 static mfm_status mfm__tensor_copy(const mfm_model *m, mfm_tensor t, int slot, uint32_t cls, float *user, size_t count,
                                    int to_model, mfm_error *err) {
-    const char *fn = to_model ? "mfm_model_write" : "mfm_model_read";
+    const char *fn = to_model ? "mfm_model_set_tensor" : "mfm_model_get_tensor";
     const mfm__table *tab;
     uint64_t b;
     if (!m || !user) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "%s: the model or the buffer is NULL", fn);
@@ -1916,11 +2304,11 @@ static mfm_status mfm__tensor_copy(const mfm_model *m, mfm_tensor t, int slot, u
     return mfm__ok(err);
 }
 
-MFMDEF mfm_status mfm_model_read(const mfm_model *m, mfm_tensor t, int slot, uint32_t cls, float *out, size_t count, mfm_error *err) {
+MFMDEF mfm_status mfm_model_get_tensor(const mfm_model *m, mfm_tensor t, int slot, uint32_t cls, float *out, size_t count, mfm_error *err) {
     return mfm__tensor_copy(m, t, slot, cls, out, count, 0, err);
 }
 
-MFMDEF mfm_status mfm_model_write(mfm_model *m, mfm_tensor t, int slot, uint32_t cls, const float *in, size_t count, mfm_error *err) {
+MFMDEF mfm_status mfm_model_set_tensor(mfm_model *m, mfm_tensor t, int slot, uint32_t cls, const float *in, size_t count, mfm_error *err) {
     return mfm__tensor_copy(m, t, slot, cls, (float *)in, count, 1, err); /* only read from */
 }
 
@@ -1967,17 +2355,17 @@ static mfm_status mfm__csr_error(const mfm_csr *d, int need_fields, mfm_error *e
         for (j = d->row_offsets[r]; j < d->row_offsets[r + 1]; j++) {
             const uint32_t f = d->features[j], g = need_fields ? d->fields[j] : 0;
             if (f == UINT32_MAX)
-                return mfm__fail(err, MFM_ERR_INVALID_DATA, "feature id 4294967295 in row %" PRIu64 " is out of range: ids must be below 2^32-1", r);
+                return mfm__fail(err, MFM_ERR_INVALID_DATA, "feature id 4294967295 in row %" PRIu64 " (1-based) is out of range: ids must be below 2^32-1", r + 1);
             if (d->n_features && f >= d->n_features)
-                return mfm__fail(err, MFM_ERR_INVALID_DATA, "feature id %u in row %" PRIu64 " is not below data.n_features = %u", (unsigned)f, r,
+                return mfm__fail(err, MFM_ERR_INVALID_DATA, "feature id %u in row %" PRIu64 " (1-based) is not below data.n_features = %u", (unsigned)f, r + 1,
                                  (unsigned)d->n_features);
             if (g == UINT32_MAX)
-                return mfm__fail(err, MFM_ERR_INVALID_DATA, "field id 4294967295 in row %" PRIu64 " is out of range: ids must be below 2^32-1", r);
+                return mfm__fail(err, MFM_ERR_INVALID_DATA, "field id 4294967295 in row %" PRIu64 " (1-based) is out of range: ids must be below 2^32-1", r + 1);
             if (need_fields && d->n_fields && g >= d->n_fields)
-                return mfm__fail(err, MFM_ERR_INVALID_DATA, "field id %u in row %" PRIu64 " is not below data.n_fields = %u", (unsigned)g, r,
+                return mfm__fail(err, MFM_ERR_INVALID_DATA, "field id %u in row %" PRIu64 " (1-based) is not below data.n_fields = %u", (unsigned)g, r + 1,
                                  (unsigned)d->n_fields);
             if (d->values && !mfm__finite(d->values[j]))
-                return mfm__fail(err, MFM_ERR_INVALID_DATA, "value %g of feature %u in row %" PRIu64 " is not finite", (double)d->values[j], (unsigned)f, r);
+                return mfm__fail(err, MFM_ERR_INVALID_DATA, "value %g of feature %u in row %" PRIu64 " (1-based) is not finite", (double)d->values[j], (unsigned)f, r + 1);
         }
     }
     return mfm__fail(err, MFM_ERR_INVALID_DATA, "the data failed a check that no non-zero fails on a second look"); /* not reached */
@@ -1998,9 +2386,9 @@ static mfm_status mfm__check_csr(const mfm_csr *d, int need_fields, mfm__data_in
     for (r = 0; r < d->n_rows; r++) {
         uint64_t lo = d->row_offsets[r], hi = d->row_offsets[r + 1];
         if (hi < lo)
-            return mfm__fail(err, MFM_ERR_INVALID_DATA, "data.row_offsets decreases at row %" PRIu64 " (%" PRIu64 " then %" PRIu64 ")", r, lo, hi);
+            return mfm__fail(err, MFM_ERR_INVALID_DATA, "data.row_offsets decreases at row %" PRIu64 " (1-based): %" PRIu64 " then %" PRIu64, r + 1, lo, hi);
         if (hi - lo > UINT32_MAX)
-            return mfm__fail(err, MFM_ERR_INVALID_DATA, "row %" PRIu64 " has %" PRIu64 " non-zeros, more than 2^32-1", r, hi - lo);
+            return mfm__fail(err, MFM_ERR_INVALID_DATA, "row %" PRIu64 " (1-based) has %" PRIu64 " non-zeros, more than 2^32-1", r + 1, hi - lo);
         if (hi - lo > info->max_row_nnz) info->max_row_nnz = (uint32_t)(hi - lo);
     }
     info->nnz = d->row_offsets[d->n_rows];
@@ -2033,15 +2421,15 @@ static mfm_status mfm__check_shape(const mfm_model *m, const mfm_csr *d, const m
         return mfm__fail(err, MFM_ERR_SHAPE_MISMATCH, "the data has %u features (data.n_features) but the model was made for %u", (unsigned)d->n_features,
                          (unsigned)m->n_features);
     if (info->n_features > m->n_features)
-        return mfm__fail(err, MFM_ERR_SHAPE_MISMATCH, "feature id %u in row %" PRIu64 " is beyond the model, which has %u features (ids 0..%u)",
-                         (unsigned)(info->n_features - 1), info->feature_row, (unsigned)m->n_features, (unsigned)m->n_features - 1u);
+        return mfm__fail(err, MFM_ERR_SHAPE_MISMATCH, "feature id %u in row %" PRIu64 " (1-based) is beyond the model, which has %u features (ids 0..%u)",
+                         (unsigned)(info->n_features - 1), info->feature_row + 1, (unsigned)m->n_features, (unsigned)m->n_features - 1u);
     if (m->params.model == MFM_MODEL_FM) return MFM_OK;
     if (d->n_fields > m->n_fields)
         return mfm__fail(err, MFM_ERR_SHAPE_MISMATCH, "the data has %u fields (data.n_fields) but the model was made for %u", (unsigned)d->n_fields,
                          (unsigned)m->n_fields);
     if (info->n_fields > m->n_fields)
-        return mfm__fail(err, MFM_ERR_SHAPE_MISMATCH, "field id %u in row %" PRIu64 " is beyond the model, which has %u fields (ids 0..%u)",
-                         (unsigned)(info->n_fields - 1), info->field_row, (unsigned)m->n_fields, (unsigned)m->n_fields - 1u);
+        return mfm__fail(err, MFM_ERR_SHAPE_MISMATCH, "field id %u in row %" PRIu64 " (1-based) is beyond the model, which has %u fields (ids 0..%u)",
+                         (unsigned)(info->n_fields - 1), info->field_row + 1, (unsigned)m->n_fields, (unsigned)m->n_fields - 1u);
     return MFM_OK;
 }
 
@@ -2054,15 +2442,15 @@ static mfm_status mfm__check_targets(mfm_task task, const mfm_csr *d, uint32_t *
     if (d->n_rows && !d->labels) return mfm__fail(err, MFM_ERR_INVALID_DATA, "data.labels is NULL, but training and evaluation need a label per row");
     for (r = 0; r < d->n_rows; r++) {
         float y = d->labels[r];
-        if (!mfm__finite(y)) return mfm__fail(err, MFM_ERR_INVALID_DATA, "the label of row %" PRIu64 " is %g, not a finite number", r, (double)y);
+        if (!mfm__finite(y)) return mfm__fail(err, MFM_ERR_INVALID_DATA, "the label of row %" PRIu64 " (1-based) is %g, not a finite number", r + 1, (double)y);
         if (task == MFM_TASK_BINARY && y != 0 && y != 1)
-            return mfm__fail(err, MFM_ERR_INVALID_DATA, "the label of row %" PRIu64 " is %g, but a binary label must be 0 or 1", r, (double)y);
+            return mfm__fail(err, MFM_ERR_INVALID_DATA, "the label of row %" PRIu64 " (1-based) is %g, but a binary label must be 0 or 1", r + 1, (double)y);
         if (task == MFM_TASK_MULTICLASS) {
             if (y < 0 || y != floorf(y) || y >= 16777216.0f)
-                return mfm__fail(err, MFM_ERR_INVALID_DATA, "the label of row %" PRIu64 " is %g, but a multiclass label must be a class id 0, 1, 2, ...", r,
+                return mfm__fail(err, MFM_ERR_INVALID_DATA, "the label of row %" PRIu64 " (1-based) is %g, but a multiclass label must be a class id 0, 1, 2, ...", r + 1,
                                  (double)y);
             if (*n_classes && (uint32_t)y >= *n_classes)
-                return mfm__fail(err, MFM_ERR_INVALID_DATA, "the label of row %" PRIu64 " is class %u, but the model has %u classes (0..%u)", r, (unsigned)y,
+                return mfm__fail(err, MFM_ERR_INVALID_DATA, "the label of row %" PRIu64 " (1-based) is class %u, but the model has %u classes (0..%u)", r + 1, (unsigned)y,
                                  (unsigned)*n_classes, (unsigned)*n_classes - 1u);
             if ((uint32_t)y + 1 > top) top = (uint32_t)y + 1;
         }
@@ -2072,7 +2460,7 @@ static mfm_status mfm__check_targets(mfm_task task, const mfm_csr *d, uint32_t *
         for (r = 0; r < d->n_rows; r++) {
             float w = d->weights[r];
             if (!mfm__finite(w) || w < 0)
-                return mfm__fail(err, MFM_ERR_INVALID_DATA, "the weight of row %" PRIu64 " is %g, but row weights must be finite and >= 0", r, (double)w);
+                return mfm__fail(err, MFM_ERR_INVALID_DATA, "the weight of row %" PRIu64 " (1-based) is %g, but row weights must be finite and >= 0", r + 1, (double)w);
             weight_sum += w;
         }
         if (d->n_rows && weight_sum == 0) return mfm__fail(err, MFM_ERR_INVALID_DATA, "all %" PRIu64 " row weights are zero", d->n_rows);
@@ -2102,13 +2490,17 @@ MFMDEF void mfm_dataset_free(mfm_dataset *ds) {
 }
 
 MFMDEF mfm_csr mfm_dataset_csr(const mfm_dataset *ds) {
-    mfm_csr none;
-    if (ds) return ds->csr;
-    memset(&none, 0, sizeof none);
-    return none;
+    mfm_csr view;
+    memset(&view, 0, sizeof view);
+    if (!ds) return view;
+    view = ds->csr;
+    if (!view.n_features) view.n_features = ds->info.n_features; /* so that mfm_model_create(.., view.n_features, ..) fits the data */
+    if (!view.n_fields) view.n_fields = ds->info.n_fields;
+    return view;
 }
 
 MFMDEF void mfm_dataset_get_info(const mfm_dataset *ds, mfm_dataset_info *out) {
+    if (!out) return;
     if (ds)
         *out = ds->info;
     else
@@ -2127,6 +2519,7 @@ typedef struct mfm__columns {
     uint64_t lines;                /* lines consumed, blank ones included */
     /* the first error: line (1-based within this part), column (1-based) and sentence */
     uint64_t error_line, error_column;
+    const char *error_from, *error_at; /* the line and the place the error names (mfm__explain_error) */
     char error[300];
 } mfm__columns;
 
@@ -2204,6 +2597,7 @@ static int mfm__text_error(mfm__columns *c, const char *line, const char *at, co
     va_list ap;
     c->error_line = c->lines;
     c->error_column = (uint64_t)(at - line) + 1;
+    c->error_from = line, c->error_at = at;
     va_start(ap, fmt);
     vsnprintf(c->error, sizeof c->error, fmt, ap);
     va_end(ap);
@@ -2456,9 +2850,45 @@ typedef struct mfm__chunk_job {
     uint64_t at_row[MFM__MAX_PARTS], at_nnz[MFM__MAX_PARTS]; /* where part i lands in the result */
 } mfm__chunk_job;
 
+/* A parse error whose cause hides from its sentence: a carriage return that ends no line (the
+   word quoted stops at it, so the message would not show it), or commas of CSV, which reach
+   the parser as odd labels or ids. Looks at the line up to the end of the token the error
+   names, so a CR or comma further on does not take the blame. */
+static void mfm__explain_error(mfm__columns *c, const char *end) {
+    const char *p, *stop = c->error_at;
+    if (!c->error_from || strncmp(c->error, "out of memory", 13) == 0) return;
+    while (stop < end && !MFM__IS_BLANK(*stop) && *stop != '\n') stop++;
+    for (p = c->error_from; p <= stop && p < end && *p != '\n'; p++) {
+        if (*p == '\r' && p + 1 < end && p[1] != '\n') {
+            c->error_column = (uint64_t)(p - c->error_from) + 1;
+            snprintf(c->error, sizeof c->error,
+                     "a carriage return (\\r) not followed by a newline: lines end with \\n or \\r\\n (old Mac line ends are not read; "
+                     "convert them, e.g. tr '\\r' '\\n')");
+            return;
+        }
+        if (*p == ',' && p < stop) {
+            c->error_column = (uint64_t)(p - c->error_from) + 1;
+            snprintf(c->error, sizeof c->error,
+                     "a comma: the input looks like CSV, which is not read; the formats are libsvm (label feature:value ...), libffm (label "
+                     "field:feature:value ...) and modern_fm's binary datasets");
+            return;
+        }
+    }
+    if (strncmp(c->error, "ids must not be negative", 24) == 0 || strstr(c->error, "feature:value, found")) { /* a bare number: dense rows */
+        int bare = c->error_at < stop;
+        char word[48];
+        for (p = c->error_at; p < stop; p++) bare &= MFM__IS_DIGIT(*p) || *p == '-' || *p == '+' || *p == '.' || *p == 'e' || *p == 'E';
+        if (bare)
+            snprintf(c->error, sizeof c->error,
+                     "expected a feature:value token, found the bare number %s: rows of plain values (dense data) are not read; the formats are "
+                     "libsvm (label feature:value ...), libffm (label field:feature:value ...) and modern_fm's binary datasets",
+                     mfm__word(c->error_at, end, word, sizeof word));
+    }
+}
+
 static void mfm__parse_task(void *ctx, int i) {
     mfm__chunk_job *job = (mfm__chunk_job *)ctx;
-    if (i < job->n) job->ok[i] = mfm__parse_lines(job->text, job->begin[i], job->end[i], job->cols[i]);
+    if (i < job->n && !(job->ok[i] = mfm__parse_lines(job->text, job->begin[i], job->end[i], job->cols[i]))) mfm__explain_error(job->cols[i], job->end[i]);
 }
 
 /* Parts 1.. copy themselves into the result in parallel: copying, and the kernel's first touch
@@ -2474,11 +2904,13 @@ typedef struct mfm__text_reader {
     mfm__columns scratch[MFM__MAX_PARTS];
     mfm__pool pool;
     int n_parts;
+    mfm__hash digest; /* of every byte parsed, in order: the source_digest a cache records */
 } mfm__text_reader;
 
 static mfm_status mfm__parse_chunk(mfm__text_reader *rd, const char *p, const char *end, mfm_error *err) {
     mfm__chunk_job job;
     int n = 1, i;
+    mfm__hash_update(&rd->digest, p, (size_t)(end - p)); /* chunks arrive in order and cover the input */
     mfm__text_decide(&rd->text, p, end);
     if ((uint64_t)(end - p) >= 2ull * MFM__MIN_PART_BYTES) n = (int)((uint64_t)(end - p) / MFM__MIN_PART_BYTES);
     if (n > rd->n_parts) n = rd->n_parts;
@@ -2535,11 +2967,12 @@ static mfm_status mfm__parse_chunk(mfm__text_reader *rd, const char *p, const ch
 
 static mfm_status mfm__reader_start(mfm__text_reader *rd, const char *name, const mfm_read_options *o, mfm_error *err) {
     memset(rd, 0, sizeof *rd);
+    mfm__hash_init(&rd->digest);
     rd->text.name = name;
     rd->text.task = o->task == MFM_TASK_DEFAULT ? MFM_TASK_BINARY : o->task;
     rd->text.format = o->format == MFM_FORMAT_BINARY ? MFM_FORMAT_AUTO : o->format;
     rd->text.has_labels = -1;
-    rd->n_parts = o->n_threads > 0 ? o->n_threads : mfm__cores();
+    rd->n_parts = mfm__threads(o->n_threads);
     if (rd->n_parts > MFM__MAX_PARTS) rd->n_parts = MFM__MAX_PARTS;
     if (!mfm__columns_init(&rd->result)) return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory while reading %s", name);
     return mfm__pool_start(&rd->pool, rd->n_parts, err);
@@ -2566,6 +2999,7 @@ static mfm_status mfm__reader_finish(mfm__text_reader *rd, mfm_dataset **out, mf
     ds->info.has_fields = ds->info.format == MFM_FORMAT_LIBFFM && c->fields != NULL;
     ds->info.has_values = !c->all_ones;
     ds->info.labels_task = ds->info.has_labels ? rd->text.task : MFM_TASK_DEFAULT;
+    ds->info.source_digest = mfm__hash_final(&rd->digest);
     ds->owned[0] = c->offsets;
     if (ds->info.has_labels) ds->owned[1] = c->labels;
     else MFM_FREE(c->labels);
@@ -2639,7 +3073,8 @@ static mfm_status mfm__read_text_stream(mfm__text_reader *rd, FILE *f, const uns
      8  u32 version (1)     32  u64 nnz             56  i64 source mtime
     12  u32 0x01020304      40  u32 n_features
     16  u32 flags           44  u32 n_fields        64  u32 labels' task (0 = not recorded)
-    20  u32 header bytes (128)                      68  zero up to byte 128
+    20  u32 header bytes (128)                      72  u64 source digest (0 = none)
+                                                    80  zero up to byte 128
    then, each starting at a multiple of 64: row offsets (u64 x rows+1), labels, weights (f32 x
    rows), features, fields (u32 x nnz), values (f32 x nnz), present per flags; then the
    checksum of everything before it (u64). Arrays are used in place from the mapping. */
@@ -2716,7 +3151,7 @@ static mfm_status mfm__data_from_binary(mfm_dataset *ds, const unsigned char *b,
     if (task == MFM_TASK_DEFAULT) task = labels_task != MFM_TASK_DEFAULT ? (mfm_task)labels_task : MFM_TASK_BINARY; /* as recorded */
     if (labels_task != MFM_TASK_DEFAULT && labels_task != (uint32_t)task)
         return mfm__fail(err, MFM_ERR_INVALID_DATA, "%s holds labels read for the %s task, not for %s: read the text again for this task", name,
-                         mfm__task_names[labels_task], mfm__task_names[task]);
+                         mfm_task_name((mfm_task)labels_task), mfm_task_name(task));
     memset(d, 0, sizeof *d);
     d->n_rows = n_rows;
     d->row_offsets = (const uint64_t *)(const void *)(b + start[MFM__SEC_OFFSETS]);
@@ -2750,6 +3185,7 @@ static mfm_status mfm__data_from_binary(mfm_dataset *ds, const unsigned char *b,
     ds->info.has_values = d->values != NULL;
     ds->info.source_bytes = mfm__load_le64(b + 48);
     ds->info.source_mtime = (int64_t)mfm__load_le64(b + 56);
+    ds->info.source_digest = mfm__load_le64(b + 72); /* files of earlier versions have 0: no digest */
     ds->info.labels_task = (mfm_task)labels_task;
     return MFM_OK;
 }
@@ -2778,7 +3214,7 @@ static void mfm__write_words(mfm__writer *w, const void *x, uint64_t n, int size
 }
 
 static mfm_status mfm__write_binary(const mfm_csr *d, const char *path, mfm_task labels_task, uint64_t source_bytes, int64_t source_mtime,
-                                    mfm_error *err) {
+                                    uint64_t source_digest, mfm_error *err) {
     static const unsigned char zeros[64] = {0};
     unsigned char h[MFM__DATA_HEADER];
     uint64_t start[MFM__SECTIONS], bytes[MFM__SECTIONS], at = MFM__DATA_HEADER, nnz, total;
@@ -2809,6 +3245,7 @@ static mfm_status mfm__write_binary(const mfm_csr *d, const char *path, mfm_task
     mfm__store_le(h + 48, source_bytes, 8);
     mfm__store_le(h + 56, (uint64_t)source_mtime, 8);
     mfm__store_le(h + 64, d->labels ? (uint64_t)labels_task : 0, 4);
+    mfm__store_le(h + 72, source_digest, 8);
     arrays[MFM__SEC_OFFSETS] = d->row_offsets;
     arrays[MFM__SEC_LABELS] = d->labels;
     arrays[MFM__SEC_WEIGHTS] = d->weights;
@@ -2839,7 +3276,21 @@ static mfm_status mfm__write_binary(const mfm_csr *d, const char *path, mfm_task
 /* What an input's first bytes make it: a binary dataset (*binary = 1) or text; a model file, or
    text where the options ask for binary, is refused. */
 static mfm_status mfm__sniff(const unsigned char *b, uint64_t size, const char *name, const mfm_read_options *o, int *binary, mfm_error *err) {
+    static const struct {
+        const char *magic, *what, *cat; /* compressed files: the parser would quote binary bytes and never say why */
+        size_t bytes;
+    } packed[] = {{"\x1f\x8b", "gzip", "zcat", 2},
+                  {"\x28\xb5\x2f\xfd", "zstd", "zstdcat", 4},
+                  {"\xfd" "7zXZ\x00", "xz", "xzcat", 6},
+                  {"BZh", "bzip2", "bzcat", 3}}; /* and a digit 1-9 */
+    size_t i;
     if (size >= 8 && memcmp(b, MFM__MODEL_MAGIC, 8) == 0) return mfm__fail(err, MFM_ERR_BAD_FILE, "%s is a modern_fm model file, not a dataset", name);
+    for (i = 0; i < sizeof packed / sizeof packed[0]; i++)
+        if (size >= packed[i].bytes && memcmp(b, packed[i].magic, packed[i].bytes) == 0 && (i != 3 || (size >= 4 && b[3] >= '1' && b[3] <= '9')))
+            return mfm__fail(err, MFM_ERR_BAD_FILE, "%s is %s-compressed: decompress it first, or pipe it in: %s %s | mfm ... -", name, packed[i].what, packed[i].cat,
+                             name[0] == '<' ? "FILE" : name); /* <stdin>, <memory> */
+    if (size >= 3 && b[0] == 0xEF && b[1] == 0xBB && b[2] == 0xBF)
+        return mfm__fail(err, MFM_ERR_INVALID_DATA, "%s starts with a UTF-8 byte-order mark (EF BB BF); save it without one", name);
     *binary = size >= 8 && memcmp(b, MFM__DATA_MAGIC, 8) == 0 && o->format != MFM_FORMAT_LIBFFM && o->format != MFM_FORMAT_LIBSVM;
     if (!*binary && o->format == MFM_FORMAT_BINARY) return mfm__fail(err, MFM_ERR_BAD_FILE, "%s is not a modern_fm binary dataset (no MFM-DATA magic)", name);
     return MFM_OK;
@@ -2883,6 +3334,8 @@ static mfm_status mfm__check_read_args(const mfm_read_options **o, mfm_read_opti
     }
     if ((unsigned)(*o)->format >= MFM_FORMAT_COUNT) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "read options: format %d is not a known format", (int)(*o)->format);
     if ((unsigned)(*o)->task >= MFM_TASK_COUNT) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "read options: task %d is not a known task", (int)(*o)->task);
+    if ((*o)->n_threads < 0)
+        return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "read options: n_threads = %d must not be negative (0 means every core)", (*o)->n_threads);
     return MFM_OK;
 }
 
@@ -2993,9 +3446,9 @@ static mfm_status mfm__write_text(const mfm_csr *d, const char *path, int ffm, m
         return mfm__fail(err, MFM_ERR_INVALID_DATA, "libffm text needs a field for every non-zero, but the data has none (data.fields is NULL): write libsvm");
     if ((st = mfm__check_csr(d, ffm, &info, err)) != MFM_OK) return st;
     for (r = 0; r < d->n_rows; r++) {
-        if (d->labels && !mfm__finite(d->labels[r])) return mfm__fail(err, MFM_ERR_INVALID_DATA, "the label of row %" PRIu64 " is not a finite number", r);
+        if (d->labels && !mfm__finite(d->labels[r])) return mfm__fail(err, MFM_ERR_INVALID_DATA, "the label of row %" PRIu64 " (1-based) is not a finite number", r + 1);
         if (!d->labels && d->row_offsets[r] == d->row_offsets[r + 1])
-            return mfm__fail(err, MFM_ERR_INVALID_DATA, "row %" PRIu64 " has neither a label nor a non-zero: as text it would be a blank line, which reads as no row", r);
+            return mfm__fail(err, MFM_ERR_INVALID_DATA, "row %" PRIu64 " (1-based) has neither a label nor a non-zero: as text it would be a blank line, which reads as no row", r + 1);
     }
     buf = (char *)mfm__alloc(FLUSH_AT + 64, 1);
     if (!buf) return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for a write buffer");
@@ -3046,7 +3499,7 @@ MFMDEF mfm_status mfm_dataset_write(const mfm_csr *d, const char *path, mfm_form
     case MFM_FORMAT_LIBSVM:
         return mfm__write_text(d, path, format == MFM_FORMAT_LIBFFM, err);
     case MFM_FORMAT_BINARY:
-        return mfm__write_binary(d, path, MFM_TASK_DEFAULT, 0, 0, err);
+        return mfm__write_binary(d, path, MFM_TASK_DEFAULT, 0, 0, 0, err);
     default:
         return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_dataset_write: format %d is not libffm, libsvm or binary", (int)format);
     }
@@ -3057,7 +3510,32 @@ MFMDEF mfm_status mfm_dataset_write_cache(const mfm_dataset *ds, const char *pat
     int64_t mtime;
     if (!ds) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_dataset_write_cache: the dataset is NULL");
     mfm__file_stamp(source_path, &size, &mtime);
-    return mfm__write_binary(&ds->csr, path, ds->info.labels_task, size, mtime, err);
+    return mfm__write_binary(&ds->csr, path, ds->info.labels_task, size, mtime, ds->info.source_digest, err);
+}
+
+MFMDEF mfm_status mfm_file_digest(const char *path, uint64_t *digest, mfm_error *err) {
+    enum { BUFFER = 1 << 20 };
+    unsigned char *buf;
+    mfm__hash h;
+    size_t got;
+    int failed;
+    FILE *f;
+    if (!path || !digest) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_file_digest: the path or the digest is NULL");
+    *digest = 0;
+    if (strcmp(path, "-") == 0) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_file_digest: standard input can be read only once");
+    if (!(f = fopen(path, "rb"))) return mfm__fail(err, MFM_ERR_IO, "cannot open %s: %s", path, mfm__os_error());
+    if (!(buf = (unsigned char *)mfm__alloc(BUFFER, 1))) {
+        fclose(f);
+        return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for a read buffer");
+    }
+    mfm__hash_init(&h);
+    while ((got = fread(buf, 1, BUFFER, f)) > 0) mfm__hash_update(&h, buf, got);
+    failed = ferror(f);
+    fclose(f);
+    MFM_FREE(buf);
+    if (failed) return mfm__fail(err, MFM_ERR_IO, "reading %s failed: %s", path, mfm__os_error());
+    *digest = mfm__hash_final(&h);
+    return mfm__ok(err);
 }
 
 /* ============================================================================================
@@ -3930,6 +4408,7 @@ typedef struct mfm__trainer {
     uint32_t *field_stamp, stamp;
     uint32_t feature_set[2 * MFM__MAX_SIMPLE_NNZ][2]; /* open addressing: id, and the row's stamp when live */
     mfm__ffm_span next_span; /* batch 1, FFM: the next row's spans, which this row's steps ask for (bytes 0: none) */
+    int epoch;               /* 1-based within the mfm_fit call, for messages; 0 in mfm_partial_fit */
 } mfm__trainer;
 
 static uint64_t mfm__mix(uint64_t id) { return (id * 0x9E3779B97F4A7C15ull) >> 24; }
@@ -5117,12 +5596,144 @@ static int mfm__trainer_init(mfm__trainer *tr, mfm_model *m, const mfm_csr *d, c
 #define MFM__BATCH1_IN_PLACE 1
 #endif
 
+/* Divergence (MFM_ERR_DIVERGED). Every row's loss is >= 0 and finite while the parameters are,
+   so a worker's running loss turns non-finite at the first row that reads a value gone NaN or
+   infinite: one compare per batch (per row at batch 1) finds it. Values no row reads again, the
+   optimizer state above all (an AdaGrad accumulator that overflows leaves its step 0 and the
+   loss finite), are found by mfm__tables_finite after each epoch, one pass over the tables. */
+static const char *mfm__not_finite_name(double x) { return x != x ? "NaN" : x > 0 ? "+inf" : "-inf"; }
+
+/* Whether x[0..n) are all finite: x * 0 is 0 for a finite x and NaN for any other, and a sum
+   with a NaN in it is NaN. Sixteen lanes, memory speed (a 125 MB FFM model: about 8 ms). */
+static int mfm__floats_finite(const float *x, uint64_t n) {
+    const mfm__f4 zero = mfm__f4_set1(0.0f);
+    mfm__f4 a = zero, b = zero, c = zero, d = zero;
+    float lanes[4];
+    uint64_t i;
+    for (i = 0; i + 16 <= n; i += 16) {
+        a = mfm__f4_add(a, mfm__f4_mul(mfm__f4_load(x + i), zero));
+        b = mfm__f4_add(b, mfm__f4_mul(mfm__f4_load(x + i + 4), zero));
+        c = mfm__f4_add(c, mfm__f4_mul(mfm__f4_load(x + i + 8), zero));
+        d = mfm__f4_add(d, mfm__f4_mul(mfm__f4_load(x + i + 12), zero));
+    }
+    mfm__f4_store(lanes, mfm__f4_add(mfm__f4_add(a, b), mfm__f4_add(c, d)));
+    for (; i < n; i++) lanes[0] += x[i] * 0.0f;
+    return lanes[0] + lanes[1] + lanes[2] + lanes[3] == 0.0f;
+}
+
+/* Share `index` of n_shares of every table (parameters, optimizer state, padding). */
+static int mfm__tables_share_finite(const mfm_model *m, int index, int n_shares) {
+    int t;
+    for (t = 0; t < MFM_TENSOR_COUNT; t++) {
+        const uint64_t n = mfm__table_floats(&m->t[t], m->n_classes), lo = n * (uint64_t)index / (uint64_t)n_shares;
+        if (!mfm__floats_finite(m->t[t].data + lo, n * (uint64_t)(index + 1) / (uint64_t)n_shares - lo)) return 0;
+    }
+    return 1;
+}
+
+static int mfm__tables_finite(const mfm_model *m) { return mfm__tables_share_finite(m, 0, 1); }
+
+typedef struct mfm__finite_job {
+    const mfm_model *m;
+    int n;
+    unsigned char *finite; /* per share */
+} mfm__finite_job;
+
+static void mfm__finite_task(void *ctx, int index) {
+    const mfm__finite_job *job = (const mfm__finite_job *)ctx;
+    job->finite[index] = (unsigned char)mfm__tables_share_finite(job->m, index, job->n);
+}
+
+/* mfm__tables_finite over the pool's threads (after a pass, while they wait). */
+static int mfm__tables_finite_on(const mfm_model *m, mfm__pool *pool) {
+    mfm__finite_job job;
+    int i, all = 1;
+    job.m = m, job.n = pool->n;
+    if (pool->n <= 1 || !(job.finite = (unsigned char *)mfm__calloc((uint64_t)pool->n, 1))) return mfm__tables_finite(m);
+    mfm__pool_run(pool, mfm__finite_task, &job);
+    for (i = 0; i < job.n; i++) all &= job.finite[i];
+    MFM_FREE(job.finite);
+    return all;
+}
+
+/* Names the first value of slots 0 .. n_slots-1 that is not finite, e.g. "the AdaGrad
+   accumulator of v[feature 12, field 3][0] of class 1 is +inf"; 0 when there is none. A walk
+   for messages. */
+static int mfm__describe_not_finite(const mfm_model *m, int n_slots, char *out, size_t size) {
+    static const char *const state[][3] = {{"", "", ""}, {"", "", ""}, {"AdaGrad accumulator", "", ""},
+                                           {"Adam first moment", "Adam second moment", "Adam step count"}, {"FTRL z", "FTRL n", ""}};
+    const uint32_t F = m->n_fields ? m->n_fields : 1;
+    uint64_t b;
+    uint32_t c, i;
+    int t, slot;
+    for (t = 0; t < MFM_TENSOR_COUNT; t++)
+        for (c = 0; c < m->n_classes; c++)
+            for (b = 0; b < m->t[t].n_blocks; b++)
+                for (slot = 0; slot < n_slots; slot++)
+                    for (i = 0; i < m->t[t].len; i++) {
+                        const float x = mfm__block(m, (mfm_tensor)t, c, b)[(uint32_t)slot * m->t[t].len + i];
+                        char where[96], cls[32] = "", what[48] = "";
+                        if (mfm__finite(x)) continue;
+                        if (t == MFM_TENSOR_W0) snprintf(where, sizeof where, "the bias w0");
+                        else if (t == MFM_TENSOR_W) snprintf(where, sizeof where, "w[%" PRIu64 "]", b);
+                        else if (t == MFM_TENSOR_R) snprintf(where, sizeof where, "r[%" PRIu64 ", %" PRIu64 "]", b / F, b % F);
+                        else if (m->params.model == MFM_MODEL_FFM) snprintf(where, sizeof where, "v[feature %" PRIu64 ", field %" PRIu64 "][%u]", b / F, b % F, (unsigned)i);
+                        else snprintf(where, sizeof where, "v[%" PRIu64 "][%u]", b, (unsigned)i);
+                        if (m->n_classes > 1) snprintf(cls, sizeof cls, " of class %u", (unsigned)c);
+                        if (slot > 0) snprintf(what, sizeof what, "the %s of ", state[m->params.optimizer][slot - 1]);
+                        snprintf(out, size, "%s%s%s is %s", what, where, cls, mfm__not_finite_name(x));
+                        return 1;
+                    }
+    return 0;
+}
+
+/* The sentence of a divergence found by the loss of n rows from rows[0] (1-based numbers, rows
+   of the training data as the caller numbers them, not in the epoch's order). mfm__fit adds
+   what the model holds once every thread has stopped (mfm__diverged_holds). */
+static mfm_status mfm__diverged_at(const mfm__trainer *tr, const uint64_t *rows, uint64_t n, uint64_t batch_number, mfm_error *err) {
+    char at[32] = "";
+    if (tr->epoch > 0) snprintf(at, sizeof at, " in epoch %d", tr->epoch);
+    if (n == 1) return mfm__fail(err, MFM_ERR_DIVERGED, "training diverged%s: the loss of row %" PRIu64 " of the training data (1-based) is not finite", at, rows[0] + 1);
+    return mfm__fail(err, MFM_ERR_DIVERGED, "training diverged%s: the loss of batch %" PRIu64 " (its first row is row %" PRIu64 " of the training data, 1-based) is not finite",
+                     at, batch_number, rows[0] + 1);
+}
+
+/* Ends the sentence of a divergence with what the model holds, and what to do. */
+static mfm_status mfm__diverged_holds(const mfm_model *m, mfm_error *err) {
+    char what[160];
+    size_t used;
+    if (!err) return MFM_ERR_DIVERGED;
+    used = strlen(err->message);
+    if (mfm__describe_not_finite(m, m->n_slots, what, sizeof what))
+        snprintf(err->message + used, sizeof err->message - used,
+                 "; the model now holds values that are not finite (%s), so mfm_model_save refuses it: start again from a fresh or reloaded model "
+                 "with a smaller learning rate (it is %g), or scale the labels and values down",
+                 what, m->params.learning_rate);
+    else
+        snprintf(err->message + used, sizeof err->message - used,
+                 "; the model holds the steps of the rows before it, every value finite: a smaller learning rate (it is %g), or labels and values "
+                 "scaled down, may train",
+                 m->params.learning_rate);
+    return MFM_ERR_DIVERGED;
+}
+
+/* After an epoch (`at`: "in epoch 3"), a value that no loss showed (mfm__tables_finite failed). */
+static mfm_status mfm__diverged_tables(const mfm_model *m, const char *at, mfm_error *err) {
+    char what[160] = "a value is not finite";
+    mfm__describe_not_finite(m, m->n_slots, what, sizeof what);
+    return mfm__fail(err, MFM_ERR_DIVERGED,
+                     "training diverged %s: at its end, %s; the model holds it (and maybe other values that are not finite), so mfm_model_save "
+                     "refuses it: start again from a fresh or reloaded model with a smaller learning rate (it is %g), or scale the labels and values down",
+                     at, what, m->params.learning_rate);
+}
+
 /* One pass over rows[0..n) in that order, batch by batch. Adds the loss to the workers. */
 static mfm_status mfm__pass(mfm__trainer *tr, mfm__pool *pool, const uint64_t *rows, uint64_t n, mfm_error *err) {
     const uint64_t batch = (uint64_t)tr->m->params.batch_size;
     uint64_t start;
     int w;
     for (start = 0; start < n; start += batch) {
+        double loss = 0;
         if (batch == 1 && MFM__BATCH1_IN_PLACE) { /* most rows need no touched sets: steps in place */
             mfm__row row = mfm__get_row(tr->m, tr->d, rows[start], tr->ones, NULL);
             mfm__prefetch_data_ahead(tr, rows, start, n);
@@ -5130,6 +5741,7 @@ static mfm_status mfm__pass(mfm__trainer *tr, mfm__pool *pool, const uint64_t *r
             if (start + 1 < n) mfm__prefetch_row(tr->m, tr->d, rows[start + 1], &tr->next_span); /* FFM's spans: asked for by the steps */
             if (mfm__row_is_simple(tr, &row)) {
                 mfm__train_row(tr, &tr->workers[0], rows[start]);
+                if (!mfm__finite(tr->workers[0].loss)) return mfm__diverged_at(tr, rows + start, 1, 1, err);
                 continue;
             }
             if (tr->next_span.bytes) mfm__prefetch_row(tr->m, tr->d, rows[start + 1], NULL); /* the batched steps ask for no span: all now */
@@ -5146,6 +5758,8 @@ static mfm_status mfm__pass(mfm__trainer *tr, mfm__pool *pool, const uint64_t *r
         mfm__pool_run(pool, mfm__score_task, tr);
         for (w = 0; w < tr->n_workers; w++)
             if (tr->workers[w].failed) return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for the batch's lists of owned non-zeros; the model holds the updates of the batches before it");
+        for (w = 0; w < tr->n_workers; w++) loss += tr->workers[w].loss;
+        if (!mfm__finite(loss)) return mfm__diverged_at(tr, tr->rows, tr->n_batch, start / batch + 1, err); /* before its steps */
         mfm__pool_run(pool, mfm__gradient_task, tr);
         for (w = 0; w < tr->n_workers; w++)
             if (tr->workers[w].failed)
@@ -5291,7 +5905,7 @@ static void mfm__snapshot_copy(mfm_model *m, mfm__snapshot *s, int restore) {
 }
 
 /* The rows to train on (all, in order, for f = 0) and, with an internal split of a fraction f,
-   the validation rows (SPEC 7: a seeded permutation; its first max(1, round(f n)) rows
+   the validation rows (docs/SPEC.md section 7: a seeded permutation; its first max(1, round(f n)) rows
    validate, the rest train in permuted order). */
 static mfm_status mfm__split(const mfm_model *m, const mfm_csr *d, double f, uint64_t **rows, uint64_t *n_train, mfm__subset *valid, mfm_error *err) {
     uint64_t n = d->n_rows, n_val, r;
@@ -5380,7 +5994,7 @@ static mfm_status mfm__fit(mfm_model *m, const mfm_csr *d, const mfm_csr *valida
     double best_metric = 0;
     float *class_weights = NULL;
     int e, s, higher_better = 0, best_epoch = 0, stale = 0, on_gpu, pool_on = 0, restore_best, ahead = 0, n_epochs = partial ? 1 : m ? m->params.n_epochs : 0;
-    int n_shares = 1;
+    int n_shares = 1, warned_nan = 0;
     if (!m) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "%s: the model is NULL", fn);
     if (!m->has_state)
         return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT,
@@ -5400,12 +6014,12 @@ static mfm_status mfm__fit(mfm_model *m, const mfm_csr *d, const mfm_csr *valida
     memset(&pool, 0, sizeof pool);
     st = mfm__split(m, d, partial || validation ? 0.0 : m->params.validation_fraction, &rows, &n, &split, err);
     if (split.offsets) valid = &split.csr;
-    if (st == MFM_OK && !on_gpu && m->params.hogwild) n_shares = (uint64_t)m->params.n_threads < n ? m->params.n_threads : (int)n;
+    if (st == MFM_OK && !on_gpu && m->params.hogwild) n_shares = (uint64_t)mfm__threads(m->params.n_threads) < n ? mfm__threads(m->params.n_threads) : (int)n;
     if (st == MFM_OK) {
         int trainers_ok = 1;
         if (!on_gpu && (tr = (mfm__trainer *)mfm__calloc((uint64_t)n_shares, sizeof(mfm__trainer))) != NULL)
             for (s = 0; s < n_shares && trainers_ok; s++) /* a Hogwild share's trainer has one worker */
-                trainers_ok = mfm__trainer_init(&tr[s], m, d, rows, n, &info, n_shares > 1 ? 1 : m->params.n_threads);
+                trainers_ok = mfm__trainer_init(&tr[s], m, d, rows, n, &info, n_shares > 1 ? 1 : mfm__threads(m->params.n_threads));
         order = (uint64_t *)mfm__alloc(n, sizeof(uint64_t));
         if (on_gpu && n_epochs > 1) order_next = (uint64_t *)mfm__alloc(n, sizeof(uint64_t)); /* the next epoch's order, made during this one */
         for (e = 0; valid && !on_gpu && e < MFM_TENSOR_COUNT; e++) best.t[e] = (float *)mfm__alloc(mfm__table_bytes(m, e) / sizeof(float), sizeof(float));
@@ -5421,7 +6035,7 @@ static mfm_status mfm__fit(mfm_model *m, const mfm_csr *d, const mfm_csr *valida
     if (!partial)
         mfm__log(&m->params, MFM_LOG_INFO,
                  "training %s %s on %" PRIu64 " rows (%" PRIu64 " non-zeros), %u features, %u fields, k=%d, %s, batch %d, %d thread(s)%s%s, %d epoch(s)%s",
-                 mfm__model_names[m->params.model], mfm__task_names[m->params.task], n, info.nnz, (unsigned)m->n_features, (unsigned)m->n_fields, m->k,
+                 mfm__model_names[m->params.model], mfm_task_name(m->params.task), n, info.nnz, (unsigned)m->n_features, (unsigned)m->n_fields, m->k,
                  mfm__optimizer_names[m->params.optimizer], m->params.batch_size, on_gpu ? 0 : n_shares > 1 ? n_shares : tr->n_workers,
                  n_shares > 1 ? " (Hogwild)" : m->params.hogwild && on_gpu ? " (Hogwild is for CPU threads: not used)" : "",
                  on_gpu ? (m->params.deterministic ? " on the GPU (deterministic)" : " on the GPU") : "", n_epochs, valid ? ", early stopping" : "");
@@ -5434,8 +6048,25 @@ static mfm_status mfm__fit(mfm_model *m, const mfm_csr *d, const mfm_csr *valida
         if (on_gpu) {
             if ((st = mfm__gpu_fit_pass(gpu, d, order, n, ahead ? &next : NULL, &loss, &weight, err)) != MFM_OK) break;
             if (ahead) order_next = order, order = next.out;
+            if (!mfm__finite(loss)) { /* the host model is as it was: the tables come back only from a fit that worked */
+                char at[32] = "mfm_partial_fit's pass";
+                if (!partial) snprintf(at, sizeof at, "epoch %d", e + 1);
+                st = mfm__fail(err, MFM_ERR_DIVERGED,
+                               "training diverged in %s on the GPU: its loss is not finite; the model is left as it was before this call: a smaller "
+                               "learning rate (it is %g), or labels and values scaled down, may train",
+                               at, m->params.learning_rate);
+                break;
+            }
         } else {
-            if ((st = mfm__train_pass(tr, n_shares, &pool, order, n, &loss, &weight, err)) != MFM_OK) break;
+            for (s = 0; s < n_shares; s++) tr[s].epoch = partial ? 0 : e + 1;
+            st = mfm__train_pass(tr, n_shares, &pool, order, n, &loss, &weight, err);
+            if (st == MFM_ERR_DIVERGED) mfm__diverged_holds(m, err);
+            else if (st == MFM_OK && !partial && !mfm__tables_finite_on(m, &pool)) { /* not per chunk: a chunk may be far smaller than the model */
+                char at[32];
+                snprintf(at, sizeof at, "in epoch %d", e + 1);
+                st = mfm__diverged_tables(m, at, err);
+            }
+            if (st != MFM_OK) break;
             m->has_state = 1;
         }
         if (partial) break;
@@ -5444,6 +6075,15 @@ static mfm_status mfm__fit(mfm_model *m, const mfm_csr *d, const mfm_csr *valida
         if (valid) {
             st = on_gpu ? mfm__gpu_fit_metric(gpu, valid, &metric, &higher_better, err) : mfm__validation_metric(m, valid, &metric, &higher_better, err);
             if (st != MFM_OK) break;
+            if (metric != metric && !warned_nan) { /* early stopping cannot work: say why, once */
+                warned_nan = 1;
+                mfm__log(&m->params, MFM_LOG_WARN,
+                         "epoch %d: the validation %s is NaN, so no epoch improves on it and early stopping ends training after %d epoch(s)%s", e + 1,
+                         mfm_metric_name(m->params.metric), m->params.patience,
+                         m->params.metric == MFM_METRIC_AUC ? "; AUC needs rows of both classes, and the validation rows hold one class only: "
+                                                              "choose the logloss metric, or validate on rows of both classes"
+                                                            : "");
+            }
             if (!best.taken || (higher_better ? metric > best_metric + m->params.min_delta : metric < best_metric - m->params.min_delta)) {
                 if (metric == metric) { /* NaN (AUC without both classes) never improves */
                     best_metric = metric;
@@ -5470,8 +6110,12 @@ static mfm_status mfm__fit(mfm_model *m, const mfm_csr *d, const mfm_csr *valida
         rep.best_epoch = best_epoch;
         if (m->params.on_epoch && m->params.on_epoch(m->params.user, &rep))
             st = mfm__fail(err, MFM_ERR_CANCELLED, "training was stopped by the epoch callback after epoch %d of %d", e + 1, n_epochs);
-        else if (valid && stale >= m->params.patience)
+        else if (valid && stale >= m->params.patience) {
+            if (!best.taken)
+                mfm__log(&m->params, MFM_LOG_WARN, "early stopping after epoch %d: no epoch had a validation %s that is a number; the model is the last epoch's",
+                         e + 1, mfm_metric_name(m->params.metric));
             break;
+        }
     }
     restore_best = st == MFM_OK && best.taken && !m->params.keep_last && m->epochs_trained != best.epochs_trained;
     if (restore_best) {
@@ -5486,6 +6130,7 @@ static mfm_status mfm__fit(mfm_model *m, const mfm_csr *d, const mfm_csr *valida
             st = got;
         } else {
             m->has_state = 1;
+            if (!mfm__tables_finite(m)) st = mfm__diverged_tables(m, "on the GPU", err); /* the optimizer state, which no loss shows */
         }
     }
 done:
@@ -5538,6 +6183,7 @@ MFMDEF mfm_status mfm_train(const mfm_params *params, const mfm_csr *d, mfm_mode
    ============================================================================================ */
 
 MFMDEF size_t mfm_output_width(const mfm_model *m, mfm_output kind) {
+    if (!m || (unsigned)kind >= MFM_OUTPUT_COUNT) return 0;
     return m->params.task == MFM_TASK_MULTICLASS && kind != MFM_OUTPUT_LABEL ? m->n_classes : 1;
 }
 
@@ -5650,7 +6296,7 @@ static mfm_status mfm__predict(const mfm_model *m, const mfm_csr *d, mfm_output 
     pr.d = d;
     pr.kind = kind;
     pr.out = out;
-    pr.n_workers = (uint64_t)m->params.n_threads < d->n_rows ? m->params.n_threads : (int)d->n_rows;
+    pr.n_workers = (uint64_t)mfm__threads(m->params.n_threads) < d->n_rows ? mfm__threads(m->params.n_threads) : (int)d->n_rows;
     pr.ones = ones = (float *)mfm__alloc(info.max_row_nnz, sizeof(float));
     pr.scratch = (float *)mfm__alloc((uint64_t)pr.n_workers * m->n_classes * (m->k + 1), sizeof(float));
     pr.prob = (double *)mfm__alloc((uint64_t)pr.n_workers * m->n_classes, sizeof(double));
@@ -5683,7 +6329,7 @@ static double mfm__clip(double p) { return p < 1e-15 ? 1e-15 : p > 1 - 1e-15 ? 1
 MFMDEF double mfm_logloss(const float *labels, const float *probabilities, size_t n) {
     double total = 0;
     size_t i;
-    if (n == 0) return NAN;
+    if (n == 0 || !labels || !probabilities) return NAN;
     for (i = 0; i < n; i++) {
         double p = mfm__clip(probabilities[i]), y = labels[i];
         total -= y * log(p) + (1 - y) * log(1 - p);
@@ -5694,7 +6340,7 @@ MFMDEF double mfm_logloss(const float *labels, const float *probabilities, size_
 MFMDEF double mfm_rmse(const float *labels, const float *predictions, size_t n) {
     double total = 0;
     size_t i;
-    if (n == 0) return NAN;
+    if (n == 0 || !labels || !predictions) return NAN;
     for (i = 0; i < n; i++) {
         double e = (double)predictions[i] - labels[i];
         total += e * e;
@@ -5713,12 +6359,16 @@ static int mfm__by_score(const void *a, const void *b) {
 }
 
 /* Mann-Whitney: the mean rank of the positives, equal scores sharing their average rank. Positive
-   means label > 0.5. NaN when a class is absent or memory is short. */
+   means label > 0.5. NaN when a class is absent, a score or label is NaN (it has no rank, and
+   no class), an array is NULL, or memory is short. */
 MFMDEF double mfm_auc(const float *labels, const float *scores, size_t n) {
-    mfm__scored *s = (mfm__scored *)mfm__alloc(n, sizeof *s);
+    mfm__scored *s;
     double positives = 0, rank_sum = 0, negatives;
     size_t i, j;
-    if (!s) return NAN;
+    if (n == 0 || !labels || !scores) return NAN;
+    for (i = 0; i < n; i++)
+        if (scores[i] != scores[i] || labels[i] != labels[i]) return NAN;
+    if (!(s = (mfm__scored *)mfm__alloc(n, sizeof *s))) return NAN;
     for (i = 0; i < n; i++) {
         s[i].score = scores[i];
         s[i].label = labels[i];
@@ -5729,7 +6379,6 @@ MFMDEF double mfm_auc(const float *labels, const float *scores, size_t n) {
         for (j = i; j < n && s[j].score == s[i].score; j++) in_group += s[j].label > 0.5f;
         rank_sum += in_group * 0.5 * (double)(i + 1 + j); /* ranks i+1..j average to (i+1+j)/2 */
         positives += in_group;
-        if (j == i) j = i + 1; /* a NaN score equals nothing, itself included */
     }
     MFM_FREE(s);
     negatives = (double)n - positives;
@@ -6029,16 +6678,25 @@ static uint64_t mfm__model_payload_floats(const mfm__model_header *h, const uint
 
 #define MFM__SAVE_FLOATS 16384
 
-MFMDEF mfm_status mfm_model_save(const mfm_model *m, const char *path, int with_state, mfm_error *err) {
+/* The model file's bytes, from the writer's first byte on. */
+/* A model file holds finite values only (the loader refuses others): only a fit that diverged
+   leaves a model that holds any, and such a model is refused before a byte is written. */
+static mfm_status mfm__check_savable(const mfm_model *m, int with_state, const char *fn, mfm_error *err) {
+    char what[160];
+    if (!mfm__tables_finite(m) && mfm__describe_not_finite(m, with_state ? m->n_slots : 1, what, sizeof what))
+        return mfm__fail(err, MFM_ERR_DIVERGED, "%s: %s, a value that is not finite (training diverged); a model file holds finite values only, so nothing was written",
+                         fn, what);
+    return MFM_OK;
+}
+
+static mfm_status mfm__model_write(const mfm_model *m, mfm__writer *w, int with_state, mfm_error *err) {
     unsigned char header[512];
     float *buf;
     mfm__model_header h;
-    mfm__writer w;
-    mfm_status st;
     size_t i, at = 8;
     int t, slot;
     uint32_t cls;
-    if (!m || !path) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_model_save: the model or the path is NULL");
+    mfm__hash_init(&w->hash);
     mfm__header_from_model(m, with_state, &h);
     memcpy(header, MFM__MODEL_MAGIC, 8);
     for (i = 0; i < MFM__N_MODEL_FIELDS; i++) {
@@ -6054,12 +6712,8 @@ MFMDEF mfm_status mfm_model_save(const mfm_model *m, const char *path, int with_
         at += mfm__model_fields[i].size;
     }
     if (!(buf = (float *)mfm__alloc(MFM__SAVE_FLOATS + m->k, sizeof(float)))) return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory saving a model");
-    if ((st = mfm__writer_open(&w, path, err)) != MFM_OK) {
-        MFM_FREE(buf);
-        return st;
-    }
-    mfm__write(&w, header, at);
-    mfm__write_words(&w, m->class_weight_values, h.n_class_weights, 4);
+    mfm__write(w, header, at);
+    mfm__write_words(w, m->class_weight_values, h.n_class_weights, 4);
     for (t = 0; t < MFM_TENSOR_COUNT; t++) {
         const mfm__table *tab = &m->t[t];
         for (cls = 0; cls < m->n_classes; cls++)
@@ -6069,16 +6723,37 @@ MFMDEF mfm_status mfm_model_save(const mfm_model *m, const char *path, int with_
                 for (b = 0; b < tab->n_blocks; b++) { /* one slot of every block, gathered for big writes */
                     memcpy(buf + used, mfm__block(m, (mfm_tensor)t, cls, b) + (uint32_t)slot * tab->len, tab->len * sizeof(float));
                     if ((used += tab->len) >= MFM__SAVE_FLOATS) {
-                        mfm__write_words(&w, buf, used, 4);
+                        mfm__write_words(w, buf, used, 4);
                         used = 0;
                     }
                 }
-                mfm__write_words(&w, buf, used, 4);
+                mfm__write_words(w, buf, used, 4);
             }
     }
     MFM_FREE(buf);
-    mfm__write_checksum(&w);
+    mfm__write_checksum(w);
+    return MFM_OK;
+}
+
+MFMDEF mfm_status mfm_model_save(const mfm_model *m, const char *path, int with_state, mfm_error *err) {
+    mfm__writer w;
+    mfm_status st;
+    if (!m || !path) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_model_save: the model or the path is NULL");
+    if ((st = mfm__check_savable(m, with_state, "mfm_model_save", err)) != MFM_OK) return st;
+    if ((st = mfm__writer_open(&w, path, err)) != MFM_OK) return st;
+    if ((st = mfm__model_write(m, &w, with_state, err)) != MFM_OK) {
+        mfm__writer_abort(&w);
+        return st;
+    }
     return mfm__writer_commit(&w, err);
+}
+
+MFMDEF mfm_status mfm_model_write(const mfm_model *m, mfm_output_file *out, int with_state, mfm_error *err) {
+    mfm_status st;
+    if (!m || !out) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_model_write: the model or the output is NULL");
+    if (!out->w.f) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_model_write: the output was already committed or aborted");
+    if ((st = mfm__check_savable(m, with_state, "mfm_model_write", err)) != MFM_OK) return st;
+    return mfm__model_write(m, &out->w, with_state, err);
 }
 
 /* Checks a model file in memory completely; fills the header and where the floats start. */
@@ -6178,7 +6853,7 @@ static mfm_status mfm__model_from_bytes(const unsigned char *b, uint64_t size, c
                 if (!floats[t]) continue;
                 mfm__read_floats(b + at, buf, floats[t]);
                 at += 4 * floats[t];
-                st = mfm_model_write(m, (mfm_tensor)t, slot, cls, buf, (size_t)floats[t], err);
+                st = mfm_model_set_tensor(m, (mfm_tensor)t, slot, cls, buf, (size_t)floats[t], err);
             }
     MFM_FREE(buf);
     if (st != MFM_OK) {
@@ -6253,7 +6928,7 @@ MFMDEF mfm_status mfm_model_file_inspect(const char *path, mfm_model_file_info *
    libraries are loaded once per process, under a lock, and the outcome (failure included) is
    kept: later calls answer at once with the same sentence. Nothing is ever unloaded. */
 
-#if !defined(MFM_NO_CUDA)
+#if MFM__GPU
 
 #if defined(_WIN32)
 #define MFM__CUDAAPI __stdcall
@@ -6377,7 +7052,7 @@ static int mfm__k_kernel(int k) { return k == 4 ? 1 : k == 8 ? 2 : k == 16 ? 3 :
 typedef struct mfm__cuda_state {
     int driver_tried, nvrtc_tried;
     mfm_status driver_status, nvrtc_status;
-    char driver_why[512], nvrtc_why[1024]; /* the sentence of a failed load */
+    char driver_why[1024], nvrtc_why[1024]; /* the sentence of a failed load */
     void *driver_library, *nvrtc_library;
     int driver_version, n_devices;
     int nvrtc_major, nvrtc_minor;
@@ -6392,6 +7067,18 @@ typedef struct mfm__cuda_state {
 } mfm__cuda_state;
 
 static mfm__cuda_state mfm__cuda;
+
+/* mfm_cuda_configure's settings, read under the lock; "" and DEFAULT defer to the environment. */
+static struct mfm__cuda_settings {
+    char driver[512], nvrtc[512], cache_dir[512];
+    mfm_cache_mode cache_mode;
+} mfm__settings;
+
+/* A setting, else its environment variable; NULL when neither names anything. */
+static const char *mfm__setting(const char *set, const char *env_name) {
+    const char *e = set[0] ? set : getenv(env_name);
+    return e && *e ? e : NULL;
+}
 
 /* One lock for the loader, the compiled modules and the cache directory. */
 #if defined(MFM_NO_THREADS)
@@ -6480,7 +7167,7 @@ static mfm_status mfm__cu_fail(mfm_error *err, mfm__cu_result r, const char *ste
 /* Loads libcuda, checks its version and initialises it. Called under the lock. */
 static void mfm__driver_load_locked(void) {
     mfm__cuda_state *s = &mfm__cuda;
-    const char *env = getenv("MFM_CUDA_LIBRARY"), *missing;
+    const char *env = mfm__setting(mfm__settings.driver, "MFM_CUDA_LIBRARY"), *missing;
 #if defined(_WIN32)
     const char *name = env && *env ? env : "nvcuda.dll";
 #else
@@ -6547,6 +7234,45 @@ static mfm_status mfm__driver_load(mfm_error *err) {
 
 MFMDEF int mfm_cuda_available(void) { return mfm__driver_load(NULL) == MFM_OK; }
 
+static mfm_status mfm__configure_path(char *setting, const char *path, int loaded, const char *field, mfm_error *err) {
+    if (path && strlen(path) >= sizeof mfm__settings.driver)
+        return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_cuda_config.%s is %u characters long, more than the %u this library keeps", field,
+                         (unsigned)strlen(path), (unsigned)sizeof mfm__settings.driver - 1);
+    if (loaded && strcmp(path ? path : "", setting) != 0)
+        return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_cuda_config.%s cannot change: this process already loaded %s; configure before the first GPU call",
+                         field, setting[0] ? setting : "the library it found by itself");
+    snprintf(setting, sizeof mfm__settings.driver, "%s", path ? path : "");
+    return MFM_OK;
+}
+
+MFMDEF mfm_status mfm_cuda_configure(const mfm_cuda_config *config, mfm_error *err) {
+    mfm_cuda_config none;
+    struct mfm__cuda_settings before;
+    mfm_status st;
+    if (!config) {
+        memset(&none, 0, sizeof none);
+        config = &none;
+    }
+    if ((unsigned)config->cache_mode >= (unsigned)MFM_CACHE_MODE_COUNT)
+        return mfm__fail(err, MFM_ERR_INVALID_PARAM, "mfm_cuda_config.cache_mode = %d is not a cache mode (0 default, 1 on, 2 readonly, 3 off)",
+                         (int)config->cache_mode);
+    if (config->cache_dir && strlen(config->cache_dir) >= sizeof mfm__settings.cache_dir)
+        return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_cuda_config.cache_dir is longer than the %u characters this library keeps",
+                         (unsigned)sizeof mfm__settings.cache_dir - 1);
+    mfm__cuda_lock();
+    before = mfm__settings;
+    st = mfm__configure_path(mfm__settings.driver, config->driver_library, mfm__cuda.driver_tried, "driver_library", err);
+    if (st == MFM_OK) st = mfm__configure_path(mfm__settings.nvrtc, config->nvrtc_library, mfm__cuda.nvrtc_tried, "nvrtc_library", err);
+    if (st == MFM_OK) {
+        snprintf(mfm__settings.cache_dir, sizeof mfm__settings.cache_dir, "%s", config->cache_dir ? config->cache_dir : "");
+        mfm__settings.cache_mode = config->cache_mode;
+    } else {
+        mfm__settings = before; /* nothing partially applied */
+    }
+    mfm__cuda_unlock();
+    return st == MFM_OK ? mfm__ok(err) : st;
+}
+
 /* Tries one NVRTC library; keeps it when its version fits the driver. */
 static int mfm__nvrtc_try(const char *path, int max_major, char *tried, size_t cap) {
     mfm__cuda_state *s = &mfm__cuda;
@@ -6579,7 +7305,7 @@ static int mfm__nvrtc_try(const char *path, int max_major, char *tried, size_t c
    when set; else each name on the system's library path, then in the toolkit's folders. */
 static void mfm__nvrtc_load_locked(void) {
     mfm__cuda_state *s = &mfm__cuda;
-    const char *env = getenv("MFM_NVRTC_PATH");
+    const char *env = mfm__setting(mfm__settings.nvrtc, "MFM_NVRTC_PATH");
     const char *dirs[4];
     char tried[512] = "", name[64], path[512], where[256] = "";
     int n_dirs = 0, max_major, d, v;
@@ -6649,7 +7375,7 @@ static mfm_status mfm__nvrtc_load(mfm_error *err) {
     return st == MFM_OK ? MFM_OK : mfm__fail(err, st, "%s", mfm__cuda.nvrtc_why);
 }
 
-#endif /* !MFM_NO_CUDA */
+#endif /* MFM__GPU */
 
 /* ============================================================================================
    >>kernel-cache  Compiled kernels on disk, one file per sources x options x arch x NVRTC
@@ -6668,7 +7394,7 @@ static mfm_status mfm__nvrtc_load(mfm_error *err) {
    built each entry, and the key is recomputed for that version. An unwritable cache never
    fails a run. */
 
-#if !defined(MFM_NO_CUDA)
+#if MFM__GPU
 
 #define MFM__CACHE_FORMAT 1
 #define MFM__CACHE_HEADER 56
@@ -6747,22 +7473,44 @@ static void mfm__image_key(mfm__image *im) {
              im->kind == MFM__IMAGE_CUBIN ? "sm" : "compute", im->arch, im->nvrtc_major, im->nvrtc_minor, hex);
 }
 
-/* MFM_CACHE: 0 off, 1 readonly, 2 read and write. */
-static int mfm__cache_mode(void) {
-    const char *e = getenv("MFM_CACHE");
-    if (!e || !*e) return 2;
-    if (!strcmp(e, "off") || !strcmp(e, "0") || !strcmp(e, "no") || !strcmp(e, "false")) return 0;
-    if (!strcmp(e, "readonly") || !strcmp(e, "read-only") || !strcmp(e, "ro")) return 1;
-    return 2;
+#if defined(S_ISDIR)
+#define MFM__IS_DIR(mode) S_ISDIR(mode)
+#else /* MSVC */
+#define MFM__IS_DIR(mode) (((mode) & _S_IFMT) == _S_IFDIR)
+#endif
+
+/* The cache mode in force (mfm_cuda_config, else MFM_CACHE): OFF, READONLY or ON; COUNT (and
+   err filled) for an MFM_CACHE that names no mode. Under the lock. */
+static mfm_cache_mode mfm__cache_mode(mfm_error *err) {
+    const char *e;
+    if (mfm__settings.cache_mode != MFM_CACHE_DEFAULT) return mfm__settings.cache_mode;
+    e = getenv("MFM_CACHE");
+    if (!e || !*e || !strcmp(e, "on") || !strcmp(e, "1") || !strcmp(e, "yes") || !strcmp(e, "true")) return MFM_CACHE_ON;
+    if (!strcmp(e, "off") || !strcmp(e, "0") || !strcmp(e, "no") || !strcmp(e, "false")) return MFM_CACHE_OFF;
+    if (!strcmp(e, "readonly") || !strcmp(e, "read-only") || !strcmp(e, "ro")) return MFM_CACHE_READONLY;
+    mfm__fail(err, MFM_ERR_INVALID_PARAM, "MFM_CACHE=%s is not a kernel cache mode: use on, off or readonly", e);
+    return MFM_CACHE_MODE_COUNT;
 }
 
-/* <root>/v1 into out; 0 when the cache is off or no directory can be named. */
-static int mfm__cache_dir(char *out, size_t cap) {
+/* <root>/v1 into out. 1: the cache has a folder; 0: the cache is off, or no folder can be named
+   (out ""); -1: a setting is wrong (an unknown MFM_CACHE, a root that is a file; err says
+   which). Under the lock. */
+static int mfm__cache_dir(char *out, size_t cap, mfm_error *err) {
     const char *e;
     int n = -1;
-    if (mfm__cache_mode() == 0) return 0;
-    if ((e = getenv("MFM_CACHE_DIR")) != NULL && *e)
+    mfm_cache_mode mode = mfm__cache_mode(err);
+    out[0] = '\0';
+    if (mode == MFM_CACHE_MODE_COUNT) return -1;
+    if (mode == MFM_CACHE_OFF) return 0;
+    if ((e = mfm__setting(mfm__settings.cache_dir, "MFM_CACHE_DIR")) != NULL) {
+        struct stat st;
+        if (stat(e, &st) == 0 && !MFM__IS_DIR(st.st_mode)) {
+            mfm__fail(err, MFM_ERR_INVALID_PARAM, "the kernel cache folder %s (%s) is not a folder", e,
+                      mfm__settings.cache_dir[0] ? "mfm_cuda_config.cache_dir" : "MFM_CACHE_DIR");
+            return -1;
+        }
         n = snprintf(out, cap, "%s/v1", e);
+    }
 #if defined(_WIN32)
     else if ((e = getenv("LOCALAPPDATA")) != NULL && *e) /* not roaming AppData: caches stay on their machine */
         n = snprintf(out, cap, "%s\\modern_fm\\cache\\v1", e);
@@ -6772,7 +7520,9 @@ static int mfm__cache_dir(char *out, size_t cap) {
     else if ((e = getenv("HOME")) != NULL && *e)
         n = snprintf(out, cap, "%s/.cache/modern_fm/v1", e);
 #endif
-    return n > 0 && (size_t)n < cap;
+    if (n > 0 && (size_t)n < cap) return 1;
+    out[0] = '\0';
+    return 0;
 }
 
 /* Calls fn for every file of the cache directory whose name ends in .mfmk or holds ".tmp-". */
@@ -6856,12 +7606,16 @@ static int mfm__cache_read(const char *dir, mfm__image *im) {
     return ok;
 }
 
-/* Publishes an entry: a unique temporary file in the same directory, renamed into place. */
-static int mfm__cache_write(const char *dir, const mfm__image *im) {
+/* Publishes an entry: a unique temporary file in the same directory, renamed into place.
+   0 with err's sentence saying why it could not be. */
+static int mfm__cache_write(const char *dir, const mfm__image *im, mfm_error *err) {
     char path[704];
     unsigned char header[MFM__CACHE_HEADER];
     mfm__writer w;
-    if (!mfm__make_dirs(dir)) return 0;
+    if (!mfm__make_dirs(dir)) {
+        mfm__fail(err, MFM_ERR_IO, "cannot create the kernel cache folder %s: %s", dir, mfm__os_error());
+        return 0;
+    }
     snprintf(path, sizeof path, "%s/%s", dir, im->name);
     memcpy(header, "MFMK", 4);
     mfm__store_le(header + 4, MFM__CACHE_FORMAT, 4);
@@ -6872,10 +7626,10 @@ static int mfm__cache_write(const char *dir, const mfm__image *im) {
     mfm__store_le(header + 24, (uint64_t)im->size, 8);
     memcpy(header + 32, im->key, 16);
     mfm__store_le(header + 48, XXH3_64bits(im->bytes, im->size), 8);
-    if (mfm__writer_open(&w, path, NULL) != MFM_OK) return 0;
+    if (mfm__writer_open(&w, path, err) != MFM_OK) return 0;
     mfm__write(&w, header, sizeof header);
     mfm__write(&w, im->bytes, im->size);
-    return mfm__writer_commit(&w, NULL) == MFM_OK;
+    return mfm__writer_commit(&w, err) == MFM_OK;
 }
 
 /* Runs NVRTC. Under the lock, with NVRTC loaded. */
@@ -6924,10 +7678,13 @@ static mfm_status mfm__nvrtc_compile(mfm__image *im, mfm_error *err) {
    Under the lock. */
 static mfm_status mfm__image_get(mfm__image *im, mfm_kernel_build *build, mfm_error *err) {
     char dir[512];
-    int mode = mfm__cache_mode(), have_dir = mfm__cache_dir(dir, sizeof dir);
+    mfm_error dir_why; /* a cache folder that cannot be one fails no run: it only stores nothing */
+    mfm_cache_mode mode = mfm__cache_mode(err);
+    int have_dir = mfm__cache_dir(dir, sizeof dir, &dir_why);
     const char *source = mfm__kernel_source();
     double start = mfm__seconds();
     mfm_status st;
+    if (mode == MFM_CACHE_MODE_COUNT) return MFM_ERR_INVALID_PARAM; /* an MFM_CACHE that names no mode: err says so */
     if (!source) return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for the kernel sources");
     im->nvrtc_major = mfm__cuda.nvrtc_major;
     im->nvrtc_minor = mfm__cuda.nvrtc_minor;
@@ -6935,12 +7692,22 @@ static mfm_status mfm__image_get(mfm__image *im, mfm_kernel_build *build, mfm_er
     memset(build, 0, sizeof *build);
     snprintf(build->kind, sizeof build->kind, "%s", im->kind == MFM__IMAGE_CUBIN ? "cubin" : "ptx");
     build->arch = im->arch;
-    if (have_dir) snprintf(build->path, sizeof build->path, "%s/%s", dir, im->name);
-    if (have_dir && mfm__cache_read(dir, im)) {
+    if (have_dir > 0) snprintf(build->path, sizeof build->path, "%s/%s", dir, im->name);
+    if (have_dir > 0 && mfm__cache_read(dir, im)) {
         build->from_cache = 1;
     } else {
+        mfm_error why;
         if ((st = mfm__nvrtc_compile(im, err)) != MFM_OK) return st;
-        if (have_dir && mode == 2) build->stored = mfm__cache_write(dir, im);
+        if (mode == MFM_CACHE_OFF)
+            snprintf(build->not_stored, sizeof build->not_stored, "the kernel cache is off (MFM_CACHE or mfm_cuda_config.cache_mode)");
+        else if (mode == MFM_CACHE_READONLY)
+            snprintf(build->not_stored, sizeof build->not_stored, "the kernel cache is read-only (MFM_CACHE or mfm_cuda_config.cache_mode)");
+        else if (have_dir < 0)
+            snprintf(build->not_stored, sizeof build->not_stored, "%s", dir_why.message);
+        else if (!have_dir)
+            snprintf(build->not_stored, sizeof build->not_stored, "no folder for the kernel cache: set MFM_CACHE_DIR (or HOME)");
+        else if (!(build->stored = mfm__cache_write(dir, im, &why)))
+            snprintf(build->not_stored, sizeof build->not_stored, "%s", why.message);
     }
     build->image_bytes = im->size;
     build->seconds = mfm__seconds() - start;
@@ -6981,7 +7748,7 @@ static int mfm__image_find(int cc, int max_major, mfm__image *im, mfm_kernel_bui
     mfm__image_search q;
     char dir[512];
     double start = mfm__seconds();
-    if (!mfm__kernel_source() || !mfm__cache_dir(dir, sizeof dir)) return 0;
+    if (!mfm__kernel_source() || mfm__cache_dir(dir, sizeof dir, NULL) <= 0) return 0;
     memset(&q, 0, sizeof q);
     q.cc = cc;
     q.max_major = max_major;
@@ -7067,7 +7834,7 @@ MFMDEF mfm_status mfm_cuda_build_kernels(const char *arch, mfm_kernel_build *out
     return st == MFM_OK ? mfm__ok(err) : st;
 }
 
-#endif /* !MFM_NO_CUDA */
+#endif /* MFM__GPU */
 
 /* ============================================================================================
    >>gpu-predict  Models and data on the device, and the prediction launches
@@ -7080,7 +7847,7 @@ MFMDEF mfm_status mfm_cuda_build_kernels(const char *arch, mfm_kernel_build *out
    feature's parameters are one contiguous read. Rows in host memory go up in chunks through
    two pinned buffers on two streams: while the GPU works on one chunk, the next is copied. */
 
-#if !defined(MFM_NO_CUDA)
+#if MFM__GPU
 
 
 /* Mirrors struct mfm_args of kernels/predict.cu, field for field. */
@@ -7511,7 +8278,8 @@ MFMDEF mfm_status mfm_gpu_predict(mfm_gpu_model *gm, const mfm_csr *d, mfm_outpu
     copy.d = d;
     copy.lay = lay;
     copy.fields = gm->shape.params.model != MFM_MODEL_FM && d->fields;
-    copy.n_workers = (uint64_t)gm->shape.params.n_threads < 1 + need_nnz / (1u << 18) ? gm->shape.params.n_threads : (int)(1 + need_nnz / (1u << 18));
+    copy.n_workers = (uint64_t)mfm__threads(gm->shape.params.n_threads) < 1 + need_nnz / (1u << 18) ? mfm__threads(gm->shape.params.n_threads)
+                                                                                              : (int)(1 + need_nnz / (1u << 18));
     memset(&pool, 0, sizeof pool);
     if (st == MFM_OK) st = mfm__pool_start(&pool, copy.n_workers, err);
     for (r0 = 0, i = 0; st == MFM_OK && r0 < d->n_rows; i++) {
@@ -7667,8 +8435,11 @@ MFMDEF mfm_status mfm_cuda_get_info(int device, mfm_cuda_info *out, mfm_error *e
     size_t bytes = 0, free_bytes = 0;
     if (!out) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_cuda_get_info: the output is NULL");
     memset(out, 0, sizeof *out);
-    out->cache_mode = mfm__cache_mode();
-    if (!mfm__cache_dir(out->cache_dir, sizeof out->cache_dir)) out->cache_dir[0] = '\0';
+    mfm__cuda_lock();
+    out->cache_mode = mfm__cache_mode(NULL);
+    if (out->cache_mode == MFM_CACHE_MODE_COUNT) out->cache_mode = MFM_CACHE_OFF; /* an unknown MFM_CACHE: nothing is read or written */
+    mfm__cache_dir(out->cache_dir, sizeof out->cache_dir, NULL);
+    mfm__cuda_unlock();
     if (mfm__nvrtc_load(NULL) == MFM_OK) {
         out->nvrtc_version = mfm__cuda.nvrtc_major * 1000 + mfm__cuda.nvrtc_minor * 10;
         snprintf(out->nvrtc_path, sizeof out->nvrtc_path, "%s", mfm__cuda.nvrtc_path);
@@ -7700,7 +8471,7 @@ MFMDEF mfm_status mfm_cuda_get_info(int device, mfm_cuda_info *out, mfm_error *e
     return mfm__ok(err);
 }
 
-#endif /* !MFM_NO_CUDA */
+#endif /* MFM__GPU */
 
 /* ============================================================================================
    >>gpu-train  Training on the device: parameters, optimizer state and rows stay there
@@ -7717,7 +8488,7 @@ MFMDEF mfm_status mfm_cuda_get_info(int device, mfm_cuda_info *out, mfm_error *e
    the device's free memory), in chunks of whole batches gathered into two pinned buffers: a
    chunk's copy runs on its own stream while the kernels of the one before it run. */
 
-#if !defined(MFM_NO_CUDA)
+#if MFM__GPU
 
 /* Mirrors struct mfm_train_args of kernels/train.cu, field for field. */
 typedef struct mfm__train_args {
@@ -8193,13 +8964,13 @@ static mfm_status mfm__gpu_fit_tables(mfm__gpu_trainer *g, int where, mfm_error 
     return st;
 }
 
-#endif /* !MFM_NO_CUDA */
+#endif /* MFM__GPU */
 
 /* ============================================================================================
    >>cache-files  Listing and clearing the kernel cache (the `mfm cache` command)
    ============================================================================================ */
 
-#if !defined(MFM_NO_CUDA)
+#if MFM__GPU
 
 typedef struct mfm__cache_listing {
     mfm_cache_entry *out;
@@ -8230,22 +9001,23 @@ static void mfm__cache_list_one(void *ctx, const char *dir, const char *name) {
 MFMDEF mfm_status mfm_cache_list(char *dir, size_t dir_capacity, mfm_cache_entry *out, size_t capacity, size_t *n_entries, mfm_error *err) {
     char d[512];
     mfm__cache_listing l;
+    int have_dir;
     l.out = out;
     l.capacity = out ? capacity : 0;
     l.n = 0;
-    if (!mfm__cache_dir(d, sizeof d)) d[0] = '\0';
+    if (dir && dir_capacity) dir[0] = '\0';
+    if (n_entries) *n_entries = 0;
+    mfm__cuda_lock();
+    if ((have_dir = mfm__cache_dir(d, sizeof d, err)) > 0) mfm__cache_visit(d, mfm__cache_list_one, &l);
+    mfm__cuda_unlock();
+    if (have_dir < 0) return err ? err->status : MFM_ERR_INVALID_PARAM;
     if (dir && dir_capacity) snprintf(dir, dir_capacity, "%s", d);
-    if (d[0]) {
-        mfm__cuda_lock();
-        mfm__cache_visit(d, mfm__cache_list_one, &l);
-        mfm__cuda_unlock();
-    }
     if (n_entries) *n_entries = l.n;
     return mfm__ok(err);
 }
 
 static void mfm__cache_remove_one(void *ctx, const char *dir, const char *name) {
-    char path[704];
+    char path[800]; /* a 512-byte folder, a 256-byte name */
     snprintf(path, sizeof path, "%s/%s", dir, name);
     if (remove(path) == 0) ++*(size_t *)ctx;
 }
@@ -8253,18 +9025,17 @@ static void mfm__cache_remove_one(void *ctx, const char *dir, const char *name) 
 MFMDEF mfm_status mfm_cache_clear(size_t *n_removed, mfm_error *err) {
     char d[512];
     size_t n = 0;
-    if (mfm__cache_dir(d, sizeof d)) {
-        mfm__cuda_lock();
-        mfm__cache_visit(d, mfm__cache_remove_one, &n);
-        mfm__cuda_unlock();
-    }
+    int have_dir;
+    mfm__cuda_lock();
+    if ((have_dir = mfm__cache_dir(d, sizeof d, err)) > 0) mfm__cache_visit(d, mfm__cache_remove_one, &n);
+    mfm__cuda_unlock();
     if (n_removed) *n_removed = n;
-    return mfm__ok(err);
+    return have_dir < 0 ? (err ? err->status : MFM_ERR_INVALID_PARAM) : mfm__ok(err);
 }
 
-#else /* MFM_NO_CUDA: the same functions, each saying that this build has no GPU support */
+#else /* no GPU part: the same functions, each saying that this build has no GPU support */
 
-#define MFM__NO_CUDA_SENTENCE "this build has no GPU support: it was compiled with MFM_NO_CUDA"
+#define MFM__NO_CUDA_SENTENCE "this build of modern_fm has no GPU part: " MFM__NO_GPU_WHY
 static mfm_status mfm__gpu_fit_start(mfm__gpu_trainer **out, mfm_model *m, const mfm_csr *d, uint64_t n_train, const mfm_csr *valid,
                                      const float *class_weights, const mfm__data_info *info, int ahead, mfm_error *err) {
     (void)m, (void)d, (void)n_train, (void)valid, (void)class_weights, (void)info, (void)ahead;
@@ -8286,6 +9057,12 @@ static mfm_status mfm__gpu_fit_tables(mfm__gpu_trainer *g, int where, mfm_error 
 }
 static void mfm__gpu_fit_free(mfm__gpu_trainer *g) { (void)g; }
 MFMDEF int mfm_cuda_available(void) { return 0; }
+MFMDEF mfm_status mfm_cuda_configure(const mfm_cuda_config *config, mfm_error *err) {
+    if (config && (unsigned)config->cache_mode >= (unsigned)MFM_CACHE_MODE_COUNT)
+        return mfm__fail(err, MFM_ERR_INVALID_PARAM, "mfm_cuda_config.cache_mode = %d is not a cache mode (0 default, 1 on, 2 readonly, 3 off)",
+                         (int)config->cache_mode);
+    return mfm__ok(err);
+}
 MFMDEF mfm_status mfm_cuda_get_info(int device, mfm_cuda_info *out, mfm_error *err) {
     (void)device;
     if (out) memset(out, 0, sizeof *out);
@@ -8330,7 +9107,7 @@ MFMDEF mfm_status mfm_gpu_predict_resident(mfm_gpu_model *model, const mfm_gpu_d
     return mfm__fail(err, MFM_ERR_CUDA_UNAVAILABLE, MFM__NO_CUDA_SENTENCE);
 }
 
-#endif /* MFM_NO_CUDA */
+#endif /* MFM__GPU */
 
 #ifdef __cplusplus
 }

@@ -339,7 +339,7 @@ static const char *const mfm__kernel_chunks[] = {
     "}\n",
     /* kernels/train.cu */
     "#line 1 \"kernels/train.cu\"\n"
-    "/* kernels/train.cu - one training batch on the GPU in two launches (three with a sweep, below; SPEC 5):\n"
+    "/* kernels/train.cu - one training batch on the GPU in two launches (three with a sweep, below; docs/SPEC.md section 5):\n"
     "     mfm_train_rows_*    every row of the batch on a group of lanes (as in predict.cu): its score\n"
     "                         against the parameters as the batch found them, its loss and\n"
     "                         weight * dL/ds, then its data gradients added into dense gradient\n"
@@ -390,8 +390,8 @@ static const char *const mfm__kernel_chunks[] = {
     "   pointers spelled as 64-bit device addresses: 8-byte fields first, then 4-byte ones. */\n"
     "struct mfm_train_args {\n"
     "    const mfm_u64 *offsets;      /* the rows: row r holds offsets[r] - offset_base .. */\n"
-    "    const mfm_u32 *features;\n"
-    "    const mfm_u32 *fields;       /* FFM and FwFM */\n",
+    "    const mfm_u32 *features;\n",
+    "    const mfm_u32 *fields;       /* FFM and FwFM */\n"
     "    const float *values;         /* 0: every value is 1 */\n"
     "    const float *labels;\n"
     "    const float *weights;        /* 0: every row weighs 1 */\n"
@@ -450,10 +450,10 @@ static const char *const mfm__kernel_chunks[] = {
     "    if (lo) {\n"
     "        const mfm_u64 old = atomicAdd(s, lo);\n"
     "        hi += old + lo < old;\n"
-    "    }\n"
+    "    }\n",
     "    if (hi) atomicAdd(s + n, hi);\n"
     "}\n"
-    "\n",
+    "\n"
     "/* v in units of 2^-64, its magnitude cut below 2^-64 (the same cut in every run): the float's\n"
     "   24-bit significand m shifted into place, |v| = m 2^s units, with integer selects, where a\n"
     "   double's conversions run at a quarter of the integer rate (the FFM gather converts four values\n"

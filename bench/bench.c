@@ -36,14 +36,7 @@ typedef struct options {
     list models, k, batch, threads;
 } options;
 
-/* One token of a comma list: a model name or a positive number; -1 when it is neither. */
-static int parse_model(const char *s) {
-    int m;
-    for (m = MFM_MODEL_FM; m < MFM_MODEL_COUNT; m++)
-        if (strcmp(s, bench_model_names[m]) == 0) return m;
-    return -1;
-}
-
+/* One token of a comma list: a positive number; -1 when it is not one (models: bench_parse_model). */
 static int parse_number(const char *s) {
     char *end;
     long v = strtol(s, &end, 10);
@@ -85,7 +78,7 @@ static void usage(int code) {
            "  --features N   feature ids over all fields (default 262144)\n"
            "  --epochs N     epochs per run (default 1)\n"
            "  --lr X         AdaGrad learning rate (default 0.02)\n"
-           "  --models LIST  e.g. FM,FFM,FwFM (default all three)\n"
+           "  --models LIST  e.g. fm,ffm,fwfm, any case (default all three)\n"
            "  --k LIST       factors, e.g. 4,8,16 (default)\n"
            "  --batch LIST   batch sizes, e.g. 1,256 (default)\n"
            "  --threads LIST e.g. 1,2,2h (default; 2h: two Hogwild threads)\n"
@@ -143,7 +136,7 @@ static void parse_options(int argc, char **argv, options *o) {
         else if (strcmp(a, "--seed") == 0)
             o->seed = strtoull(v, NULL, 10);
         else if (strcmp(a, "--models") == 0)
-            ok = parse_list(v, parse_model, &o->models);
+            ok = parse_list(v, bench_parse_model, &o->models);
         else if (strcmp(a, "--k") == 0)
             ok = parse_list(v, parse_number, &o->k);
         else if (strcmp(a, "--batch") == 0)
@@ -264,7 +257,7 @@ static void run_cells(const options *o, const mfm_csr *train, const mfm_csr *tes
         char ratio[16] = "-", thr[16];
         if (one >= 0) snprintf(ratio, sizeof ratio, "%.2fx", best[d].train / best[one].train);
         snprintf(thr, sizeof thr, "%d%s", o->threads.v[d] & ~HOGWILD, o->threads.v[d] & HOGWILD ? "h" : "");
-        printf("%-5s %3d %6d %4s %13.0f %8s %15.0f %8.4f %7.4f %7.2f %9.0f %8.0f\n", bench_model_names[model], k, batch, thr, best[d].train, ratio,
+        printf("%-5s %3d %6d %4s %13.0f %8s %15.0f %8.4f %7.4f %7.2f %9.0f %8.0f\n", mfm_model_type_name((mfm_model_type)model), k, batch, thr, best[d].train, ratio,
                best[d].predict, best[d].met.logloss, best[d].met.auc, best[d].init, best[d].model_mb, best[d].peak);
         fflush(stdout);
     }

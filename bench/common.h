@@ -22,6 +22,15 @@ static inline void bench_check(mfm_status st, const mfm_error *err, const char *
     exit(1);
 }
 
-static const char *const bench_model_names[] = {"FM", "FM", "FFM", "FwFM"};
+/* A model's name as the library spells it ("fm", "ffm", "fwfm"; any case); -1 for none. */
+static inline int bench_parse_model(const char *s) {
+    int m, i;
+    for (m = MFM_MODEL_FM; m < MFM_MODEL_COUNT; m++) {
+        const char *name = mfm_model_type_name((mfm_model_type)m);
+        for (i = 0; name[i] && (s[i] | 0x20) == name[i]; i++) {}
+        if (!name[i] && !s[i]) return m;
+    }
+    return -1;
+}
 
 #endif /* BENCH_COMMON_H */

@@ -2,12 +2,12 @@
    and Avazu-shaped (22 fields) one-hot rows, FM / FFM / FwFM, k = 4, 8, 16. For each cell:
    rows/s of the CPU with every core, of the GPU with the rows coming from host memory
    (transfer-inclusive), and of the GPU with model and rows resident; the resident figure as a
-   percentage of the bandwidth ceiling of reference/gpu_anchors.md 4.3 (H100: FM and FwFM the
-   cold-gather ceiling, FFM the 3.0 TB/s one); the largest difference from the CPU's
+   percentage of its memory ceiling on the H100 (docs/PERFORMANCE.md, "GPU ceilings": FM and
+   FwFM the random-gather one, FFM the 3.0 TB/s one); the largest difference from the CPU's
    probabilities. Then the time from a fresh process to its first prediction, with the kernel
    cache cold (NVRTC compiles) and warm.
 
-   Then training (reference/gpu_anchors.md 4.3's ceilings): AdaGrad per shape x
+   Then training (docs/PERFORMANCE.md's AdaGrad ceilings): AdaGrad per shape x
    model x k x batch (256, 4096, 65536) on --train-rows rows, CPU with two threads (one epoch),
    GPU fast and deterministic (two epochs, the second timed), with the test logloss of each GPU run.
 
@@ -26,7 +26,7 @@
 #include <string.h>
 #include <unistd.h>
 
-/* rows/s ceilings (millions) of gpu_anchors.md 4.3 for k = 4, 8, 16 */
+/* rows/s ceilings (millions) for k = 4, 8, 16 (docs/PERFORMANCE.md, "GPU ceilings") */
 static const double ceiling_fm[2][3] = {{750, 740, 550}, {1330, 1320, 970}};   /* Criteo, Avazu: cold gathers */
 static const double ceiling_ffm[2][3] = {{120, 61, 31}, {370, 189, 96}};       /* 3.0 TB/s over the blocks */
 
@@ -152,7 +152,7 @@ static void train_cell(const mfm_model *init, const mfm_csr *train, const mfm_cs
     mfm_model_free(m);
 }
 
-/* FFM AdaGrad training ceilings (millions of rows/s) of gpu_anchors.md 4.3, k = 4, 8, 16, and FM's
+/* FFM AdaGrad training ceilings (millions of rows/s, docs/PERFORMANCE.md), k = 4, 8, 16, and FM's
    (cold read-modify-write of one packed record per non-zero); FwFM is held to FM's. */
 static const double train_ceiling_ffm[2][3] = {{28.6, 14.3, 7.2}, {89.6, 45.0, 22.5}};
 static const double train_ceiling_fm[2][3] = {{310, 200, 140}, {550, 350, 250}};
@@ -208,7 +208,7 @@ static void train_table(uint64_t n_rows, uint32_t n_features, uint64_t cpu_rows,
                 if (only.cpu) train_cell(init, &dhead, NULL, MFM_BACKEND_CPU, batches[b], 0, 2, &cpu, &cpu_call, &loss_cpu);
                 train_cell(init, &dtrain, &dtest, MFM_BACKEND_CUDA, batches[b], 0, 1, &gpu, &gpu_call, &loss);
                 train_cell(init, &dtrain, &dtest, MFM_BACKEND_CUDA, batches[b], 1, 1, &det, &det_call, &loss_det);
-                printf("%-7s %-5s %3d %6d | %10.0f | %11.0f %11.0f %5.1f%% %8.5f | %11.0f %5.0f%% %8.5f\n", shape == 0 ? "Criteo" : "Avazu", bench_model_names[model], k,
+                printf("%-7s %-5s %3d %6d | %10.0f | %11.0f %11.0f %5.1f%% %8.5f | %11.0f %5.0f%% %8.5f\n", shape == 0 ? "Criteo" : "Avazu", mfm_model_type_name((mfm_model_type)model), k,
                        batches[b], cpu, gpu, gpu_call, 100 * gpu / ceiling, loss, det, 100 * det / gpu, loss_det);
                 fflush(stdout);
             }
@@ -218,7 +218,7 @@ static void train_table(uint64_t n_rows, uint32_t n_features, uint64_t cpu_rows,
     }
     printf("GPU rows/s: the second epoch's pass (model and rows on the device; its order was made while the first ran); with copies: the whole\n"
            "mfm_fit call of two epochs, uploads and download included. Logloss: after the GPU's two epochs.\n"
-           "%% ceil: of the AdaGrad training ceiling of gpu_anchors.md 4.3 (FFM: bytes at 2.8 TB/s; FM, FwFM: FM's record read-modify-write).\n");
+           "%% ceil: of the AdaGrad training ceiling of docs/PERFORMANCE.md (FFM: bytes at 2.8 TB/s; FM, FwFM: FM's record read-modify-write).\n");
 }
 
 int main(int argc, char **argv) {
@@ -241,7 +241,7 @@ int main(int argc, char **argv) {
             char *name = argv[++i];
             only.models = 0;
             for (name = strtok(name, ","); name; name = strtok(NULL, ",")) {
-                const int model = !strcmp(name, "fm") ? MFM_MODEL_FM : !strcmp(name, "ffm") ? MFM_MODEL_FFM : !strcmp(name, "fwfm") ? MFM_MODEL_FWFM : -1;
+                const int model = bench_parse_model(name);
                 if (model < 0) {
                     fprintf(stderr, "--model: unknown model '%s' (fm, ffm, fwfm)\n", name);
                     return 2;
@@ -317,7 +317,7 @@ int main(int argc, char **argv) {
             t_res = best_of(5, &c, ON_GPU_RESIDENT, gpu_out);
             for (r = 0; r < n_rows; r++) diff = fmax(diff, fabs((double)gpu_out[r] - cpu_out[r]));
             ceiling = 1e6 * (model == MFM_MODEL_FFM ? ceiling_ffm : ceiling_fm)[shape][i % 3];
-            printf("%-7s %-5s %3d | %12.0f %14.0f %14.0f | %9.0fM %5.1f%% | %9.2g\n", shape == 0 ? "Criteo" : "Avazu", bench_model_names[model], k,
+            printf("%-7s %-5s %3d | %12.0f %14.0f %14.0f | %9.0fM %5.1f%% | %9.2g\n", shape == 0 ? "Criteo" : "Avazu", mfm_model_type_name((mfm_model_type)model), k,
                    n_rows / t_cpu, n_rows / t_tr, n_rows / t_res, ceiling / 1e6, 100 * (n_rows / t_res) / ceiling, diff);
             fflush(stdout);
             mfm_gpu_data_free(c.gd);

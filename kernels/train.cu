@@ -1,4 +1,4 @@
-/* kernels/train.cu - one training batch on the GPU in two launches (three with a sweep, below; SPEC 5):
+/* kernels/train.cu - one training batch on the GPU in two launches (three with a sweep, below; docs/SPEC.md section 5):
      mfm_train_rows_*    every row of the batch on a group of lanes (as in predict.cu): its score
                          against the parameters as the batch found them, its loss and
                          weight * dL/ds, then its data gradients added into dense gradient

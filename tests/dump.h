@@ -17,7 +17,7 @@ static size_t dump_model(const mfm_model *m, float *out, size_t cap) {
             for (slot = 0; slot <= info.n_state_slots; slot++) {
                 size_t n = mfm_tensor_size(m, (mfm_tensor)t);
                 if (!n) continue;
-                if (used + n > cap || mfm_model_read(m, (mfm_tensor)t, slot, c, out + used, n, NULL) != MFM_OK) return 0;
+                if (used + n > cap || mfm_model_get_tensor(m, (mfm_tensor)t, slot, c, out + used, n, NULL) != MFM_OK) return 0;
                 used += n;
             }
     return used;

@@ -23,7 +23,10 @@ size_t inplace_train_dump(const mfm_params *p, const mfm_csr *d, float *out, siz
 /* Forgets what the CUDA loader found, so that a forked child loads again under its own
    environment (the loader otherwise loads once per process). */
 void test_cuda_forget(void);
-void test_cuda_forget(void) { memset(&mfm__cuda, 0, sizeof mfm__cuda); }
+void test_cuda_forget(void) {
+    memset(&mfm__cuda, 0, sizeof mfm__cuda);
+    memset(&mfm__settings, 0, sizeof mfm__settings);
+}
 
 /* Takes device memory in device 0's context until less than `leave` bytes are free, so that a
    test can watch the library run out; test_gpu_hog(0) gives it all back. 1 when the device

@@ -51,8 +51,8 @@ void ref_load(ref_model *r, const mfm_model *m) {
             float *buf = (float *)xcalloc(n, sizeof(float));
             r->t[s][t] = (double *)xcalloc(n * r->n_classes, sizeof(double));
             for (c = 0; c < r->n_classes && n; c++) {
-                mfm_status st = mfm_model_read(m, (mfm_tensor)t, s, c, buf, n, NULL);
-                CHECK(st == MFM_OK, "mfm_model_read(tensor %d, slot %d, class %u) failed with status %d", t, s, (unsigned)c, (int)st);
+                mfm_status st = mfm_model_get_tensor(m, (mfm_tensor)t, s, c, buf, n, NULL);
+                CHECK(st == MFM_OK, "mfm_model_get_tensor(tensor %d, slot %d, class %u) failed with status %d", t, s, (unsigned)c, (int)st);
                 for (i = 0; i < n; i++) r->t[s][t][c * n + i] = buf[i];
             }
             free(buf);
@@ -334,8 +334,8 @@ int check_model(const mfm_model *m, const ref_model *expected, const ref_model *
             size_t n = expected->size[t], i;
             float *got = (float *)xcalloc(n, sizeof(float));
             for (c = 0; c < expected->n_classes && n; c++) {
-                if (mfm_model_read(m, (mfm_tensor)t, s, c, got, n, NULL) != MFM_OK) {
-                    runner_fail(__FILE__, __LINE__, "%s: mfm_model_read(%s, slot %d, class %u) failed", what, tensor_name(t), s, (unsigned)c);
+                if (mfm_model_get_tensor(m, (mfm_tensor)t, s, c, got, n, NULL) != MFM_OK) {
+                    runner_fail(__FILE__, __LINE__, "%s: mfm_model_get_tensor(%s, slot %d, class %u) failed", what, tensor_name(t), s, (unsigned)c);
                     bad++;
                     continue;
                 }
@@ -370,7 +370,7 @@ void snapshot_take(snapshot *sn, const mfm_model *m) {
         for (t = 0; t < MFM_TENSOR_COUNT; t++) {
             size_t n = mfm_tensor_size(m, (mfm_tensor)t);
             for (c = 0; c < info.n_classes && n; c++, at += n)
-                CHECK(mfm_model_read(m, (mfm_tensor)t, s, c, sn->data + at, n, NULL) == MFM_OK, "snapshot: mfm_model_read failed");
+                CHECK(mfm_model_get_tensor(m, (mfm_tensor)t, s, c, sn->data + at, n, NULL) == MFM_OK, "snapshot: mfm_model_get_tensor failed");
         }
 }
 
@@ -396,7 +396,7 @@ static void model_write_all(mfm_model *m, int slot, uint64_t *rng, double scale,
         buf = (float *)xcalloc(n, sizeof(float));
         for (c = 0; c < info.n_classes; c++) {
             for (i = 0; i < n; i++) buf[i] = rng ? (float)rng_uniform(rng, -scale, scale) : constant;
-            CHECK(mfm_model_write(m, (mfm_tensor)t, slot, c, buf, n, NULL) == MFM_OK, "mfm_model_write(%s, slot %d) failed", tensor_name(t), slot);
+            CHECK(mfm_model_set_tensor(m, (mfm_tensor)t, slot, c, buf, n, NULL) == MFM_OK, "mfm_model_set_tensor(%s, slot %d) failed", tensor_name(t), slot);
         }
         free(buf);
     }

@@ -1,10 +1,10 @@
 /* ref.h - what the tests compare the library against, and the fixtures they share.
 
    The reference is independent of the code under test: a naive O(z^2 k) scorer in double
-   precision over parameters read from (or written into) a model, losses as SPEC section 3
-   states them, central finite-difference gradients, the optimizer steps of SPEC section 6 and
-   the batch rule of SPEC section 5. The library is only used to create models and to move
-   parameters in and out of them (mfm_model_read / mfm_model_write). */
+   precision over parameters read from (or written into) a model, losses as docs/SPEC.md section 3
+   states them, central finite-difference gradients, the optimizer steps of docs/SPEC.md section 6 and
+   the batch rule of docs/SPEC.md section 5. The library is only used to create models and to move
+   parameters in and out of them (mfm_model_get_tensor / mfm_model_set_tensor). */
 #ifndef TESTS_REF_H
 #define TESTS_REF_H
 
@@ -57,7 +57,7 @@ void ref_fd_grad(ref_model *r, const mfm_csr *d, const uint64_t *rows, size_t n_
 void ref_grad_free(double *grad[MFM_TENSOR_COUNT]);
 
 /* mask[t][i] = 1 when a batch of these rows touches coordinate i of tensor t (every class
-   alike), by the rule of SPEC section 5. Allocated here; free with ref_mask_free. */
+   alike), by the rule of docs/SPEC.md section 5. Allocated here; free with ref_mask_free. */
 void ref_touched(const ref_model *r, const mfm_csr *d, const uint64_t *rows, size_t n_rows, unsigned char *mask[MFM_TENSOR_COUNT]);
 void ref_mask_free(unsigned char *mask[MFM_TENSOR_COUNT]);
 

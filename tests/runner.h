@@ -70,7 +70,7 @@
     X(test_text_threads_identical)          \
     X(test_text_threads_error_line)         \
     X(test_read_large_file_chunks)          \
-    X(test_read_shared_files)               \
+    X(test_read_realistic_files)            \
     X(test_read_stdin)                      \
     X(test_write_text_round_trip)           \
     X(test_write_unlabeled_empty_row)       \
@@ -87,6 +87,20 @@
     X(test_model_save_crash_safe)           \
     X(test_model_load_crafted_class_weights) \
     X(test_model_inspect_agrees_with_load)    \
+    X(test_faults_output_writer) \
+    X(test_faults_unwritable_folder) \
+    X(test_faults_kill_during_save) \
+    X(test_faults_signal_during_save) \
+    X(test_faults_file_size_limit) \
+    X(test_faults_concurrent_writers) \
+    X(test_faults_fifo_output) \
+    X(test_faults_tool_outputs) \
+    X(test_faults_tool_same_file) \
+    X(test_faults_tool_model_path_first) \
+    X(test_faults_tool_signals) \
+    X(test_faults_tool_cache_digest) \
+    X(test_faults_tool_resume) \
+    X(test_faults_tool_stdout_errors) \
     X(test_cli_train_predict_eval)            \
     X(test_cli_epoch_lines_and_auto_stop)     \
     X(test_cli_stdin)                         \
@@ -95,6 +109,16 @@
     X(test_cli_hogwild)                       \
     X(test_cli_resume)                        \
     X(test_cli_cache_and_backend)             \
+    X(test_failsafe_diverged_sgd)             \
+    X(test_failsafe_diverged_regression_labels) \
+    X(test_failsafe_diverged_tool)            \
+    X(test_failsafe_diverged_gpu)             \
+    X(test_failsafe_api_null_and_nan)         \
+    X(test_failsafe_params_enums)             \
+    X(test_failsafe_input_messages)           \
+    X(test_failsafe_row_numbers_and_metric_names) \
+    X(test_failsafe_nan_metric_is_told)       \
+    X(test_failsafe_tool_messages)            \
     X(test_lifecycle_early_stop_restores_best) \
     X(test_lifecycle_early_stop_keep_last) \
     X(test_lifecycle_early_stop_patience_min_delta) \
@@ -117,10 +141,16 @@
     X(test_lifecycle_adagrad_init) \
     X(test_lifecycle_libffm_reference) \
     X(test_lifecycle_top_interactions_n_zero) \
+    X(test_api_dataset_view_fits_a_model) \
+    X(test_api_threads_zero_is_every_core) \
+    X(test_api_enum_names) \
+    X(test_api_null_arguments) \
     X(test_cuda_nvrtc_compiles_every_arch) \
     X(test_cuda_cache_round_trip) \
     X(test_cuda_cache_two_processes) \
     X(test_cuda_cache_unwritable) \
+    X(test_cuda_settings) \
+    X(test_cuda_cache_tool_reports) \
     X(test_cuda_no_driver) \
     X(test_cuda_nvrtc_path_missing) \
     X(test_cuda_training_params) \
@@ -145,6 +175,10 @@ TEST_LIST(TEST_DECLARE)
 
 /* Records a failure of the running test and prints file:line and the message. */
 void runner_fail(const char *file, int line, const char *fmt, ...) RUNNER_PRINTF(3, 4);
+
+/* 1 when TESTS_QUICK is set (not "0"): a heavy test then checks the same property on a smaller
+   instance. The sanitizer runs set it; the plain run keeps the full sizes. */
+int runner_quick(void);
 
 /* Marks the running test as skipped, with the reason printed next to its name (a test that
    needs a GPU on a machine without one). Failures recorded before still count. */

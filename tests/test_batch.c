@@ -1,4 +1,4 @@
-/* test_batch.c - mini-batches (SPEC section 5), row and class weights (section 3),
+/* test_batch.c - mini-batches (docs/SPEC.md section 5), row and class weights (section 3),
    determinism and threads. */
 #include "ref.h"
 #include "runner.h"
@@ -157,11 +157,11 @@ void test_batch_ffm_single_nonzero_row(void) {
         nv = mfm_tensor_size(m, MFM_TENSOR_V);
         v_before = (float *)malloc(2 * nv * sizeof(float));
         v_after = (float *)malloc(2 * nv * sizeof(float));
-        for (slot = 0; slot <= pass; slot++) mfm_model_read(m, MFM_TENSOR_V, slot, 0, v_before + slot * nv, nv, NULL);
-        mfm_model_read(m, MFM_TENSOR_W, 0, 0, w_before, 6, NULL);
+        for (slot = 0; slot <= pass; slot++) mfm_model_get_tensor(m, MFM_TENSOR_V, slot, 0, v_before + slot * nv, nv, NULL);
+        mfm_model_get_tensor(m, MFM_TENSOR_W, 0, 0, w_before, 6, NULL);
         CHECK(mfm_fit(m, &row.csr, NULL) == MFM_OK, "mfm_fit failed");
-        for (slot = 0; slot <= pass; slot++) mfm_model_read(m, MFM_TENSOR_V, slot, 0, v_after + slot * nv, nv, NULL);
-        mfm_model_read(m, MFM_TENSOR_W, 0, 0, w_after, 6, NULL);
+        for (slot = 0; slot <= pass; slot++) mfm_model_get_tensor(m, MFM_TENSOR_V, slot, 0, v_after + slot * nv, nv, NULL);
+        mfm_model_get_tensor(m, MFM_TENSOR_W, 0, 0, w_after, 6, NULL);
         CHECK(memcmp(v_before, v_after, (size_t)(pass + 1) * nv * sizeof(float)) == 0, "optimizer %d: a one-non-zero FFM row moved V or its state",
               (int)p.optimizer);
         CHECK(w_after[3] != w_before[3], "optimizer %d: w of the present feature did not move", (int)p.optimizer);
@@ -182,9 +182,9 @@ void test_batch_ffm_single_nonzero_row(void) {
         if (!m) return;
         model_randomize(m, 83, 0.5);
         one_row_init(&row, 1, feature, NULL, value, 1.0f);
-        mfm_model_read(m, MFM_TENSOR_V, 0, 0, v_before, 24, NULL);
+        mfm_model_get_tensor(m, MFM_TENSOR_V, 0, 0, v_before, 24, NULL);
         CHECK(mfm_fit(m, &row.csr, NULL) == MFM_OK, "mfm_fit failed");
-        mfm_model_read(m, MFM_TENSOR_V, 0, 0, v_after, 24, NULL);
+        mfm_model_get_tensor(m, MFM_TENSOR_V, 0, 0, v_after, 24, NULL);
         for (i = 0; i < 24; i++) {
             double want = i / 4 == 3 ? v_before[i] * (1 - 0.1 * 0.1) : v_before[i];
             CHECK_NEAR(v_after[i], want, 1e-6, 1e-8, "FM single non-zero: V[%d]", i);
@@ -341,8 +341,10 @@ void test_determinism_same_seed(void) {
             CHECK(snapshot_equal(&a, &b), "case %d: two runs with the same seed differ", which);
             snapshot_free(&b);
             p.hogwild = 1;
+            p.n_threads = 1; /* (0 would be every core) */
             if (train_snapshot(&p, &td.csr, &b)) CHECK(snapshot_equal(&a, &b), "case %d: one Hogwild thread differs from the plain schedule", which);
             p.hogwild = 0;
+            p.n_threads = 0;
             p.seed = 8;
             if (train_snapshot(&p, &td.csr, &c)) CHECK(!snapshot_equal(&a, &c), "case %d: seeds 7 and 8 gave identical models", which);
             snapshot_free(&c);
@@ -394,10 +396,13 @@ void test_determinism_fixed_threads(void) {
    n_threads 2, 3 and 5 give the bits of 1: AdaGrad and FTRL, batch 64 and 7, 2 epochs over
    1000 rows, every model and task, and FwFM on dense rows (every field once, in order), where a
    worker takes a's pairs whole or not at all: k = 4 (summed pair by pair), and k = 8 and 16
-   (multiclass), summed from the terms their scores left where the CPU has AVX. */
+   (multiclass), summed from the terms their scores left where the CPU has AVX. Quick runs (the
+   sanitizers', which look for races, not for other bits) take 300 rows and 2 and 3 threads. */
 void test_threads_bit_identical(void) {
     static const mfm_optimizer optimizers[2] = {MFM_OPTIMIZER_ADAGRAD, MFM_OPTIMIZER_FTRL};
     static const int batches[2] = {64, 7}, thread_counts[3] = {2, 3, 5};
+    const int n_counts = runner_quick() ? 2 : 3;
+    const uint64_t n_rows = runner_quick() ? 300 : 1000;
     int which, i;
     for (which = 0; which < 7; which++)
         for (i = 0; i < 2; i++) {
@@ -409,7 +414,7 @@ void test_threads_bit_identical(void) {
             int ti;
             determinism_params(which == 6 ? 3 : which >= 4 ? 2 : which, &p, &task);
             if (which >= 5) p.model = MFM_MODEL_FWFM, p.k = which == 5 ? 8 : 16;
-            spec = train_data(task, 3, 1000, 113);
+            spec = train_data(task, 3, n_rows, 113);
             if (which >= 4) spec.min_nnz = spec.max_nnz = (int)spec.n_fields;
             data_random(&td, &spec);
             if (which >= 4) data_fields_in_order(&td);
@@ -417,7 +422,7 @@ void test_threads_bit_identical(void) {
             p.batch_size = batches[i];
             p.n_threads = 1;
             if (train_snapshot(&p, &td.csr, &one))
-                for (ti = 0; ti < 3; ti++) {
+                for (ti = 0; ti < n_counts; ti++) {
                     p.n_threads = thread_counts[ti];
                     if (!train_snapshot(&p, &td.csr, &many)) continue;
                     CHECK(snapshot_equal(&one, &many), "case %d, %s batch %d: %d threads differ from 1", which, i ? "FTRL" : "AdaGrad", batches[i],

@@ -1,7 +1,8 @@
-/* test_cli.c - the mfm tool end to end: train -> predict -> eval on the shared data files, with
-   every number checked against the library API (and the metrics against a direct computation
-   from the predictions file), data through standard input, convert round trips, info, and the
-   exit status and message of failures. The tool is run as ./build/mfm (make builds it first). */
+/* test_cli.c - the mfm tool end to end: train -> predict -> eval on data files the tests write
+   (testdata.h), with every number checked against the library API (and the metrics against a
+   direct computation from the predictions file), data through standard input, convert round
+   trips, info, and the exit status and message of failures. The tool is run as ./build/mfm
+   (make builds it first), or as $MFM_TOOL when that is set. */
 #if !defined(_XOPEN_SOURCE)
 #define _XOPEN_SOURCE 700
 #endif
@@ -9,6 +10,8 @@
 #include "ref.h"
 #include "runner.h"
 #include "scratch.h"
+#include "testdata.h"
+#include "tool.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -17,11 +20,25 @@
 #include <string.h>
 #include <sys/wait.h>
 
-#define MFM_TOOL "./build/mfm"
-#define CRITEO_TRAIN "../shared/data/xlearn_criteo_small_train.txt"
-#define CRITEO_TEST "../shared/data/xlearn_criteo_small_test.txt"
-#define AGARICUS_TRAIN "../shared/data/xlearn_agaricus_train.txt"
-#define AGARICUS_TEST "../shared/data/xlearn_agaricus_test.txt"
+#define MFM_TOOL tool_path()
+
+/* The generated data files (testdata_standard), written by cli_data into the scratch directory
+   that each test removes at its end: click-log-like libffm (200 rows each) and mushroom-like
+   libsvm (2000 and 500 rows). */
+static char FFM_TRAIN[128], FFM_TEST[128], SVM_TRAIN[128], SVM_TEST[128];
+static testdata_facts ffm_train_facts;
+
+/* The test AUC training must reach on the planted signal (the settings used reach about 0.74
+   on test.ffm and 0.87 on test.svm; a model that learned nothing scores about 0.5). */
+#define FFM_MIN_AUC 0.65
+#define SVM_MIN_AUC 0.80
+
+static int cli_data(void) {
+    return testdata_standard(TESTDATA_TRAIN_FFM, FFM_TRAIN, sizeof FFM_TRAIN, &ffm_train_facts) &&
+           testdata_standard(TESTDATA_TEST_FFM, FFM_TEST, sizeof FFM_TEST, NULL) &&
+           testdata_standard(TESTDATA_TRAIN_SVM, SVM_TRAIN, sizeof SVM_TRAIN, NULL) &&
+           testdata_standard(TESTDATA_TEST_SVM, SVM_TEST, sizeof SVM_TEST, NULL);
+}
 
 /* Runs "mfm ARGS" through the shell with stdout and stderr in scratch files; returns the exit
    status (-1 when it did not exit normally). */
@@ -88,8 +105,9 @@ static int read_predictions(const char *path, float *v, uint64_t n) {
 
 /* Trains through the tool and through the API with the same settings; the two models must be
    the same bit for bit, predict -> file must equal mfm_predict, and eval's numbers must equal
-   mfm_evaluate and a logloss/AUC computed here from the predictions file. */
-static void check_train_predict_eval(const char *train_path, const char *test_path, const char *tool_opts, const mfm_params *api) {
+   mfm_evaluate and a logloss/AUC computed here from the predictions file, and the model must
+   have learned the planted signal: test AUC (counted here) at least min_auc. */
+static void check_train_predict_eval(const char *train_path, const char *test_path, const char *tool_opts, const mfm_params *api, double min_auc) {
     char model_path[512], pred_path[512], cmd[1600], out[4096], errs[4096];
     mfm_dataset *train = read_data(train_path, MFM_TASK_BINARY), *test = read_data(test_path, MFM_TASK_BINARY);
     mfm_model *tool_model = NULL, *api_model = NULL;
@@ -139,6 +157,7 @@ static void check_train_predict_eval(const char *train_path, const char *test_pa
     CHECK_NEAR(metric(out, "logloss"), loss, 0, 2e-6, "eval's logloss against the predictions file: %s", out);
     CHECK_NEAR(metric(out, "logloss"), met.logloss, 0, 2e-6, "eval's logloss against mfm_evaluate: %s", out);
     CHECK_NEAR(metric(out, "auc"), pair_auc(te.labels, from_file, n), 0, 2e-6, "eval's AUC against a direct count: %s", out);
+    CHECK(pair_auc(te.labels, from_file, n) >= min_auc, "'%s' learned too little: test AUC %.4f < %.2f", cmd, pair_auc(te.labels, from_file, n), min_auc);
     CHECK_NEAR(metric(out, "accuracy"), met.accuracy, 0, 2e-6, "eval's accuracy: %s", out);
 done:
     free(from_file);
@@ -152,6 +171,7 @@ done:
 
 void test_cli_train_predict_eval(void) {
     mfm_params p;
+    REQUIRE(cli_data(), "cannot write the data files");
     memset(&p, 0, sizeof p);
     p.model = MFM_MODEL_FFM;
     p.k = 4;
@@ -161,7 +181,7 @@ void test_cli_train_predict_eval(void) {
     p.seed = 5;
     p.batch_size = 4;
     p.n_threads = 2;
-    check_train_predict_eval(CRITEO_TRAIN, CRITEO_TEST, "--model ffm -k 4 -t 3 -r 0.1 -l 1e-4 --seed 5 --batch 4 -s 2 --quiet", &p);
+    check_train_predict_eval(FFM_TRAIN, FFM_TEST, "--model ffm -k 4 -t 3 -r 0.1 -l 1e-4 --seed 5 --batch 4 -s 2 --quiet", &p, FFM_MIN_AUC);
     memset(&p, 0, sizeof p);
     p.model = MFM_MODEL_FM;
     p.optimizer = MFM_OPTIMIZER_FTRL;
@@ -170,7 +190,7 @@ void test_cli_train_predict_eval(void) {
     p.learning_rate = 0.2;
     p.l1_linear = 1e-3;
     p.seed = 9;
-    check_train_predict_eval(AGARICUS_TRAIN, AGARICUS_TEST, "--model fm --optimizer ftrl -k 2 -t 2 -r 0.2 --l1-linear 1e-3 --seed 9 --quiet", &p);
+    check_train_predict_eval(SVM_TRAIN, SVM_TEST, "--model fm --optimizer ftrl -k 2 -t 2 -r 0.2 --l1-linear 1e-3 --seed 9 --quiet", &p, SVM_MIN_AUC);
     scratch_clean();
 }
 
@@ -179,9 +199,11 @@ void test_cli_epoch_lines_and_auto_stop(void) {
     char model_path[512], cmd[1200], out[8192], errs[4096];
     const char *line;
     int rc, lines = 0, best = 0;
+    REQUIRE(cli_data(), "cannot write the data files");
     scratch_path(model_path, sizeof model_path, "stop.model");
-    /* a large learning rate overfits 200 rows within a few epochs */
-    snprintf(cmd, sizeof cmd, "%s train --model ffm -k 4 -t 30 -r 0.5 -p %s --auto-stop %s %s", MFM_TOOL, CRITEO_TEST, CRITEO_TRAIN, model_path);
+    /* 200 rows of ~10,000 mostly rare features: FFM learns the signal in an epoch or two,
+       then memorizes the rows and the validation loss rises */
+    snprintf(cmd, sizeof cmd, "%s train --model ffm -k 4 -t 30 -r 0.1 -p %s --auto-stop %s %s", MFM_TOOL, FFM_TEST, FFM_TRAIN, model_path);
     rc = run_tool(cmd, out, sizeof out, errs, sizeof errs);
     REQUIRE(rc == 0, "'%s' exited with %d: %s", cmd, rc, errs);
     for (line = out; (line = strchr(line, '\n')) != NULL; line++) {
@@ -211,12 +233,13 @@ void test_cli_stdin(void) {
     unsigned char *x, *y;
     size_t nx = 0, ny = 0;
     int rc;
+    REQUIRE(cli_data(), "cannot write the data files");
     scratch_path(a, sizeof a, "file.model");
     scratch_path(b, sizeof b, "pipe.model");
-    snprintf(cmd, sizeof cmd, "%s train --model fwfm -k 3 -t 2 --quiet %s %s", MFM_TOOL, CRITEO_TRAIN, a);
+    snprintf(cmd, sizeof cmd, "%s train --model fwfm -k 3 -t 2 --quiet %s %s", MFM_TOOL, FFM_TRAIN, a);
     rc = run_tool(cmd, out, sizeof out, errs, sizeof errs);
     REQUIRE(rc == 0, "'%s' exited with %d: %s", cmd, rc, errs);
-    snprintf(cmd, sizeof cmd, "cat %s | %s train --model fwfm -k 3 -t 2 --quiet - %s", CRITEO_TRAIN, MFM_TOOL, b);
+    snprintf(cmd, sizeof cmd, "cat %s | %s train --model fwfm -k 3 -t 2 --quiet - %s", FFM_TRAIN, MFM_TOOL, b);
     rc = run_tool(cmd, out, sizeof out, errs, sizeof errs);
     REQUIRE(rc == 0, "'%s' exited with %d: %s", cmd, rc, errs);
     x = read_whole_file(a, &nx);
@@ -233,11 +256,12 @@ void test_cli_convert_and_info(void) {
     unsigned char *x, *y;
     size_t nx = 0, ny = 0;
     int rc;
+    REQUIRE(cli_data(), "cannot write the data files");
     scratch_path(bin, sizeof bin, "data.mfmd");
     scratch_path(t1, sizeof t1, "direct.ffm");
     scratch_path(t2, sizeof t2, "via-binary.ffm");
     scratch_path(model, sizeof model, "info.model");
-    snprintf(cmd, sizeof cmd, "%s convert %s %s && %s convert %s %s && %s convert %s %s", MFM_TOOL, CRITEO_TRAIN, bin, MFM_TOOL, CRITEO_TRAIN, t1,
+    snprintf(cmd, sizeof cmd, "%s convert %s %s && %s convert %s %s && %s convert %s %s", MFM_TOOL, FFM_TRAIN, bin, MFM_TOOL, FFM_TRAIN, t1,
              MFM_TOOL, bin, t2);
     rc = run_tool(cmd, out, sizeof out, errs, sizeof errs);
     REQUIRE(rc == 0, "'%s' exited with %d: %s", cmd, rc, errs);
@@ -248,31 +272,43 @@ void test_cli_convert_and_info(void) {
     free(y);
     snprintf(cmd, sizeof cmd, "%s info %s", MFM_TOOL, bin);
     rc = run_tool(cmd, out, sizeof out, errs, sizeof errs);
-    CHECK(rc == 0 && strstr(out, "200") && strstr(out, "3508"), "info on a binary dataset (exit %d) should give 200 rows, 3508 non-zeros:\n%s%s", rc, out, errs);
+    {
+        char rows[32], nnz[32];
+        snprintf(rows, sizeof rows, "%" PRIu64, ffm_train_facts.n_rows);
+        snprintf(nnz, sizeof nnz, "%" PRIu64, ffm_train_facts.nnz);
+        CHECK(rc == 0 && strstr(out, rows) && strstr(out, nnz), "info on a binary dataset (exit %d) should give %s rows, %s non-zeros:\n%s%s", rc, rows, nnz, out,
+              errs);
+    }
     snprintf(cmd, sizeof cmd, "%s train --model ffm -k 5 -t 1 --quiet %s %s && %s info %s", MFM_TOOL, bin, model, MFM_TOOL, model);
     rc = run_tool(cmd, out, sizeof out, errs, sizeof errs);
-    CHECK(rc == 0 && strstr(out, "ffm") && strstr(out, "9991") && strstr(out, "adagrad") && strstr(out, "epochs trained     1"),
-          "info on a model (exit %d) should name ffm, adagrad, 9991 features and 1 epoch:\n%s%s", rc, out, errs);
+    {
+        char features[32];
+        snprintf(features, sizeof features, "%u", (unsigned)ffm_train_facts.n_features);
+        CHECK(rc == 0 && strstr(out, "ffm") && strstr(out, features) && strstr(out, "adagrad") && strstr(out, "epochs trained     1"),
+              "info on a model (exit %d) should name ffm, adagrad, %s features and 1 epoch:\n%s%s", rc, features, out, errs);
+    }
     scratch_clean();
 }
 
 /* Failures: exit 1 (or 2 for a bad command line) and one sentence on stderr saying where. */
 void test_cli_errors(void) {
     static const struct {
-        const char *args, *expect;
+        const char *args, *data, *after, *expect; /* mfm args [data file] after */
         int status;
     } cases[] = {
-        {"train no-such-file.ffm", "no-such-file.ffm", 1},
-        {"train -k abc " CRITEO_TRAIN, "-k", 2},
-        {"train --no-such-option " CRITEO_TRAIN, "--no-such-option", 2},
-        {"predict no-such.model " CRITEO_TEST " -", "no-such.model", 1},
-        {"frobnicate", "frobnicate", 2},
+        {"train no-such-file.ffm", "", "", "no-such-file.ffm", 1},
+        {"train -k abc", "train", "", "-k", 2},
+        {"train --no-such-option", "train", "", "--no-such-option", 2},
+        {"predict no-such.model", "test", " -", "no-such.model", 1},
+        {"frobnicate", "", "", "frobnicate", 2},
     };
     char cmd[1200], out[4096], errs[4096], bad[512];
     size_t i;
     int rc;
+    REQUIRE(cli_data(), "cannot write the data files");
     for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        snprintf(cmd, sizeof cmd, "%s %s", MFM_TOOL, cases[i].args);
+        const char *data = strcmp(cases[i].data, "train") == 0 ? FFM_TRAIN : strcmp(cases[i].data, "test") == 0 ? FFM_TEST : "";
+        snprintf(cmd, sizeof cmd, "%s %s %s%s", MFM_TOOL, cases[i].args, data, cases[i].after);
         rc = run_tool(cmd, out, sizeof out, errs, sizeof errs);
         CHECK(rc == cases[i].status, "'%s' exited with %d, expected %d", cmd, rc, cases[i].status);
         CHECK(strncmp(errs, "mfm: ", 5) == 0 && strstr(errs, cases[i].expect) != NULL, "'%s' should say 'mfm: ...%s...', said: %s", cmd, cases[i].expect, errs);
@@ -290,7 +326,7 @@ void test_cli_errors(void) {
    is refused by name, and no model file is written. */
 void test_cli_hogwild(void) {
     char model_path[512], cmd[1600], out[4096], errs[4096];
-    mfm_dataset *train = read_data(AGARICUS_TRAIN, MFM_TASK_BINARY), *test = read_data(AGARICUS_TEST, MFM_TASK_BINARY);
+    mfm_dataset *train = NULL, *test = NULL;
     mfm_model *tool_model = NULL, *api_model = NULL;
     mfm_metrics tool_met, api_met;
     mfm_params p;
@@ -298,11 +334,14 @@ void test_cli_hogwild(void) {
     mfm_csr tr, te;
     FILE *f;
     int rc;
+    REQUIRE(cli_data(), "cannot write the data files");
+    train = read_data(SVM_TRAIN, MFM_TASK_BINARY);
+    test = read_data(SVM_TEST, MFM_TASK_BINARY);
     if (!train || !test) goto done;
     tr = mfm_dataset_csr(train);
     te = mfm_dataset_csr(test);
     scratch_path(model_path, sizeof model_path, "hogwild.model");
-    snprintf(cmd, sizeof cmd, "%s train --model fm -k 4 -t 3 -r 0.1 --seed 5 --hogwild -s 2 --quiet %s %s", MFM_TOOL, AGARICUS_TRAIN, model_path);
+    snprintf(cmd, sizeof cmd, "%s train --model fm -k 4 -t 3 -r 0.1 --seed 5 --hogwild -s 2 --quiet %s %s", MFM_TOOL, SVM_TRAIN, model_path);
     rc = run_tool(cmd, out, sizeof out, errs, sizeof errs);
     if (!CHECK(rc == 0, "'%s' exited with %d: %s", cmd, rc, errs)) goto done;
     if (!CHECK(mfm_model_load(model_path, &tool_model, &e) == MFM_OK, "%s", e.message)) goto done;
@@ -316,7 +355,7 @@ void test_cli_hogwild(void) {
     if (CHECK(mfm_evaluate(tool_model, &te, &tool_met, &e) == MFM_OK && mfm_evaluate(api_model, &te, &api_met, &e) == MFM_OK, "%s", e.message))
         CHECK(tool_met.auc >= api_met.auc - 0.02, "--hogwild -s 2: test AUC %.4f against one thread's %.4f", tool_met.auc, api_met.auc);
     scratch_path(model_path, sizeof model_path, "hogwild-cuda.model");
-    snprintf(cmd, sizeof cmd, "%s train --model fm -k 4 --hogwild -s 2 --backend cuda --quiet %s %s", MFM_TOOL, AGARICUS_TRAIN, model_path);
+    snprintf(cmd, sizeof cmd, "%s train --model fm -k 4 --hogwild -s 2 --backend cuda --quiet %s %s", MFM_TOOL, SVM_TRAIN, model_path);
     rc = run_tool(cmd, out, sizeof out, errs, sizeof errs);
     CHECK(rc == 1 && strstr(errs, "hogwild") != NULL, "'%s' should fail naming hogwild (exit %d): %s", cmd, rc, errs);
     f = fopen(model_path, "rb");
@@ -333,18 +372,20 @@ done:
 /* --resume continues exactly: 2 epochs, then 2 more from the file, score every row as 4 epochs
    in one go would (one thread); a model saved with --no-state is refused. */
 void test_cli_resume(void) {
-    char once[512], twice[512], stateless[512], cmd[2400], out[4096], errs[4096];
-    mfm_dataset *data = read_data(CRITEO_TRAIN, MFM_TASK_BINARY);
+    char once[512], twice[512], stateless[512], cmd[4000], out[4096], errs[4096];
+    mfm_dataset *data;
     mfm_model *a = NULL, *b = NULL;
     mfm_error e;
     float *sa = NULL, *sb = NULL;
     int rc;
+    REQUIRE(cli_data(), "cannot write the data files");
+    data = read_data(FFM_TRAIN, MFM_TASK_BINARY);
     REQUIRE(data != NULL, "no data");
     scratch_path(once, sizeof once, "four.model");
     scratch_path(twice, sizeof twice, "two-plus-two.model");
     scratch_path(stateless, sizeof stateless, "stateless.model");
-    snprintf(cmd, sizeof cmd, "%s train --model fwfm --optimizer adam -k 3 -t 4 --batch 3 --quiet %s %s && %s train --model fwfm --optimizer adam -k 3 -t 2 --batch 3 --quiet %s %s && %s train --resume %s -t 2 --quiet %s",
-             MFM_TOOL, CRITEO_TRAIN, once, MFM_TOOL, CRITEO_TRAIN, twice, MFM_TOOL, twice, CRITEO_TRAIN);
+    snprintf(cmd, sizeof cmd, "%s train --model fwfm --optimizer adam -k 3 -t 4 --batch 3 --quiet %s %s && %s train --model fwfm --optimizer adam -k 3 -t 2 --batch 3 --quiet %s %s && %s train --resume %s -t 2 --quiet %s %s",
+             MFM_TOOL, FFM_TRAIN, once, MFM_TOOL, FFM_TRAIN, twice, MFM_TOOL, twice, FFM_TRAIN, twice);
     rc = run_tool(cmd, out, sizeof out, errs, sizeof errs);
     if (CHECK(rc == 0, "'%s' exited with %d: %s", cmd, rc, errs) && CHECK(mfm_model_load(once, &a, &e) == MFM_OK, "%s", e.message) &&
         CHECK(mfm_model_load(twice, &b, &e) == MFM_OK, "%s", e.message)) {
@@ -359,8 +400,8 @@ void test_cli_resume(void) {
             CHECK(mfm_predict(b, &d, MFM_OUTPUT_SCORE, sb, d.n_rows, &e) == MFM_OK, "%s", e.message))
             CHECK(memcmp(sa, sb, d.n_rows * sizeof(float)) == 0, "2 + 2 resumed epochs score differently from 4 epochs");
     }
-    snprintf(cmd, sizeof cmd, "%s train --no-state -t 1 --quiet %s %s && %s train --resume %s %s", MFM_TOOL, CRITEO_TRAIN, stateless, MFM_TOOL,
-             stateless, CRITEO_TRAIN);
+    snprintf(cmd, sizeof cmd, "%s train --no-state -t 1 --quiet %s %s && %s train --resume %s %s %s", MFM_TOOL, FFM_TRAIN, stateless, MFM_TOOL,
+             stateless, FFM_TRAIN, stateless);
     rc = run_tool(cmd, out, sizeof out, errs, sizeof errs);
     CHECK(rc == 1 && strstr(errs, "without its optimizer state"), "resuming a stateless model should fail (exit %d): %s", rc, errs);
     free(sa);
@@ -380,6 +421,7 @@ void test_cli_cache_and_backend(void) {
     unsigned char *a, *b;
     size_t na = 0, nb = 0;
     int rc, have_nvrtc;
+    REQUIRE(cli_data(), "cannot write the data files");
     mfm_cuda_get_info(0, &info, NULL);
     have_nvrtc = info.nvrtc_version != 0;
     scratch_path(dir, sizeof dir, "cli-cache");
@@ -406,14 +448,14 @@ void test_cli_cache_and_backend(void) {
     scratch_path(model, sizeof model, "backend.model");
     scratch_path(cpu, sizeof cpu, "backend-cpu.txt");
     scratch_path(autop, sizeof autop, "backend-auto.txt");
-    snprintf(cmd, sizeof cmd, "%s train --model ffm -k 4 -t 1 --quiet %s %s && %s predict --backend cpu %s %s %s", MFM_TOOL, CRITEO_TRAIN, model,
-             MFM_TOOL, model, CRITEO_TEST, cpu);
+    snprintf(cmd, sizeof cmd, "%s train --model ffm -k 4 -t 1 --quiet %s %s && %s predict --backend cpu %s %s %s", MFM_TOOL, FFM_TRAIN, model,
+             MFM_TOOL, model, FFM_TEST, cpu);
     rc = run_tool(cmd, out, sizeof out, errs, sizeof errs);
     REQUIRE(rc == 0, "'%s' exited with %d: %s", cmd, rc, errs);
-    snprintf(cmd, sizeof cmd, "MFM_CUDA_LIBRARY=/nonexistent/libcuda.so.1 %s predict --backend cuda %s %s -", MFM_TOOL, model, CRITEO_TEST);
+    snprintf(cmd, sizeof cmd, "MFM_CUDA_LIBRARY=/nonexistent/libcuda.so.1 %s predict --backend cuda %s %s -", MFM_TOOL, model, FFM_TEST);
     rc = run_tool(cmd, out, sizeof out, errs, sizeof errs);
     CHECK(rc == 1 && strstr(errs, "no CUDA driver") && out[0] == '\0', "--backend cuda without a driver (exit %d): %s", rc, errs);
-    snprintf(cmd, sizeof cmd, "MFM_CUDA_LIBRARY=/nonexistent/libcuda.so.1 %s predict --backend auto %s %s %s", MFM_TOOL, model, CRITEO_TEST, autop);
+    snprintf(cmd, sizeof cmd, "MFM_CUDA_LIBRARY=/nonexistent/libcuda.so.1 %s predict --backend auto %s %s %s", MFM_TOOL, model, FFM_TEST, autop);
     rc = run_tool(cmd, out, sizeof out, errs, sizeof errs);
     CHECK(rc == 0, "--backend auto without a driver (exit %d): %s", rc, errs);
     a = read_whole_file(cpu, &na);

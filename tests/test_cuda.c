@@ -6,6 +6,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "runner.h"
 #include "scratch.h"
+#include "tool.h"
 #include "../modern_fm.h"
 
 #include <stdio.h>
@@ -122,10 +123,12 @@ void test_cuda_cache_round_trip(void) {
     REQUIRE(mfm_cache_clear(&n_removed, &e) == MFM_OK && n_removed == 1, "clear removed %zu", n_removed);
     setenv("MFM_CACHE", "readonly", 1);
     CHECK(mfm_cuda_build_kernels("sm_90", &b, &e) == MFM_OK && b.from_cache == 0 && b.stored == 0, "readonly: stored %d", b.stored);
+    CHECK(strstr(b.not_stored, "read-only") != NULL, "readonly: not stored because \"%s\"", b.not_stored);
     snprintf(path, sizeof path, "%s/v1", dir);
     CHECK(count_names_containing(path, ".mfmk") == 0, "readonly wrote nothing");
     setenv("MFM_CACHE", "off", 1);
     CHECK(mfm_cuda_build_kernels("sm_90", &b, &e) == MFM_OK && b.from_cache == 0 && b.path[0] == '\0', "off: path \"%s\"", b.path);
+    CHECK(strstr(b.not_stored, "off") != NULL, "off: not stored because \"%s\"", b.not_stored);
     unsetenv("MFM_CACHE");
 }
 
@@ -160,13 +163,97 @@ void test_cuda_cache_unwritable(void) {
     char file[512];
     mfm_kernel_build b;
     mfm_error e;
+    mfm_status st;
     scratch_path(file, sizeof file, "cache-is-a-file");
     REQUIRE(write_whole_file(file, "x", 1), "make a file");
-    setenv("MFM_CACHE_DIR", file, 1); /* a directory below a plain file can never be made */
+    setenv("MFM_CACHE_DIR", file, 1); /* a file where the folder should be */
     unsetenv("MFM_CACHE");
-    if (!have_nvrtc()) return;
-    CHECK(mfm_cuda_build_kernels("sm_90", &b, &e) == MFM_OK, "an unwritable cache fails nothing: %s", e.message);
+    if ((st = mfm_cuda_build_kernels("sm_90", &b, &e)) == MFM_ERR_NVRTC_UNAVAILABLE) {
+        runner_skip("%s", e.message);
+        return;
+    }
+    CHECK(st == MFM_OK, "an unwritable cache fails nothing: %s", e.message);
     CHECK(b.from_cache == 0 && b.stored == 0, "nothing stored (stored %d)", b.stored);
+    CHECK(strstr(b.not_stored, file) != NULL && strstr(b.not_stored, "not a folder") != NULL, "the reason names the folder: \"%s\"", b.not_stored);
+}
+
+/* `mfm cache` says why, and fails, where the library could store nothing or a setting means
+   nothing (it used to print "not stored" and exit 0, take MFM_CACHE=bogus as on, and list a
+   file as an empty cache). */
+void test_cuda_cache_tool_reports(void) {
+    char file[512], args[1400], out[2048], errs[2048];
+    int code;
+    mfm_cuda_info info;
+    scratch_path(file, sizeof file, "cache-tool-file");
+    REQUIRE(write_whole_file(file, "x", 1), "make a file");
+    code = tool_shell("MFM_CACHE=bogus \"$MFM\" cache", out, sizeof out, errs, sizeof errs);
+    CHECK(code == 1 && strstr(errs, "MFM_CACHE=bogus") && strstr(errs, "on, off or readonly"), "MFM_CACHE=bogus: exit %d, said: %s", code, errs);
+    snprintf(args, sizeof args, "MFM_CACHE_DIR='%s' \"$MFM\" cache", file);
+    code = tool_shell(args, out, sizeof out, errs, sizeof errs);
+    CHECK(code == 1 && strstr(errs, file) && strstr(errs, "not a folder"), "a file as the cache: exit %d, said: %s", code, errs);
+    unsetenv("MFM_CACHE");
+    mfm_cuda_get_info(0, &info, NULL); /* loads NVRTC, compiles nothing */
+    if (!info.nvrtc_version) {
+        runner_skip("no NVRTC here: the tool cannot compile the kernels");
+        return;
+    }
+    /* a folder below a file can never be made: the system's reason, and exit 1 */
+    snprintf(args, sizeof args, "MFM_CACHE_DIR='%s/below' \"$MFM\" cache --build sm_90", file);
+    code = tool_shell(args, out, sizeof out, errs, sizeof errs);
+    CHECK(code == 1 && strstr(errs, "not stored") && strstr(errs, "Not a directory") && strstr(errs, file), "an unwritable cache: exit %d, said: %s",
+          code, errs);
+}
+
+/* The GPU settings without any GPU or NVRTC: mfm_cuda_configure against the environment, and
+   the settings that mean nothing refused with a sentence that names them. */
+static int settings_child(void) {
+    mfm_cuda_config c;
+    mfm_error e;
+    char dir[512];
+    size_t n = 7;
+    int bad = 0;
+    memset(&c, 0, sizeof c);
+    c.cache_mode = (mfm_cache_mode)9;
+    if (mfm_cuda_configure(&c, &e) != MFM_ERR_INVALID_PARAM || !strstr(e.message, "cache_mode = 9")) bad |= 1;
+    /* the environment, then the settings over it */
+    setenv("MFM_CACHE_DIR", "/tmp/mfm-env-cache", 1);
+    if (mfm_cache_list(dir, sizeof dir, NULL, 0, &n, &e) != MFM_OK || strcmp(dir, "/tmp/mfm-env-cache/v1") != 0) bad |= 2;
+    c.cache_mode = MFM_CACHE_DEFAULT;
+    c.cache_dir = "/tmp/mfm-set-cache";
+    if (mfm_cuda_configure(&c, &e) != MFM_OK || mfm_cache_list(dir, sizeof dir, NULL, 0, &n, &e) != MFM_OK || strcmp(dir, "/tmp/mfm-set-cache/v1") != 0)
+        bad |= 4;
+    c.cache_mode = MFM_CACHE_OFF;
+    if (mfm_cuda_configure(&c, &e) != MFM_OK || mfm_cache_list(dir, sizeof dir, NULL, 0, &n, &e) != MFM_OK || dir[0] != '\0') bad |= 8;
+    /* NULL: back to the environment; an MFM_CACHE that names no mode is an error where the cache is used */
+    setenv("MFM_CACHE", "bogus", 1);
+    if (mfm_cuda_configure(NULL, &e) != MFM_OK) bad |= 16;
+    if (mfm_cache_list(dir, sizeof dir, NULL, 0, &n, &e) != MFM_ERR_INVALID_PARAM || !strstr(e.message, "MFM_CACHE=bogus")) bad |= 32;
+    c.cache_mode = MFM_CACHE_ON; /* the setting wins over the environment */
+    c.cache_dir = NULL;
+    if (mfm_cuda_configure(&c, &e) != MFM_OK || mfm_cache_list(dir, sizeof dir, NULL, 0, &n, &e) != MFM_OK) bad |= 64;
+    /* a cache folder that is a file */
+    setenv("MFM_CACHE_DIR", "/etc/passwd", 1);
+    if (mfm_cache_list(dir, sizeof dir, NULL, 0, &n, &e) != MFM_ERR_INVALID_PARAM || !strstr(e.message, "/etc/passwd") || !strstr(e.message, "not a folder"))
+        bad |= 128;
+    if (mfm_cache_clear(&n, &e) != MFM_ERR_INVALID_PARAM || n != 0) bad |= 256;
+    /* the driver's path: taken before the first load, named in the failure, fixed after it */
+    c.driver_library = "/nonexistent/libcuda-set.so.1";
+    if (mfm_cuda_configure(&c, &e) != MFM_OK) bad |= 512;
+    if (mfm_cuda_available() || mfm_cuda_get_info(0, NULL, &e) == MFM_OK) bad |= 1024;
+    {
+        mfm_cuda_info info;
+        if (mfm_cuda_get_info(0, &info, &e) != MFM_ERR_CUDA_UNAVAILABLE || !strstr(e.message, "/nonexistent/libcuda-set.so.1")) bad |= 2048;
+    }
+    c.driver_library = "/nonexistent/other.so.1";
+    if (mfm_cuda_configure(&c, &e) != MFM_ERR_INVALID_ARGUMENT || !strstr(e.message, "driver_library") ||
+        !strstr(e.message, "/nonexistent/libcuda-set.so.1"))
+        bad |= 4096;
+    if (bad) printf("  settings_child: failed checks 0x%x (last message: %s)\n", bad, e.message);
+    return bad ? 1 : 0;
+}
+
+void test_cuda_settings(void) {
+    CHECK(in_child(NULL, NULL, settings_child) == 0, "the GPU settings (see the line above)");
 }
 
 /* Without libcuda: CUDA says "no driver" (and a CUDA fit leaves the model as it was), AUTO
@@ -206,16 +293,16 @@ static int no_driver_child(void) {
     d.labels = y;
     p.backend = MFM_BACKEND_CUDA;
     if (mfm_model_set_params(m, &p, &e) != MFM_OK || mfm_model_clone(m, &c, &e) != MFM_OK) bad |= 8;
-    mfm_model_read(m, MFM_TENSOR_V, 0, 0, v_before, 24, NULL);
+    mfm_model_get_tensor(m, MFM_TENSOR_V, 0, 0, v_before, 24, NULL);
     if (mfm_fit(m, &d, &e) != MFM_ERR_CUDA_UNAVAILABLE || !strstr(e.message, "no CUDA driver")) bad |= 64;
-    mfm_model_read(m, MFM_TENSOR_V, 0, 0, v_auto, 24, NULL);
+    mfm_model_get_tensor(m, MFM_TENSOR_V, 0, 0, v_auto, 24, NULL);
     if (memcmp(v_before, v_auto, sizeof v_auto) != 0) bad |= 128;
     p.backend = MFM_BACKEND_AUTO;
     if (mfm_model_set_params(m, &p, &e) != MFM_OK || mfm_fit(m, &d, &e) != MFM_OK) bad |= 256;
     p.backend = MFM_BACKEND_CPU;
     if (mfm_model_set_params(c, &p, &e) != MFM_OK || mfm_fit(c, &d, &e) != MFM_OK) bad |= 256;
-    mfm_model_read(m, MFM_TENSOR_V, 0, 0, v_auto, 24, NULL);
-    mfm_model_read(c, MFM_TENSOR_V, 0, 0, v_cpu, 24, NULL);
+    mfm_model_get_tensor(m, MFM_TENSOR_V, 0, 0, v_auto, 24, NULL);
+    mfm_model_get_tensor(c, MFM_TENSOR_V, 0, 0, v_cpu, 24, NULL);
     if (memcmp(v_cpu, v_auto, sizeof v_auto) != 0 || memcmp(v_cpu, v_before, sizeof v_cpu) == 0) bad |= 512;
     mfm_model_free(c);
     mfm_model_free(m);

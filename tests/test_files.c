@@ -1,8 +1,8 @@
 /* test_files.c - dataset files: libffm and libsvm text parsed strictly and exactly (every quirk
    of real files, numbers bit for bit as strtof reads them, errors with the right line and
-   column, the same result from any number of threads), the shared real data sets against a
-   naive reference parser, standard input, the text and binary writers, and binary dataset
-   files that are refused when damaged.
+   column, the same result from any number of threads), files shaped like real data sets
+   (testdata.h) against a naive reference parser, standard input, the text and binary writers,
+   and binary dataset files that are refused when damaged.
 
    Expected values are written by hand or come from naive_parse below (strtok, strtoul and
    strtof over the text), never from the code under test. */
@@ -13,6 +13,7 @@
 #include "ref.h"
 #include "runner.h"
 #include "scratch.h"
+#include "testdata.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -26,8 +27,6 @@
 #include <sys/types.h>
 #include <unistd.h>
 #include <utime.h>
-
-#define DATA_DIR "../shared/data/"
 
 /* ============================== helpers ============================== */
 
@@ -906,10 +905,11 @@ void test_read_large_file_chunks(void) {
     free(t.p);
 }
 
-/* ============================== the shared real data ============================== */
+/* ============================== files shaped like real data ============================== */
 
-static void check_shared_file(const char *name, mfm_format format, uint64_t rows, uint32_t n_features, uint32_t n_fields, int has_values,
-                              uint64_t positives, uint64_t nnz) {
+/* Writes the file (svm: libsvm, else libffm), then reads it with every format/thread default
+   and checks it against the facts counted while writing and against the naive parse. */
+static void check_realistic_file(const char *name, int svm, uint64_t n_rows, uint64_t seed, int quirks) {
     char path[256];
     unsigned char *bytes;
     size_t size;
@@ -918,12 +918,27 @@ static void check_shared_file(const char *name, mfm_format format, uint64_t rows
     mfm_read_options o = read_opts(MFM_FORMAT_AUTO, MFM_TASK_DEFAULT, 0);
     mfm_error e;
     mfm_status st;
-    snprintf(path, sizeof path, DATA_DIR "%s", name);
+    testdata_facts facts;
+    const mfm_format format = svm ? MFM_FORMAT_LIBSVM : MFM_FORMAT_LIBFFM;
+    const int has_values = !svm; /* libffm's values are 0.3651 and 0.5, libsvm's all 1 */
+    uint64_t rows, positives, nnz;
+    uint32_t n_features, n_fields;
+    scratch_path(path, sizeof path, name);
+    REQUIRE(svm ? testdata_write_svm(path, n_rows, seed, quirks, &facts) : testdata_write_ffm(path, n_rows, seed, quirks, &facts), "cannot write %s", path);
+    rows = facts.n_rows;
+    positives = facts.positives;
+    nnz = facts.nnz;
+    n_features = facts.n_features;
+    n_fields = facts.n_fields;
+    CHECK(rows == n_rows && positives > 0 && positives < rows && nnz > rows, "%s: the writer's facts make no sense", name);
     bytes = read_whole_file(path, &size);
-    REQUIRE(bytes != NULL, "cannot read %s (the tests run from the project root)", path);
+    if (!CHECK(bytes != NULL && size == facts.bytes, "cannot read %s back (%zu bytes, written %llu)", path, size, (unsigned long long)facts.bytes)) {
+        free(bytes);
+        return;
+    }
     naive_parse((const char *)bytes, size, MFM_TASK_BINARY, &nv);
-    /* the README's facts, through the naive parser first (so that they hold for the file) */
-    CHECK(nv.n_rows == rows && nv.n_features == n_features && nv.n_fields == n_fields, "%s: the naive parse disagrees with the README", name);
+    /* the writer's facts, through the naive parser first (so that they hold for the file) */
+    CHECK(nv.n_rows == rows && nv.n_features == n_features && nv.n_fields == n_fields && nv.nnz == nnz, "%s: the naive parse disagrees with the writer", name);
     st = mfm_dataset_read(path, &o, &ds, &e);
     if (CHECK(st == MFM_OK, "read %s: %d %s", path, (int)st, st ? e.message : "")) {
         mfm_csr d = mfm_dataset_csr(ds);
@@ -937,10 +952,10 @@ static void check_shared_file(const char *name, mfm_format format, uint64_t rows
         CHECK(info.n_fields == n_fields && effective_n(&d, 1) == n_fields, "%s: n_fields %u (view %u), expected %u", name, info.n_fields, d.n_fields,
               n_fields);
         CHECK((d.values != NULL) == has_values, "%s: values %s", name, d.values ? "present" : "absent");
-        if (nnz) CHECK(info.nnz == nnz, "%s: %llu non-zeros, expected %llu", name, (unsigned long long)info.nnz, (unsigned long long)nnz);
+        CHECK(info.nnz == nnz, "%s: %llu non-zeros, expected %llu", name, (unsigned long long)info.nnz, (unsigned long long)nnz);
         if (d.labels)
             for (r = 0; r < d.n_rows; r++) pos += d.labels[r] == 1;
-        if (positives) CHECK(pos == positives, "%s: %llu positive labels, expected %llu", name, (unsigned long long)pos, (unsigned long long)positives);
+        CHECK(pos == positives, "%s: %llu positive labels, expected %llu", name, (unsigned long long)pos, (unsigned long long)positives);
         check_against_naive(ds, &nv, name);
     }
     parsed = parse_text((const char *)bytes, name, MFM_FORMAT_AUTO, MFM_TASK_DEFAULT, 2);
@@ -954,14 +969,17 @@ static void check_shared_file(const char *name, mfm_format format, uint64_t rows
     free(bytes);
 }
 
-/* The real files of ../shared/data parse with the README's row counts, max ids and fields, and
-   equal the naive parse array for array: Criteo (libffm, fields out of order, several features
-   per field, trailing spaces in test) and agaricus (libsvm, 1-based, 22 ones per row). */
-void test_read_shared_files(void) {
-    check_shared_file("xlearn_criteo_small_train.txt", MFM_FORMAT_LIBFFM, 200, 9991, 18, 1, 48, 0);
-    check_shared_file("xlearn_criteo_small_test.txt", MFM_FORMAT_LIBFFM, 200, 9991, 18, 1, 46, 0);
-    check_shared_file("xlearn_agaricus_train.txt", MFM_FORMAT_LIBSVM, 6513, 127, 0, 0, 0, 6513ull * 22);
-    check_shared_file("xlearn_agaricus_test.txt", MFM_FORMAT_LIBSVM, 1611, 127, 0, 0, 0, 1611ull * 22);
+/* Files shaped like public data sets parse with the row counts, max ids, fields, non-zeros and
+   positives their writer counted, and equal the naive parse array for array: click-log libffm
+   (18 fields, one missing now and then, field 17 before 16, two features in field 16 on some
+   rows, trailing spaces, CRLF, no final newline) and mushroom libsvm (1-based, 22 ones per
+   row, -1/+1 labels, CRLF). */
+void test_read_realistic_files(void) {
+    check_realistic_file("clicks-train.ffm", 0, 200, 1, TESTDATA_CRLF | TESTDATA_NO_FINAL_NEWLINE);
+    check_realistic_file("clicks-test.ffm", 0, 200, 2, TESTDATA_TRAILING_SPACES);
+    check_realistic_file("mushroom-train.svm", 1, 2000, 3, TESTDATA_PLUS_MINUS_LABELS | TESTDATA_NO_FINAL_NEWLINE);
+    check_realistic_file("mushroom-test.svm", 1, 500, 4, TESTDATA_CRLF | TESTDATA_TRAILING_SPACES | TESTDATA_PLUS_MINUS_LABELS);
+    scratch_clean();
 }
 
 /* ============================== standard input ============================== */
@@ -998,7 +1016,8 @@ void test_read_stdin(void) {
     mfm_read_options o = read_opts(MFM_FORMAT_AUTO, MFM_TASK_DEFAULT, 2);
     mfm_error e;
     mfm_status st;
-    snprintf(path, sizeof path, DATA_DIR "xlearn_criteo_small_train.txt");
+    scratch_path(path, sizeof path, "clicks.ffm");
+    REQUIRE(testdata_write_ffm(path, 200, 1, TESTDATA_CRLF, NULL), "cannot write %s", path);
     st = mfm_dataset_read(path, &o, &by_path, &e);
     REQUIRE(st == MFM_OK, "read %s: %s", path, e.message);
     st = read_via_stdin(path, &o, &by_stdin, &e);
@@ -1006,7 +1025,7 @@ void test_read_stdin(void) {
         mfm_csr a = mfm_dataset_csr(by_stdin), b = mfm_dataset_csr(by_path);
         csr_equal(&a, &b, "text from stdin vs path");
     }
-    scratch_path(bin, sizeof bin, "criteo.bin");
+    scratch_path(bin, sizeof bin, "clicks.bin");
     {
         mfm_csr d = mfm_dataset_csr(by_path);
         st = mfm_dataset_write(&d, bin, MFM_FORMAT_BINARY, &e);
@@ -1337,16 +1356,12 @@ void test_write_cache_records_source(void) {
     mfm_dataset *txt, *ds;
     mfm_error e;
     mfm_status st;
-    snprintf(src, sizeof src, DATA_DIR "xlearn_criteo_small_train.txt");
-    txt = read_path(src, MFM_FORMAT_AUTO, MFM_TASK_DEFAULT, "criteo");
+    testdata_facts facts;
+    scratch_path(src, sizeof src, "source.ffm");
+    REQUIRE(testdata_write_ffm(src, 200, 1, 0, &facts), "cannot write %s", src);
+    txt = read_path(src, MFM_FORMAT_AUTO, MFM_TASK_DEFAULT, "clicks");
     if (!txt) return;
-    { /* a copy whose mtime we set */
-        unsigned char *b;
-        size_t n;
-        scratch_path(src, sizeof src, "source.ffm");
-        b = read_whole_file(DATA_DIR "xlearn_criteo_small_train.txt", &n);
-        REQUIRE(b && write_whole_file(src, b, n), "cannot copy the source");
-        free(b);
+    { /* the source's mtime set to a known time */
         times.actime = 1000000000;
         times.modtime = 1234567890;
         REQUIRE(utime(src, &times) == 0, "utime: %s", strerror(errno));
@@ -1358,8 +1373,8 @@ void test_write_cache_records_source(void) {
         mfm_dataset_info info;
         mfm_csr a = mfm_dataset_csr(ds), b = mfm_dataset_csr(txt);
         mfm_dataset_get_info(ds, &info);
-        CHECK(info.source_bytes == (uint64_t)st_src.st_size && info.source_bytes == 51274, "cache source_bytes %llu, stat says %lld",
-              (unsigned long long)info.source_bytes, (long long)st_src.st_size);
+        CHECK(info.source_bytes == (uint64_t)st_src.st_size && info.source_bytes == facts.bytes, "cache source_bytes %llu, stat says %lld, written %llu",
+              (unsigned long long)info.source_bytes, (long long)st_src.st_size, (unsigned long long)facts.bytes);
         CHECK(info.source_mtime == (int64_t)st_src.st_mtime && info.source_mtime == 1234567890, "cache source_mtime %lld, stat says %lld",
               (long long)info.source_mtime, (long long)st_src.st_mtime);
         csr_equal(&a, &b, "cache contents");

@@ -108,7 +108,7 @@ static mfm_model *random_model(mfm_params p, uint32_t n_features, uint32_t n_fie
             if (n == 0) continue;
             x = (float *)malloc(n * sizeof *x);
             for (i = 0; i < n; i++) x[i] = (float)rng_uniform(&state, t == MFM_TENSOR_V ? -0.4 : -1.0, t == MFM_TENSOR_V ? 0.4 : 1.0);
-            mfm_model_write(m, (mfm_tensor)t, 0, c, x, n, &e);
+            mfm_model_set_tensor(m, (mfm_tensor)t, 0, c, x, n, &e);
             free(x);
         }
     return m;
@@ -133,9 +133,9 @@ static double *score_tolerance(const mfm_model *m, const mfm_csr *d, const float
             float *x;
             if (count == 0) continue;
             x = (float *)malloc(count * sizeof *x);
-            mfm_model_read(abs_model, (mfm_tensor)t, 0, c, x, count, NULL);
+            mfm_model_get_tensor(abs_model, (mfm_tensor)t, 0, c, x, count, NULL);
             for (j = 0; j < count; j++) x[j] = fabsf(x[j]);
-            mfm_model_write(abs_model, (mfm_tensor)t, 0, c, x, count, NULL);
+            mfm_model_set_tensor(abs_model, (mfm_tensor)t, 0, c, x, count, NULL);
             free(x);
         }
     mfm_predict(abs_model, d, MFM_OUTPUT_SCORE, terms, n, NULL);
@@ -456,7 +456,7 @@ static int same_bits(const mfm_model *a, const mfm_model *b) {
             for (slot = 0; slot <= info.n_state_slots; slot++) {
                 const size_t n = mfm_tensor_size(a, (mfm_tensor)t);
                 float *x = (float *)malloc((n + 1) * sizeof *x), *y = (float *)malloc((n + 1) * sizeof *y);
-                if (n && (mfm_model_read(a, (mfm_tensor)t, slot, c, x, n, NULL) != MFM_OK || mfm_model_read(b, (mfm_tensor)t, slot, c, y, n, NULL) != MFM_OK ||
+                if (n && (mfm_model_get_tensor(a, (mfm_tensor)t, slot, c, x, n, NULL) != MFM_OK || mfm_model_get_tensor(b, (mfm_tensor)t, slot, c, y, n, NULL) != MFM_OK ||
                           memcmp(x, y, n * sizeof *x) != 0))
                     same = 0;
                 free(x);
@@ -572,8 +572,8 @@ void test_gpu_train_ftrl_zeros(void) {
             const size_t n = mfm_tensor_size(cpu, (mfm_tensor)tensor);
             float *a = (float *)malloc(n * sizeof *a), *b = (float *)malloc(n * sizeof *b);
             size_t i, zeros_cpu = 0, zeros_gpu = 0, touched_zero = 0;
-            mfm_model_read(cpu, (mfm_tensor)tensor, 0, 0, a, n, NULL);
-            mfm_model_read(gpu, (mfm_tensor)tensor, 0, 0, b, n, NULL);
+            mfm_model_get_tensor(cpu, (mfm_tensor)tensor, 0, 0, a, n, NULL);
+            mfm_model_get_tensor(gpu, (mfm_tensor)tensor, 0, 0, b, n, NULL);
             for (i = 0; i < n; i++) zeros_cpu += a[i] == 0.0f, zeros_gpu += b[i] == 0.0f, touched_zero += a[i] == 0.0f && b[i] == 0.0f;
             CHECK(zeros_gpu > n / 4 && zeros_gpu + n / 100 >= zeros_cpu && zeros_cpu + n / 100 >= zeros_gpu && touched_zero + n / 100 >= zeros_cpu,
                   "tensor %d: %zu zeros on the GPU, %zu on the CPU, %zu on both, of %zu", tensor, zeros_gpu, zeros_cpu, touched_zero, n);

@@ -1,5 +1,5 @@
 /* test_grad.c - gradients of every model x loss, observed through one plain SGD step, against
-   central finite differences of the reference loss (SPEC sections 3 and 4); label smoothing
+   central finite differences of the reference loss (docs/SPEC.md sections 3 and 4); label smoothing
    through the w0 step. */
 #include "ref.h"
 #include "runner.h"
@@ -90,11 +90,11 @@ static int w0_steps(mfm_model *m, one_row *row, uint32_t C, double *delta) {
     uint32_t c;
     mfm_error e;
     mfm_status st;
-    for (c = 0; c < C; c++) mfm_model_read(m, MFM_TENSOR_W0, 0, c, &before[c], 1, NULL);
+    for (c = 0; c < C; c++) mfm_model_get_tensor(m, MFM_TENSOR_W0, 0, c, &before[c], 1, NULL);
     st = mfm_fit(m, &row->csr, &e);
     if (!CHECK(st == MFM_OK, "mfm_fit failed with %d: %s", (int)st, st ? e.message : "")) return 0;
     for (c = 0; c < C; c++) {
-        mfm_model_read(m, MFM_TENSOR_W0, 0, c, &after[c], 1, NULL);
+        mfm_model_get_tensor(m, MFM_TENSOR_W0, 0, c, &after[c], 1, NULL);
         delta[c] = (double)after[c] - before[c];
     }
     return 1;

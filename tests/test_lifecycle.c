@@ -97,7 +97,7 @@ static uint64_t epochs_of(const mfm_model *m) {
     return info.epochs_trained;
 }
 
-/* 1 when every tensor and slot of a and b (mfm_model_read) and, given d, their scores on d are
+/* 1 when every tensor and slot of a and b (mfm_model_get_tensor) and, given d, their scores on d are
    bit-identical. Records nothing. */
 static int models_equal(const mfm_model *a, const mfm_model *b, const mfm_csr *d) {
     snapshot sa, sb;
@@ -898,12 +898,12 @@ void test_lifecycle_validation_fraction(void) {
         p.on_epoch = record_epoch;
         p.user = &rec;
         m = make_model(&p, ROWS + 10, 0, 1);
-        if (m && CHECK(mfm_model_read(m, MFM_TENSOR_V, 0, 0, v0, (ROWS + 10) * 3, NULL) == MFM_OK, "read V") && fit_ok(m, &d, "own features") &&
+        if (m && CHECK(mfm_model_get_tensor(m, MFM_TENSOR_V, 0, 0, v0, (ROWS + 10) * 3, NULL) == MFM_OK, "read V") && fit_ok(m, &d, "own features") &&
             fit_ok(m, &d, "own features, again")) {
             test_data vrows;
             mfm_metrics met;
-            mfm_model_read(m, MFM_TENSOR_W, 0, 0, w, ROWS + 10, NULL);
-            mfm_model_read(m, MFM_TENSOR_V, 0, 0, v1, (ROWS + 10) * 3, NULL);
+            mfm_model_get_tensor(m, MFM_TENSOR_W, 0, 0, w, ROWS + 10, NULL);
+            mfm_model_get_tensor(m, MFM_TENSOR_V, 0, 0, v1, (ROWS + 10) * 3, NULL);
             for (r = 0; r < ROWS; r++) {
                 const int untouched = w[r] == 0 && memcmp(v0 + r * 3, v1 + r * 3, 3 * sizeof(float)) == 0;
                 if (untouched) rows[n_val++] = r;
@@ -1284,7 +1284,7 @@ void test_lifecycle_stateless_file(void) {
         {
             size_t n = mfm_tensor_size(l, MFM_TENSOR_V), i, bad = 0;
             float *g = (float *)calloc(n, sizeof(float));
-            if (g && mfm_model_read(l, MFM_TENSOR_V, 1, 0, g, n, NULL) == MFM_OK)
+            if (g && mfm_model_get_tensor(l, MFM_TENSOR_V, 1, 0, g, n, NULL) == MFM_OK)
                 for (i = 0; i < n; i++) bad += g[i] != 0.25f;
             CHECK(g && bad == 0, "after reset: %lu of V's AdaGrad accumulators are not adagrad_init 0.25", (unsigned long)bad);
             free(g);
@@ -1377,7 +1377,7 @@ static int interaction_is(const mfm_interaction *x, uint32_t fa, uint32_t fla, u
 
 static int write_tensor(mfm_model *m, mfm_tensor t, uint32_t cls, const float *values) {
     mfm_error e;
-    return CHECK(mfm_model_write(m, t, 0, cls, values, mfm_tensor_size(m, t), &e) == MFM_OK, "mfm_model_write(tensor %d, class %u): %s", (int)t, cls, e.message);
+    return CHECK(mfm_model_set_tensor(m, t, 0, cls, values, mfm_tensor_size(m, t), &e) == MFM_OK, "mfm_model_set_tensor(tensor %d, class %u): %s", (int)t, cls, e.message);
 }
 
 /* FM, k = 2, V written by hand (exact binary fractions):
@@ -1624,9 +1624,9 @@ void test_lifecycle_bi_interaction(void) {
                 for (c = 0; c < C; c++) {
                     float w0;
                     size_t r;
-                    mfm_model_read(m, MFM_TENSOR_W0, 0, c, &w0, 1, NULL);
-                    mfm_model_read(m, MFM_TENSOR_W, 0, c, w, NF, NULL);
-                    mfm_model_read(m, MFM_TENSOR_V, 0, c, V, (size_t)NF * k, NULL);
+                    mfm_model_get_tensor(m, MFM_TENSOR_W0, 0, c, &w0, 1, NULL);
+                    mfm_model_get_tensor(m, MFM_TENSOR_W, 0, c, w, NF, NULL);
+                    mfm_model_get_tensor(m, MFM_TENSOR_V, 0, c, V, (size_t)NF * k, NULL);
                     for (r = 0; r < n; r++) {
                         const uint64_t lo = td.csr.row_offsets[r], hi = td.csr.row_offsets[r + 1];
                         double x[8], sq = 0, s = w0, scale = 1, naive[5] = {0, 0, 0, 0, 0};
@@ -1757,7 +1757,7 @@ void test_lifecycle_normalize_rows(void) {
                 one_row row;
                 float z[3], w0;
                 one_row_init(&row, 2, f2, fl2, zeros, 0);
-                mfm_model_read(m, MFM_TENSOR_W0, 0, 0, &w0, 1, NULL);
+                mfm_model_get_tensor(m, MFM_TENSOR_W0, 0, 0, &w0, 1, NULL);
                 if (predict(m, &row.csr, MFM_OUTPUT_SCORE, z, C)) CHECK(z[0] == w0, "%s: a row of zeros scores %g, expected w0 = %g", what, (double)z[0], (double)w0);
             }
             ref_free(&ref);
@@ -1839,8 +1839,8 @@ void test_lifecycle_pairs_only(void) {
                     uint32_t c;
                     int i, nonzero = 0;
                     for (c = 0; c < C; c++) {
-                        mfm_model_read(m, MFM_TENSOR_W0, 0, c, w, 1, NULL);
-                        mfm_model_read(m, MFM_TENSOR_W, 0, c, w + 1, NF, NULL);
+                        mfm_model_get_tensor(m, MFM_TENSOR_W0, 0, c, w, 1, NULL);
+                        mfm_model_get_tensor(m, MFM_TENSOR_W, 0, c, w + 1, NF, NULL);
                         for (i = 0; i <= NF; i++) nonzero += w[i] != 0;
                     }
                     CHECK(nonzero == 0, "%s: %d of w0 and w are not 0 after training", what, nonzero);
@@ -1853,8 +1853,8 @@ void test_lifecycle_pairs_only(void) {
                                            (unsigned long)r, c);
                         for (i = 0; i < NF; i++) big[i] = 3.0f + (float)i;
                         for (c = 0; c < C; c++) {
-                            mfm_model_write(m, MFM_TENSOR_W0, 0, c, big, 1, NULL);
-                            mfm_model_write(m, MFM_TENSOR_W, 0, c, big, NF, NULL);
+                            mfm_model_set_tensor(m, MFM_TENSOR_W0, 0, c, big, 1, NULL);
+                            mfm_model_set_tensor(m, MFM_TENSOR_W, 0, c, big, NF, NULL);
                         }
                         if (predict(m, &td.csr, MFM_OUTPUT_SCORE, s2, n))
                             CHECK(memcmp(s, s2, n * sizeof(float)) == 0, "%s: w0 and w written by hand change the scores of a pairs-only model", what);
@@ -1894,7 +1894,7 @@ void test_lifecycle_adagrad_init(void) {
                     float *buf = (float *)calloc(n + 1, sizeof(float));
                     for (s = 1; s <= info.n_state_slots; s++)
                         for (c = 0; c < info.n_classes; c++) {
-                            mfm_model_read(m, (mfm_tensor)t, s, c, buf, n, NULL);
+                            mfm_model_get_tensor(m, (mfm_tensor)t, s, c, buf, n, NULL);
                             for (i = 0; i < n; i++) bad += buf[i] != (opt ? 0.0f : 0.5f);
                         }
                     free(buf);
@@ -1944,26 +1944,26 @@ void test_lifecycle_adagrad_init(void) {
             }
             one_row_init(&row, 2, features, NULL, values, 1.0f);
             if (fit_ok(m, &row.csr, "first AdaGrad step")) {
-                mfm_model_read(m, MFM_TENSOR_W0, 0, 0, got, 1, NULL);
-                mfm_model_read(m, MFM_TENSOR_W0, 1, 0, gotG, 1, NULL);
+                mfm_model_get_tensor(m, MFM_TENSOR_W0, 0, 0, got, 1, NULL);
+                mfm_model_get_tensor(m, MFM_TENSOR_W0, 1, 0, gotG, 1, NULL);
                 CHECK_NEAR(got[0], want_theta[0], 1e-5, 1e-7, "w0");
                 CHECK_NEAR(gotG[0], want_G[0], 1e-5, 1e-7, "G of w0");
-                mfm_model_read(m, MFM_TENSOR_W, 0, 0, got, 5, NULL);
-                mfm_model_read(m, MFM_TENSOR_W, 1, 0, gotG, 5, NULL);
+                mfm_model_get_tensor(m, MFM_TENSOR_W, 0, 0, got, 5, NULL);
+                mfm_model_get_tensor(m, MFM_TENSOR_W, 1, 0, gotG, 5, NULL);
                 for (i = 0; i < 5; i++) {
                     CHECK_NEAR(got[i], want_theta[1 + i], 1e-5, 1e-7, "w[%d]", i);
                     CHECK_NEAR(gotG[i], want_G[1 + i], 1e-5, 1e-7, "G of w[%d]", i);
                     if (!touched[1 + i]) CHECK(got[i] == w[i] && gotG[i] == 0.5f, "untouched w[%d] moved", i);
                 }
-                mfm_model_read(m, MFM_TENSOR_V, 0, 0, got, 10, NULL);
-                mfm_model_read(m, MFM_TENSOR_V, 1, 0, gotG, 10, NULL);
+                mfm_model_get_tensor(m, MFM_TENSOR_V, 0, 0, got, 10, NULL);
+                mfm_model_get_tensor(m, MFM_TENSOR_V, 1, 0, gotG, 10, NULL);
                 for (i = 0; i < 10; i++) {
                     CHECK_NEAR(got[i], want_theta[6 + i], 1e-5, 1e-7, "V[%d]", i);
                     CHECK_NEAR(gotG[i], want_G[6 + i], 1e-5, 1e-7, "G of V[%d]", i);
                     if (!touched[6 + i]) CHECK(got[i] == V[i] && gotG[i] == 0.5f, "untouched V[%d] moved", i);
                 }
                 mfm_model_reset_state(m);
-                mfm_model_read(m, MFM_TENSOR_V, 1, 0, gotG, 10, NULL);
+                mfm_model_get_tensor(m, MFM_TENSOR_V, 1, 0, gotG, 10, NULL);
                 for (i = 0; i < 10; i++) CHECK(gotG[i] == 0.5f, "after reset_state G of V[%d] is %g, expected 0.5", i, (double)gotG[i]);
             }
         }
@@ -2058,7 +2058,7 @@ void test_lifecycle_libffm_reference(void) {
     p.init_scale = 1;
     p.seed = 31;
     m = make_model(&p, FEATS, FIELDS, 1);
-    if (m && CHECK(mfm_model_read(m, MFM_TENSOR_V, 0, 0, v0, nv, NULL) == MFM_OK, "reading the initial V")) {
+    if (m && CHECK(mfm_model_get_tensor(m, MFM_TENSOR_V, 0, 0, v0, nv, NULL) == MFM_OK, "reading the initial V")) {
         int ok = 1;
         for (i = 0; i < nv; i++) {
             W[i] = v0[i];
@@ -2072,16 +2072,16 @@ void test_lifecycle_libffm_reference(void) {
         if (ok) {
             float w[FEATS + 1];
             int moved = 0, nonzero = 0;
-            mfm_model_read(m, MFM_TENSOR_V, 0, 0, got, nv, NULL);
+            mfm_model_get_tensor(m, MFM_TENSOR_V, 0, 0, got, nv, NULL);
             for (i = 0; i < nv; i++) {
                 moved += got[i] != v0[i];
                 CHECK_NEAR(got[i], W[i], 1e-4, 1e-6, "V[%lu] against the LIBFFM-style trainer", (unsigned long)i);
             }
-            mfm_model_read(m, MFM_TENSOR_V, 1, 0, got, nv, NULL);
+            mfm_model_get_tensor(m, MFM_TENSOR_V, 1, 0, got, nv, NULL);
             for (i = 0; i < nv; i++) CHECK_NEAR(got[i], G[i], 1e-4, 1e-6, "G of V[%lu] against the LIBFFM-style trainer", (unsigned long)i);
             CHECK(moved > 100, "only %d of V moved (the test would prove little)", moved);
-            mfm_model_read(m, MFM_TENSOR_W0, 0, 0, w, 1, NULL);
-            mfm_model_read(m, MFM_TENSOR_W, 0, 0, w + 1, FEATS, NULL);
+            mfm_model_get_tensor(m, MFM_TENSOR_W0, 0, 0, w, 1, NULL);
+            mfm_model_get_tensor(m, MFM_TENSOR_W, 0, 0, w + 1, FEATS, NULL);
             for (i = 0; i <= FEATS; i++) nonzero += w[i] != 0;
             CHECK(nonzero == 0, "%d of w0 and w moved under pairs_only", nonzero);
         }

@@ -1,5 +1,5 @@
 /* test_metrics.c - mfm_auc, mfm_logloss, mfm_rmse against plain re-computations, and
-   mfm_evaluate against those functions on mfm_predict output (SPEC section 8). */
+   mfm_evaluate against those functions on mfm_predict output (docs/SPEC.md section 8). */
 #include "ref.h"
 #include "runner.h"
 

@@ -106,8 +106,8 @@ static int same_slots(const mfm_model *a, const mfm_model *b, int first, int las
         y = (float *)malloc(n * sizeof(float));
         for (slot = first; slot <= last; slot++)
             for (c = 0; c < ia.n_classes; c++) {
-                mfm_status s1 = mfm_model_read(a, (mfm_tensor)t, slot, c, x, n, NULL), s2 = mfm_model_read(b, (mfm_tensor)t, slot, c, y, n, NULL);
-                if (!CHECK(s1 == MFM_OK && s2 == MFM_OK, "%s: mfm_model_read tensor %d slot %d class %u failed", what, t, slot, c) ||
+                mfm_status s1 = mfm_model_get_tensor(a, (mfm_tensor)t, slot, c, x, n, NULL), s2 = mfm_model_get_tensor(b, (mfm_tensor)t, slot, c, y, n, NULL);
+                if (!CHECK(s1 == MFM_OK && s2 == MFM_OK, "%s: mfm_model_get_tensor tensor %d slot %d class %u failed", what, t, slot, c) ||
                     !CHECK(memcmp(x, y, n * sizeof(float)) == 0, "%s: tensor %d slot %d class %u differs", what, t, slot, c))
                     ok = 0;
             }
@@ -131,7 +131,7 @@ static int state_is_zero(const mfm_model *m, const char *what) {
         x = (float *)malloc(n * sizeof(float));
         for (slot = 1; slot <= info.n_state_slots; slot++)
             for (c = 0; c < info.n_classes; c++) {
-                mfm_model_read(m, (mfm_tensor)t, slot, c, x, n, NULL);
+                mfm_model_get_tensor(m, (mfm_tensor)t, slot, c, x, n, NULL);
                 for (i = 0; i < n; i++)
                     if (x[i] != 0) {
                         ok = 0;

@@ -1,4 +1,4 @@
-/* test_optim.c - the optimizers of SPEC section 6: first steps against numbers computed by
+/* test_optim.c - the optimizers of docs/SPEC.md section 6: first steps against numbers computed by
    hand, several steps against the double-precision reference, FTRL's exact zeros. */
 #include "ref.h"
 #include "runner.h"
@@ -35,9 +35,9 @@ static mfm_model *first_step(mfm_optimizer optimizer, double l1_linear, double l
     p.l2_factors = l2_factors;
     m = make_model(&p, 2, 0, 1);
     if (!m) return NULL;
-    mfm_model_write(m, MFM_TENSOR_W0, 0, 0, &w0, 1, NULL);
-    mfm_model_write(m, MFM_TENSOR_W, 0, 0, w, 2, NULL);
-    mfm_model_write(m, MFM_TENSOR_V, 0, 0, v, 2, NULL);
+    mfm_model_set_tensor(m, MFM_TENSOR_W0, 0, 0, &w0, 1, NULL);
+    mfm_model_set_tensor(m, MFM_TENSOR_W, 0, 0, w, 2, NULL);
+    mfm_model_set_tensor(m, MFM_TENSOR_V, 0, 0, v, 2, NULL);
     one_row_init(&row, 2, features, NULL, values, 1.0f);
     st = mfm_fit(m, &row.csr, &e);
     if (!CHECK(st == MFM_OK, "mfm_fit failed with %d: %s", (int)st, st ? e.message : "")) {
@@ -52,8 +52,8 @@ static mfm_model *first_step(mfm_optimizer optimizer, double l1_linear, double l
 static void check_small(const mfm_model *m, int slot, const small_tensors *want, const char *what) {
     float w0, w[2], v[2];
     int i;
-    if (!CHECK(mfm_model_read(m, MFM_TENSOR_W0, slot, 0, &w0, 1, NULL) == MFM_OK && mfm_model_read(m, MFM_TENSOR_W, slot, 0, w, 2, NULL) == MFM_OK &&
-                   mfm_model_read(m, MFM_TENSOR_V, slot, 0, v, 2, NULL) == MFM_OK,
+    if (!CHECK(mfm_model_get_tensor(m, MFM_TENSOR_W0, slot, 0, &w0, 1, NULL) == MFM_OK && mfm_model_get_tensor(m, MFM_TENSOR_W, slot, 0, w, 2, NULL) == MFM_OK &&
+                   mfm_model_get_tensor(m, MFM_TENSOR_V, slot, 0, v, 2, NULL) == MFM_OK,
                "%s: reading slot %d failed", what, slot))
         return;
     CHECK_NEAR(w0, want->w0, 1e-5, 1e-7, "%s slot %d w0", what, slot);

@@ -1,5 +1,5 @@
 /* test_score.c - scores, probabilities and labels against hand-computed numbers and the naive
-   double-precision reference of ref.c; initialization (SPEC sections 1, 2 and 8). */
+   double-precision reference of ref.c; initialization (docs/SPEC.md sections 1, 2 and 8). */
 #include "ref.h"
 #include "runner.h"
 
@@ -44,10 +44,10 @@ static void check_hand_scores(mfm_model_type model, const float *V, size_t v_cou
     m = make_model(&p, 3, 2, 1);
     if (!m) return;
     REQUIRE(mfm_tensor_size(m, MFM_TENSOR_V) == v_count, "V holds %zu values, expected %zu", mfm_tensor_size(m, MFM_TENSOR_V), v_count);
-    CHECK(mfm_model_write(m, MFM_TENSOR_W0, 0, 0, &hand_w0, 1, NULL) == MFM_OK, "write w0");
-    CHECK(mfm_model_write(m, MFM_TENSOR_W, 0, 0, hand_w, 3, NULL) == MFM_OK, "write w");
-    CHECK(mfm_model_write(m, MFM_TENSOR_V, 0, 0, V, v_count, NULL) == MFM_OK, "write V");
-    if (R) CHECK(mfm_model_write(m, MFM_TENSOR_R, 0, 0, R, 4, NULL) == MFM_OK, "write R");
+    CHECK(mfm_model_set_tensor(m, MFM_TENSOR_W0, 0, 0, &hand_w0, 1, NULL) == MFM_OK, "write w0");
+    CHECK(mfm_model_set_tensor(m, MFM_TENSOR_W, 0, 0, hand_w, 3, NULL) == MFM_OK, "write w");
+    CHECK(mfm_model_set_tensor(m, MFM_TENSOR_V, 0, 0, V, v_count, NULL) == MFM_OK, "write V");
+    if (R) CHECK(mfm_model_set_tensor(m, MFM_TENSOR_R, 0, 0, R, 4, NULL) == MFM_OK, "write R");
     d.n_rows = HAND_ROWS;
     d.row_offsets = hand_offsets;
     d.features = hand_features;
@@ -307,7 +307,7 @@ void test_score_linear_only(void) {
     data_free(&td);
 }
 
-/* FwFM with R = 1 everywhere is FM with the same w0, w and V (SPEC section 1); a fresh FwFM
+/* FwFM with R = 1 everywhere is FM with the same w0, w and V (docs/SPEC.md section 1); a fresh FwFM
    model starts with R = 1 (section 2). */
 void test_score_fwfm_unit_r_is_fm(void) {
     data_spec spec = scorer_data(MFM_TASK_BINARY, 0, 1, 15);
@@ -331,7 +331,7 @@ void test_score_fwfm_unit_r_is_fm(void) {
     data_random(&td, &spec);
     r_values = (float *)calloc(25, sizeof(float));
     REQUIRE(mfm_tensor_size(fwfm, MFM_TENSOR_R) == 25, "FwFM R holds %zu values, expected 5 x 5", mfm_tensor_size(fwfm, MFM_TENSOR_R));
-    CHECK(mfm_model_read(fwfm, MFM_TENSOR_R, 0, 0, r_values, 25, NULL) == MFM_OK, "read R");
+    CHECK(mfm_model_get_tensor(fwfm, MFM_TENSOR_R, 0, 0, r_values, 25, NULL) == MFM_OK, "read R");
     for (i = 0; i < 25; i++) CHECK(r_values[i] == 1.0f, "fresh FwFM R[%zu] = %g, expected 1", i, (double)r_values[i]);
     model_randomize(fm, 500, 0.5);
     { /* copy FM's w0, w, V into the FwFM model */
@@ -339,8 +339,8 @@ void test_score_fwfm_unit_r_is_fm(void) {
         for (i = 0; i < 3; i++) {
             size_t n = mfm_tensor_size(fm, shared[i]);
             float *buf = (float *)malloc(n * sizeof(float));
-            CHECK(mfm_model_read(fm, shared[i], 0, 0, buf, n, NULL) == MFM_OK, "read FM tensor %d", (int)shared[i]);
-            CHECK(mfm_model_write(fwfm, shared[i], 0, 0, buf, n, NULL) == MFM_OK, "write FwFM tensor %d", (int)shared[i]);
+            CHECK(mfm_model_get_tensor(fm, shared[i], 0, 0, buf, n, NULL) == MFM_OK, "read FM tensor %d", (int)shared[i]);
+            CHECK(mfm_model_set_tensor(fwfm, shared[i], 0, 0, buf, n, NULL) == MFM_OK, "write FwFM tensor %d", (int)shared[i]);
             free(buf);
         }
     }
@@ -457,7 +457,7 @@ void test_predict_probabilities(void) {
             int i;
             one_row_init(&empty, 0, NULL, NULL, NULL, 0);
             for (i = 0; i < 2; i++) {
-                mfm_model_write(m, MFM_TENSOR_W0, 0, 0, &w0[i], 1, NULL);
+                mfm_model_set_tensor(m, MFM_TENSOR_W0, 0, 0, &w0[i], 1, NULL);
                 if (!predict(m, &empty.csr, MFM_OUTPUT_PROBABILITY, &prob, 1)) continue;
                 if (i == 0)
                     CHECK(prob == 1.0f, "sigmoid(1000) = %g, expected 1", (double)prob);
@@ -481,7 +481,7 @@ void test_predict_probabilities(void) {
         CHECK(mfm_output_width(m, MFM_OUTPUT_PROBABILITY) == 4, "multiclass probability width");
         CHECK(mfm_output_width(m, MFM_OUTPUT_LABEL) == 1, "multiclass label width");
         for (pass = 0; pass < 2; pass++) {
-            if (pass == 1) mfm_model_write(m, MFM_TENSOR_W0, 0, 0, &big_w0[0], 1, NULL), mfm_model_write(m, MFM_TENSOR_W0, 0, 1, &big_w0[1], 1, NULL);
+            if (pass == 1) mfm_model_set_tensor(m, MFM_TENSOR_W0, 0, 0, &big_w0[0], 1, NULL), mfm_model_set_tensor(m, MFM_TENSOR_W0, 0, 1, &big_w0[1], 1, NULL);
             ref_load(&r, m);
             if (predict(m, &td.csr, pass ? MFM_OUTPUT_PROBABILITY : MFM_OUTPUT_DEFAULT, out, td.csr.n_rows * 4))
                 for (row = 0; row < td.csr.n_rows; row++) {
@@ -524,7 +524,7 @@ void test_predict_labels(void) {
     m = make_model(&p, 20, 5, 1);
     if (m) {
         model_randomize(m, 700, 0.5);
-        mfm_model_write(m, MFM_TENSOR_W0, 0, 0, &zero, 1, NULL);
+        mfm_model_set_tensor(m, MFM_TENSOR_W0, 0, 0, &zero, 1, NULL);
         ref_load(&r, m);
         if (predict(m, &td.csr, MFM_OUTPUT_LABEL, out, 60))
             for (row = 0; row < 60; row++) {
@@ -557,7 +557,7 @@ void test_predict_labels(void) {
                 CHECK(out[row] == (float)best, "multiclass label of row %u is %g, expected %u", (unsigned)row, (double)out[row], (unsigned)best);
             }
         ref_free(&r);
-        for (c = 0; c < 3; c++) mfm_model_write(m, MFM_TENSOR_W0, 0, c, &w0[c], 1, NULL);
+        for (c = 0; c < 3; c++) mfm_model_set_tensor(m, MFM_TENSOR_W0, 0, c, &w0[c], 1, NULL);
         if (predict(m, &empty.csr, MFM_OUTPUT_LABEL, out, 1)) CHECK(out[0] == 1.0f, "tie of classes 1 and 2 gave label %g, expected 1", (double)out[0]);
         mfm_model_free(m);
     }

@@ -1,4 +1,4 @@
-/* test_validation.c - every invalid input of SPEC section 9 returns its status with an error
+/* test_validation.c - every invalid input of docs/SPEC.md section 9 returns its status with an error
    record whose message names the bad thing, and changes nothing (the model's parameters and
    state are bit-identical, mfm_train hands back no model, mfm_predict writes no output). */
 #include "ref.h"

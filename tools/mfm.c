@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <signal.h>
 #include <sys/types.h>
 #include <time.h>
 
@@ -98,64 +99,106 @@ static double now_seconds(void) {
 #endif
 }
 
-/* Size and modification time, as a dataset cache records them for its source. */
-static int file_stat(const char *path, uint64_t *bytes, int64_t *mtime) {
+/* What is at a path (links followed): nothing, a regular file, or something else (a pipe, a
+   device, a folder); errno tells why for nothing. */
+enum { PATH_NONE, PATH_FILE, PATH_OTHER };
+static int path_kind(const char *path) {
 #ifdef _WIN32
     struct _stat64 st;
-    if (_stat64(path, &st) != 0) return 0;
+    if (_stat64(path, &st) != 0) return PATH_NONE;
+    return (st.st_mode & _S_IFMT) == _S_IFREG ? PATH_FILE : PATH_OTHER;
 #else
     struct stat st;
-    if (stat(path, &st) != 0) return 0;
+    if (stat(path, &st) != 0) return PATH_NONE;
+    return S_ISREG(st.st_mode) ? PATH_FILE : PATH_OTHER;
 #endif
-    *bytes = (uint64_t)st.st_size;
-    *mtime = (int64_t)st.st_mtime;
-    return 1;
 }
 
-/* rename() on Windows refuses to replace an existing file. */
-static int replace_file(const char *from, const char *to) {
+/* Whether an output would overwrite an input: the same path, or (links and other names of one
+   file included) the same device and inode. Standard input and output are separate streams,
+   and a character device (/dev/null) is no file to lose. */
+static int same_file(const char *a, const char *b) {
+    if (is_std_stream(a) || is_std_stream(b)) return 0;
+    if (strcmp(a, b) == 0) return 1;
 #ifdef _WIN32
-    return MoveFileExA(from, to, MOVEFILE_REPLACE_EXISTING) != 0;
+    return 0;
 #else
-    return rename(from, to) == 0;
+    {
+        struct stat sa, sb;
+        return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino && !S_ISCHR(sa.st_mode);
+    }
 #endif
+}
+
+/* Refuses, before any work, an output that is one of the inputs. */
+static int check_output(const char *out, const char *out_name, const char *in, const char *in_name) {
+    if (in && same_file(out, in))
+        return usage_error("%s (%s) is the same file as %s (%s): writing it would destroy the input; choose another output", out_name, out, in_name, in);
+    return 0;
+}
+
+/* ---- outputs: their temporary files go away on Ctrl-C and kill; standard output is checked ---- */
+
+static void remove_temporaries_and_die(int sig) {
+    mfm_output_remove_temporaries(); /* async-signal-safe: unlink only */
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+/* A signal the parent had ignored (nohup, a background job of a script) stays ignored. */
+static void catch_signal(int sig) {
+    if (signal(sig, remove_temporaries_and_die) == SIG_IGN) signal(sig, SIG_IGN);
+}
+
+static void handle_signals(void) {
+    catch_signal(SIGINT);
+    catch_signal(SIGTERM);
+#ifdef SIGHUP
+    catch_signal(SIGHUP);
+#endif
+#ifdef SIGXFSZ
+    signal(SIGXFSZ, SIG_IGN); /* past the file size limit a write then fails with EFBIG, reported like any other */
+#endif
+}
+
+/* Output to standard output that did not arrive (a full disk, /dev/full, a closed pipe) is a
+   failure, in every command. */
+static int check_stdout(int rc) {
+    int failed = fflush(stdout) != 0, code = errno;
+    if (rc != 0 || (!failed && !ferror(stdout))) return rc; /* a failed command has said why */
+    say("could not write to standard output: %s", failed ? strerror(code) : "a write failed");
+    return rc ? rc : 1;
 }
 
 /* ============================================================================================
    Names: one table per enum, used both to parse options and to print
    ============================================================================================ */
 
+/* The names are the library's (mfm_model_type_name, ...); a set lists the values a user may
+   type, from `first` (DEFAULT's 0 is left out where it only repeats another value's name). */
 typedef struct name_set {
-    const char *const *names; /* indexed by the enum value; NULL where there is no name */
-    int count;
+    const char *(*name)(int value);
+    int first, count;
 } name_set;
-
-#define NAME_SET(table) {table, (int)(sizeof table / sizeof table[0])}
 
 enum { MODEL_LINEAR = MFM_MODEL_COUNT }; /* the tool's fourth model: FM without the pair term */
 
-static const char *const model_names[] = {[MFM_MODEL_FM] = "fm", [MFM_MODEL_FFM] = "ffm", [MFM_MODEL_FWFM] = "fwfm", [MODEL_LINEAR] = "linear"};
-static const char *const task_names[] = {[MFM_TASK_BINARY] = "binary", [MFM_TASK_REGRESSION] = "regression", [MFM_TASK_MULTICLASS] = "multiclass"};
-static const char *const optimizer_names[] = {[MFM_OPTIMIZER_SGD] = "sgd", [MFM_OPTIMIZER_ADAGRAD] = "adagrad", [MFM_OPTIMIZER_ADAM] = "adam",
-                                              [MFM_OPTIMIZER_FTRL] = "ftrl"};
-static const char *const format_names[] = {[MFM_FORMAT_AUTO] = "auto", [MFM_FORMAT_LIBFFM] = "libffm", [MFM_FORMAT_LIBSVM] = "libsvm",
-                                           [MFM_FORMAT_BINARY] = "binary"};
-static const char *const output_names[] = {[MFM_OUTPUT_DEFAULT] = "default", [MFM_OUTPUT_SCORE] = "score", [MFM_OUTPUT_PROBABILITY] = "prob",
-                                           [MFM_OUTPUT_LABEL] = "label"};
-static const char *const backend_names[] = {[MFM_BACKEND_CPU] = "cpu", [MFM_BACKEND_CUDA] = "cuda", [MFM_BACKEND_AUTO] = "auto"};
-static const char *const metric_names[] = {[MFM_METRIC_LOGLOSS] = "logloss", [MFM_METRIC_AUC] = "auc", [MFM_METRIC_HALF_MSE] = "half-mse",
-                                           [MFM_METRIC_RMSE] = "rmse", [MFM_METRIC_CROSS_ENTROPY] = "cross-entropy"};
-static const char *const class_weight_names[] = {[MFM_CLASS_WEIGHT_NONE] = "none", [MFM_CLASS_WEIGHT_BALANCED] = "balanced",
-                                                 [MFM_CLASS_WEIGHT_EXPLICIT] = "explicit"};
+static const char *model_or_linear(int v) { return v == MODEL_LINEAR ? "linear" : mfm_model_type_name((mfm_model_type)v); }
+static const char *task_value_name(int v) { return mfm_task_name((mfm_task)v); }
+static const char *optimizer_value_name(int v) { return mfm_optimizer_name((mfm_optimizer)v); }
+static const char *format_value_name(int v) { return mfm_format_name((mfm_format)v); }
+static const char *output_value_name(int v) { return mfm_output_name((mfm_output)v); }
+static const char *backend_value_name(int v) { return mfm_backend_name((mfm_backend)v); }
+static const char *metric_value_name(int v) { return mfm_metric_name((mfm_metric)v); }
+static const char *class_weight_value_name(int v) { return mfm_class_weight_name((mfm_class_weight)v); }
 
-static const name_set model_set = NAME_SET(model_names), task_set = NAME_SET(task_names), optimizer_set = NAME_SET(optimizer_names),
-                      format_set = NAME_SET(format_names), output_set = NAME_SET(output_names),
-                      class_weight_set = NAME_SET(class_weight_names), metric_set = NAME_SET(metric_names),
-                      backend_set = NAME_SET(backend_names);
+static const name_set model_set = {model_or_linear, MFM_MODEL_FM, MODEL_LINEAR + 1}, task_set = {task_value_name, MFM_TASK_BINARY, MFM_TASK_COUNT},
+                      optimizer_set = {optimizer_value_name, MFM_OPTIMIZER_SGD, MFM_OPTIMIZER_COUNT},
+                      format_set = {format_value_name, MFM_FORMAT_AUTO, MFM_FORMAT_COUNT}, output_set = {output_value_name, MFM_OUTPUT_DEFAULT, MFM_OUTPUT_COUNT},
+                      class_weight_set = {class_weight_value_name, MFM_CLASS_WEIGHT_NONE, MFM_CLASS_WEIGHT_COUNT},
+                      metric_set = {metric_value_name, MFM_METRIC_LOGLOSS, MFM_METRIC_COUNT}, backend_set = {backend_value_name, MFM_BACKEND_CPU, MFM_BACKEND_COUNT};
 
-static const char *name_of(const name_set *set, int value) {
-    return value >= 0 && value < set->count && set->names[value] ? set->names[value] : "unknown";
-}
+static const char *name_of(const name_set *set, int value) { return set->name(value); }
 
 static int same_name(const char *a, const char *b) { /* ASCII, case-insensitive */
     for (; *a && tolower((unsigned char)*a) == tolower((unsigned char)*b); a++, b++) {}
@@ -164,8 +207,8 @@ static int same_name(const char *a, const char *b) { /* ASCII, case-insensitive 
 
 static int find_name(const name_set *set, const char *text) {
     int i;
-    for (i = 0; i < set->count; i++)
-        if (set->names[i] && same_name(set->names[i], text)) return i;
+    for (i = set->first; i < set->count; i++)
+        if (same_name(set->name(i), text)) return i;
     return -1;
 }
 
@@ -174,8 +217,8 @@ static const char *list_names(const name_set *set, const char *separator, char *
     size_t used = 0;
     int i;
     buf[0] = '\0';
-    for (i = 0; i < set->count; i++)
-        if (set->names[i] && used < size) used += (size_t)snprintf(buf + used, size - used, "%s%s", used ? separator : "", set->names[i]);
+    for (i = set->first; i < set->count; i++)
+        if (used < size) used += (size_t)snprintf(buf + used, size - used, "%s%s", used ? separator : "", set->name(i));
     return buf;
 }
 
@@ -202,6 +245,7 @@ typedef struct settings {
     const char *validation, *class_weight, *resume, *build;
     const char *args[3];
     int n_args;
+    unsigned char given[96]; /* per entry of options[]: set on the command line (zeros included) */
 } settings;
 
 typedef struct option {
@@ -229,8 +273,8 @@ static const option options[] = {
     OPTION_INT("-t", "--epochs", p.n_epochs, 1, INT_MAX, "N", "epochs (10)"),
     OPTION_NUMBER(CMD_TRAIN, "-r", "--learning-rate", OPT_REAL, p.learning_rate, 0, HUGE_VAL, OPEN_LO, "R", "learning rate, FTRL's alpha (0.05)"),
     {CMD_TRAIN, "-l", "--l2", OPT_REAL, AT(p.l2_linear), AT(p.l2_factors), 0, HUGE_VAL, 0, NULL, "L", "L2 on both weights and factors (0)"},
-    OPTION_NUMBER(CMD_TRAIN | CMD_PREDICT | CMD_EVAL, "-s", "--threads", OPT_INT, p.n_threads, 1, 1024, 0, "N",
-                  "threads (train: 1; predict and eval: every core)"),
+    OPTION_NUMBER(CMD_TRAIN | CMD_PREDICT | CMD_EVAL, "-s", "--threads", OPT_INT, p.n_threads, 0, 1024, 0, "N",
+                  "threads, 0 = every core; results do not depend on it, Hogwild aside (every core)"),
     OPTION_FLAG(CMD_TRAIN, NULL, "--hogwild", p.hogwild, "threads train their shares of the rows lock-free (LIBFFM's way; results vary run to run)"),
     OPTION_TEXT(CMD_TRAIN, "-p", "--validation", validation, "FILE", "report validation metrics after every epoch"),
     OPTION_FLAG(CMD_TRAIN, NULL, "--auto-stop", auto_stop, "early stopping on -p FILE; keeps the best epoch's model"),
@@ -239,7 +283,7 @@ static const option options[] = {
     OPTION_REAL("--min-delta", p.min_delta, 0, HUGE_VAL, 0, "the least change that counts as improvement (0)"),
     OPTION_NAME(CMD_TRAIN, "--metric", metric, metric_set, "what early stopping watches (logloss; rmse...)"),
     OPTION_FLAG(CMD_TRAIN, NULL, "--keep-last", p.keep_last, "keep the last epoch, not the best"),
-    OPTION_TEXT(CMD_TRAIN, NULL, "--resume", resume, "MODEL", "continue training MODEL (saved with its state)"),
+    OPTION_TEXT(CMD_TRAIN, NULL, "--resume", resume, "MODEL", "continue training MODEL (saved with its state; its shape, task, optimizer stay)"),
     OPTION_NAME(CMD_TRAIN, "--model", model, model_set, "linear = FM without pairs (fm)"),
     OPTION_NAME(CMD_TRAIN | CMD_CONVERT, "--task", task, task_set, "the labels and the loss (binary)"),
     OPTION_NAME(CMD_TRAIN, "--optimizer", optimizer, optimizer_set, "(adagrad)"),
@@ -277,6 +321,8 @@ static const option options[] = {
     OPTION_NAME(CMD_CONVERT, "--to", to, format_set, "OUT's format (auto: by extension, else binary)"),
     OPTION_FLAG(CMD_ANY, "-h", "--help", help, "this help"),
 };
+
+typedef char every_option_fits_in_given[sizeof options / sizeof options[0] <= sizeof((settings *)0)->given ? 1 : -1];
 
 /* All of the text is the number: no blanks around it, no overflow, nothing infinite. */
 static int parse_number(const option *o, const char *s, double *x, long long *n, uint64_t *u) {
@@ -407,28 +453,36 @@ static int check_data(const char *path, const mfm_dataset *d, int need_labels, i
     return 0;
 }
 
-/* The cache, when it was made from the text as it is now; NULL otherwise. */
-static mfm_dataset *fresh_cache(const char *cache, int task, uint64_t bytes, int64_t mtime) {
+static int starts_with(const char *path, const char *magic);
+
+/* The cache, when it was made from the text as it is now (the digest it recorded while the
+   text was parsed equals the text's digest now); NULL otherwise. */
+static mfm_dataset *fresh_cache(const char *cache, const char *path, int task) {
     mfm_dataset *d = NULL;
     mfm_dataset_info info;
-    if (read_dataset(cache, task, MFM_FORMAT_BINARY, &d, NULL) != MFM_OK) return NULL;
+    uint64_t digest;
+    if (path_kind(cache) != PATH_FILE || read_dataset(cache, task, MFM_FORMAT_BINARY, &d, NULL) != MFM_OK) return NULL;
     mfm_dataset_get_info(d, &info);
-    if (info.source_bytes == bytes && info.source_mtime == mtime) return d;
+    if (info.source_digest && mfm_file_digest(path, &digest, NULL) == MFM_OK && digest == info.source_digest) return d;
     mfm_dataset_free(d);
     return NULL;
 }
 
-/* --cache: PATH.mfmd beside a text file, reused while the text keeps its size and mtime. */
+/* --cache: PATH.mfmd beside a text file, reused while the text's content is unchanged. Only a
+   regular file is cached (a pipe reads once, and its next content is unknown), and only a
+   dataset cache is ever overwritten. */
 static int read_cached(const char *path, int task, int format, int quiet, mfm_dataset **out) {
     char *cache = join(path, ".mfmd");
     mfm_dataset_info info;
     mfm_error e;
-    uint64_t bytes;
-    int64_t mtime;
-    int rc = 0;
-    if (!file_stat(path, &bytes, &mtime)) {
+    int rc = 0, kind = path_kind(path), cache_kind = path_kind(cache);
+    if (kind == PATH_NONE) {
         rc = fail("cannot read %s: %s", path, strerror(errno));
-    } else if ((*out = fresh_cache(cache, task, bytes, mtime)) != NULL) {
+    } else if (kind != PATH_FILE) {
+        rc = usage_error("--cache needs a training file, but %s is a pipe or a device (read once, never cached): drop --cache", path);
+    } else if (cache_kind != PATH_NONE && (cache_kind != PATH_FILE || !starts_with(cache, "MFM-DATA") || same_file(cache, path))) {
+        rc = fail("%s exists and is not a modern_fm dataset cache: --cache does not overwrite it (move it away, or train without --cache)", cache);
+    } else if ((*out = fresh_cache(cache, path, task)) != NULL) {
         if (!quiet) printf("using the cache %s\n", cache);
     } else if ((rc = read_data(path, task, format, out)) == 0) {
         mfm_dataset_get_info(*out, &info);
@@ -465,6 +519,7 @@ typedef struct job {
     mfm_model *model;
     float *floats;     /* predictions, or explicit class weights */
     char *model_path;  /* train's MODEL */
+    mfm_output_file *out; /* MODEL or OUT, open (its temporary file made) before the work */
 } job;
 
 /* What the epoch callback needs, and what it leaves behind. */
@@ -488,6 +543,13 @@ static void print_epoch_header(const char **names, int n) {
         printf(" %14s", column);
     }
     printf(" %9s %11s\n", "seconds", "rows/s");
+}
+
+/* The library's warnings and errors (an early-stopping metric that is NaN, ...) go to stderr;
+   its progress notes do not. */
+static void on_log(void *user, mfm_log_level level, const char *message) {
+    (void)user;
+    if (level <= MFM_LOG_WARN) say("%s: %s", level == MFM_LOG_ERROR ? "error" : "warning", message);
 }
 
 /* One line per epoch (a header before the first): train loss, validation metrics (of -p FILE,
@@ -562,11 +624,37 @@ static int set_class_weight(const char *text, uint32_t n_classes, mfm_params *p,
     return 0;
 }
 
+static int was_given(const settings *s, const char *long_name) {
+    size_t i;
+    for (i = 0; i < sizeof options / sizeof options[0]; i++)
+        if (s->given[i] && strcmp(options[i].long_name, long_name) == 0) return 1;
+    return 0;
+}
+
+/* What a resumed model keeps: its kind, task, shape, optimizer and initialization. */
+static const char *const fixed_on_resume[] = {"--model", "--task", "--optimizer", "--classes", "--k", "--features", "--fields", "--normalize",
+                                              "--pairs-only", "--libffm", "--init-scale", "--adagrad-init", "--seed"};
+
+static int check_resume_options(const settings *s) {
+    size_t i, f;
+    for (i = 0; i < sizeof options / sizeof options[0]; i++)
+        for (f = 0; s->given[i] && f < sizeof fixed_on_resume / sizeof fixed_on_resume[0]; f++)
+            if (strcmp(options[i].long_name, fixed_on_resume[f]) == 0)
+                return usage_error("%s cannot apply to a resumed model: %s keeps what it was made with (see mfm info %s); drop %s",
+                                   options[i].short_name ? options[i].short_name : options[i].long_name, s->resume, s->resume,
+                                   options[i].short_name ? options[i].short_name : options[i].long_name);
+    return 0;
+}
+
 /* Option combinations that cannot work, caught before any data is read. */
 static int check_train_settings(const settings *s) {
+    int rc;
+    if (s->resume && (rc = check_resume_options(s)) != 0) return rc;
     if (s->auto_stop && !s->validation && !s->p.validation_fraction) return usage_error("--auto-stop needs validation data (-p FILE or --validation-fraction F)");
     if (s->validation && s->p.validation_fraction) return usage_error("give -p FILE or --validation-fraction, not both");
     if (s->libffm && s->model && s->model != MFM_MODEL_FFM) return usage_error("--libffm trains an FFM; drop --model");
+    if (s->p.hogwild && s->p.deterministic)
+        return usage_error("--hogwild (CPU threads whose results vary run to run) and --deterministic (bit-identical GPU runs) contradict each other: give one");
     if (s->cache && is_std_stream(s->args[0])) return usage_error("--cache needs a training file, not standard input");
     if (s->p.n_classes && s->task != MFM_TASK_MULTICLASS) return usage_error("--classes applies to --task multiclass only");
     if (s->n_args < 2 && is_std_stream(s->args[0])) return usage_error("training data from standard input needs an explicit MODEL path");
@@ -585,18 +673,20 @@ static void apply_libffm(mfm_params *p) {
     if (!p->l2_linear && !p->l2_factors) p->l2_linear = p->l2_factors = 2e-5;
 }
 
-/* --resume: the saved model's params, with what the command line sets on top (its shape stays:
-   a different -k is the library's error). */
+/* --resume: the saved model's params, with every option the command line gives on top, zeros
+   included (options that cannot apply were refused by check_resume_options). */
 static void resume_params(const settings *s, const mfm_model *model, mfm_params *p) {
-    const mfm_params *c = &s->p;
+    const size_t lo = offsetof(settings, p), hi = lo + sizeof(mfm_params);
+    size_t i;
     *p = *mfm_model_params(model);
-#define TAKE(field) \
-    if (c->field) p->field = c->field;
-    TAKE(k) TAKE(n_epochs) TAKE(batch_size) TAKE(n_threads) TAKE(learning_rate) TAKE(l2_linear) TAKE(l2_factors) TAKE(l1_linear) TAKE(l1_factors)
-    TAKE(adam_beta1) TAKE(adam_beta2) TAKE(adam_epsilon) TAKE(ftrl_beta) TAKE(label_smoothing) TAKE(patience) TAKE(min_delta)
-    TAKE(validation_fraction) TAKE(keep_last) TAKE(device) TAKE(deterministic) TAKE(gpu_memory_limit) TAKE(hogwild)
-#undef TAKE
-    if (s->metric) p->metric = (mfm_metric)s->metric;
+    for (i = 0; i < sizeof options / sizeof options[0]; i++) {
+        const option *o = &options[i];
+        size_t bytes = o->kind == OPT_REAL || o->kind == OPT_U64 ? 8 : o->kind == OPT_U32 ? 4 : sizeof(int);
+        if (!s->given[i] || o->at < lo || o->at >= hi) continue; /* not given, or not a library parameter */
+        memcpy((char *)p + (o->at - lo), (const char *)s + o->at, bytes);
+        if (o->also_at) memcpy((char *)p + (o->also_at - lo), (const char *)s + o->also_at, sizeof(double));
+    }
+    if (was_given(s, "--metric")) p->metric = (mfm_metric)s->metric;
 }
 
 /* The model to train: MODEL of --resume (with its state), or a new one as big as the data and
@@ -617,8 +707,9 @@ static int make_model(const settings *s, job *j, trainer *t, mfm_params *p) {
         p->metric = (mfm_metric)s->metric;
         if (s->libffm) apply_libffm(p);
     }
-    if (s->backend) p->backend = (mfm_backend)s->backend;
+    if (s->backend || was_given(s, "--backend")) p->backend = (mfm_backend)s->backend;
     p->on_epoch = on_epoch;
+    p->on_log = on_log;
     p->user = t;
     n_classes = t->task != MFM_TASK_MULTICLASS ? 2 : s->resume ? mfm_model_params(j->model)->n_classes ? (uint32_t)mfm_model_params(j->model)->n_classes : count_classes(&csr)
                                                               : p->n_classes ? (uint32_t)p->n_classes : count_classes(&csr);
@@ -678,10 +769,25 @@ static int cmd_train(const settings *s, job *j) {
     t.s = s;
     t.job = j;
     t.task = s->task ? (mfm_task)s->task : MFM_TASK_BINARY;
-    if ((rc = check_train_settings(s)) != 0 || (rc = fit_model(s, j, &t)) != 0) return rc;
-    j->model_path = s->n_args > 1 ? join(s->args[1], "") : s->resume ? join(s->resume, "") : default_model_path(s->args[0]);
+    if ((rc = check_train_settings(s)) != 0) return rc;
+    /* MODEL: as the help says, also with --resume (which then leaves its file as it was) */
+    j->model_path = s->n_args > 1 ? join(s->args[1], "") : default_model_path(s->args[0]);
+    if ((rc = check_output(j->model_path, "MODEL", s->args[0], "TRAIN")) != 0 || (rc = check_output(j->model_path, "MODEL", s->validation, "-p")) != 0)
+        return rc;
+    if (s->cache && !is_std_stream(s->args[0])) {
+        char *cache = join(s->args[0], ".mfmd");
+        rc = check_output(j->model_path, "MODEL", cache, "the --cache file");
+        free(cache);
+        if (rc != 0) return rc;
+    }
+    /* the temporary file now: a MODEL that cannot be written fails before the epochs run */
+    if (mfm_output_open(j->model_path, &j->out, &e) != MFM_OK) return fail("%s", e.message);
+    if ((rc = fit_model(s, j, &t)) != 0) return rc;
     if (t.best_epoch) printf("early stopping: using the model of epoch %d\n", t.best_epoch);
-    if (mfm_model_save(j->model, j->model_path, !s->no_state, &e) != MFM_OK) return fail("%s", e.message);
+    if (mfm_model_write(j->model, j->out, !s->no_state, &e) != MFM_OK) return fail("%s", e.message);
+    rc = mfm_output_commit(j->out, &e);
+    j->out = NULL; /* freed either way */
+    if (rc != MFM_OK) return fail("%s", e.message);
     printf("trained %s in %.2f s (%.0f rows/s)\n", j->model_path, t.seconds, per_second((double)t.rows, t.seconds));
     return 0;
 }
@@ -698,26 +804,14 @@ static int write_rows(FILE *f, const float *v, uint64_t n_rows, size_t width) {
     return !ferror(f);
 }
 
-/* To OUT.tmp, then renamed over OUT: a failed run leaves no half-written OUT behind. */
-static int write_predictions(const char *path, const float *v, uint64_t n_rows, size_t width) {
-    char *tmp;
-    FILE *f;
-    int ok, rc = 0;
-    if (is_std_stream(path))
-        return write_rows(stdout, v, n_rows, width) && fflush(stdout) == 0 ? 0 : fail("could not write to standard output: %s", strerror(errno));
-    tmp = join(path, ".tmp");
-    if (!(f = fopen(tmp, "w"))) {
-        rc = fail("cannot create %s: %s", tmp, strerror(errno));
-    } else {
-        ok = write_rows(f, v, n_rows, width);
-        ok = fclose(f) == 0 && ok;
-        if (!ok || !replace_file(tmp, path)) {
-            rc = fail("could not write %s: %s", ok ? path : tmp, strerror(errno));
-            remove(tmp);
-        }
-    }
-    free(tmp);
-    return rc;
+/* Through the library's writer (opened before the work): OUT appears whole, or not at all. */
+static int write_predictions(job *j, const float *v, uint64_t n_rows, size_t width) {
+    mfm_error e;
+    mfm_status st;
+    write_rows(mfm_output_stream(j->out), v, n_rows, width); /* an error shows at commit */
+    st = mfm_output_commit(j->out, &e);
+    j->out = NULL;
+    return st == MFM_OK ? 0 : fail("%s", e.message);
 }
 
 static int predict_to_file(const settings *s, job *j, const mfm_csr *csr, double *seconds) {
@@ -729,7 +823,7 @@ static int predict_to_file(const settings *s, job *j, const mfm_csr *csr, double
     if (mfm_predict(j->model, csr, (mfm_output)s->output, j->floats, (size_t)csr->n_rows * width, &e) != MFM_OK)
         return fail("%s: %s", s->args[1], e.message);
     *seconds = now_seconds() - t0;
-    return write_predictions(s->args[2], j->floats, csr->n_rows, width);
+    return write_predictions(j, j->floats, csr->n_rows, width);
 }
 
 /* predict writes OUT and, for data with labels, the metrics to stderr; eval only the metrics. */
@@ -745,6 +839,10 @@ static int predict_or_eval(const settings *s, job *j) {
     mfm_csr csr;
     mfm_error e;
     int rc, i, n;
+    if (predicting) {
+        if ((rc = check_output(s->args[2], "OUT", model_path, "MODEL")) != 0 || (rc = check_output(s->args[2], "OUT", data_path, "DATA")) != 0) return rc;
+        if (mfm_output_open(s->args[2], &j->out, &e) != MFM_OK) return fail("%s", e.message);
+    }
     if (mfm_model_load(model_path, &j->model, &e) != MFM_OK) return fail("%s", e.message);
     mfm_model_get_info(j->model, &info);
     if (mfm_model_set_threads(j->model, s->p.n_threads, &e) != MFM_OK) return fail("%s", e.message); /* 0: every core */
@@ -790,8 +888,8 @@ static int cmd_convert(const settings *s, job *j) {
     mfm_csr csr;
     mfm_error e;
     double t0 = now_seconds();
-    int rc = read_data(in, s->task, s->format, &j->data);
-    if (rc != 0) return rc;
+    int rc = check_output(out, "OUT", in, "IN");
+    if (rc != 0 || (rc = read_data(in, s->task, s->format, &j->data)) != 0) return rc;
     mfm_dataset_get_info(j->data, &info);
     to = output_format(out, s->to, &info);
     if ((rc = check_data(in, j->data, 0, to == MFM_FORMAT_LIBFFM, "libffm output")) != 0) return rc;
@@ -847,7 +945,10 @@ static void show_model_file(const char *path, const mfm_model_file_info *f) {
     if (p->validation_fraction) show("validation split", "%g of the training rows", p->validation_fraction);
     show("init scale", "%g", p->init_scale);
     show("batch size", "%d", p->batch_size);
-    show("threads", "%d", p->n_threads);
+    if (p->n_threads)
+        show("threads", "%d", p->n_threads);
+    else
+        show("threads", "every core");
     show("seed", "%llu", (unsigned long long)p->seed);
     if (p->task != MFM_TASK_REGRESSION) show("label smoothing", "%g", p->label_smoothing);
     if (p->task != MFM_TASK_REGRESSION) show("class weight", "%s", name_of(&class_weight_set, p->class_weight));
@@ -878,6 +979,7 @@ static void show_dataset(const char *path, const mfm_dataset *d) {
     t = (time_t)i.source_mtime;
     if (gmtime(&t)) strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S UTC", gmtime(&t));
     show("cache of", "a file of %llu bytes modified %s", (unsigned long long)i.source_bytes, when);
+    if (i.source_digest) show("source digest", "%016llx (--cache reuses the file while its text has this digest)", (unsigned long long)i.source_digest);
 }
 
 /* Whether the file starts with an 8-byte magic ("MFMMODEL", "MFM-DATA"). */
@@ -889,11 +991,36 @@ static int starts_with(const char *path, const char *magic) {
     return n == sizeof head && memcmp(head, magic, sizeof head) == 0;
 }
 
+/* info -: standard input read whole, so that its first bytes can say how to read it (a pipe
+   cannot be opened twice): a binary dataset with the task it records, text as regression. */
+static int info_stdin(job *j) {
+    size_t cap = 1 << 20, n = 0, got;
+    unsigned char *b = (unsigned char *)xmalloc(cap), *bigger;
+    mfm_read_options ro;
+    mfm_error e;
+    mfm_status st;
+    while ((got = fread(b + n, 1, cap - n, stdin)) > 0)
+        if ((n += got) == cap) {
+            if (!(bigger = (unsigned char *)realloc(b, cap * 2))) return free(b), fail("out of memory reading standard input (%llu bytes)", (unsigned long long)n);
+            b = bigger, cap *= 2;
+        }
+    if (ferror(stdin)) return free(b), fail("could not read standard input: %s", strerror(errno));
+    if (n >= 8 && memcmp(b, "MFMMODEL", 8) == 0) return free(b), fail("standard input holds a model file: give its path to mfm info");
+    memset(&ro, 0, sizeof ro);
+    ro.task = n >= 8 && memcmp(b, "MFM-DATA", 8) == 0 ? MFM_TASK_DEFAULT : MFM_TASK_REGRESSION;
+    st = mfm_dataset_parse(b, n, "<stdin>", &ro, &j->data, &e);
+    free(b);
+    if (st != MFM_OK) return fail("%s", e.message);
+    show_dataset("-", j->data);
+    return 0;
+}
+
 static int cmd_info(const settings *s, job *j) {
     const char *path = s->args[0];
     const int binary = starts_with(path, "MFM-DATA");
     mfm_model_file_info mi;
     mfm_error model_err, data_err;
+    if (is_std_stream(path)) return info_stdin(j);
     if (mfm_model_file_inspect(path, &mi, &model_err) == MFM_OK) {
         show_model_file(path, &mi);
         return 0;
@@ -923,8 +1050,9 @@ static int cmd_cache(const settings *s, job *j) {
     if (s->build) {
         if (mfm_cuda_build_kernels(s->build, &b, &e) != MFM_OK) return fail("%s", e.message);
         printf("%s for %s_%d: %s (%llu bytes, %.3f s)%s%s\n", b.kind, strcmp(b.kind, "ptx") ? "sm" : "compute", b.arch,
-               b.from_cache ? "already in the cache" : b.stored ? "compiled and stored" : "compiled, not stored (cache off or unwritable)",
-               (unsigned long long)b.image_bytes, b.seconds, b.path[0] ? "\n  " : "", b.path);
+               b.from_cache ? "already in the cache" : b.stored ? "compiled and stored" : "compiled, NOT stored", (unsigned long long)b.image_bytes,
+               b.seconds, b.path[0] ? "\n  " : "", b.path);
+        if (!b.from_cache && !b.stored) return fail("the kernels were compiled but not stored: %s", b.not_stored);
     }
     if (mfm_cache_list(dir, sizeof dir, entries, 256, &n, &e) != MFM_OK) return fail("%s", e.message);
     printf("kernel cache: %s\n", dir[0] ? dir : "off (MFM_CACHE=off, or no directory: set MFM_CACHE_DIR)");
@@ -1022,11 +1150,12 @@ static int parse_args(settings *s, int argc, char **argv) {
         if (o->kind == OPT_FLAG && eq) return usage_error("%s takes no value", name);
         if (o->kind != OPT_FLAG && !(value = eq ? eq + 1 : i + 1 < argc ? argv[++i] : NULL)) return usage_error("%s needs a value", name);
         if ((rc = set_option(s, o, name, value)) != 0) return rc;
+        s->given[o - options] = 1;
     }
     return 0;
 }
 
-int main(int argc, char **argv) {
+static int run(int argc, char **argv) {
     settings s;
     job j;
     const command *c;
@@ -1059,5 +1188,11 @@ int main(int argc, char **argv) {
     mfm_dataset_free(j.valid);
     free(j.floats);
     free(j.model_path);
+    mfm_output_abort(j.out); /* a failed command leaves any earlier file as it was */
     return rc;
+}
+
+int main(int argc, char **argv) {
+    handle_signals();
+    return check_stdout(run(argc, argv));
 }
