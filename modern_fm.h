@@ -306,6 +306,9 @@ typedef struct mfm_params {
    >>public-data  Data: a borrowed CSR view of the caller's arrays
    ============================================================================================ */
 
+/* A dataset the library owns: parsed text, or a binary file mapped into memory. */
+typedef struct mfm_dataset mfm_dataset;
+
 /* Row r owns non-zeros row_offsets[r] .. row_offsets[r+1]-1. The library never frees or
    keeps these pointers past the call that was given them. */
 typedef struct mfm_csr {
@@ -318,6 +321,8 @@ typedef struct mfm_csr {
     const float *weights;        /* n_rows row weights >= 0; NULL = all 1 */
     uint32_t n_features;         /* 0 = max feature id + 1 */
     uint32_t n_fields;           /* 0 = max field id + 1 */
+    const mfm_dataset *origin;   /* NULL; set by mfm_dataset_csr: errors about a row then name
+                                    the file and the row's 1-based line ("te.ffm:7: ...") */
 } mfm_csr;
 
 /* ============================================================================================
@@ -536,9 +541,6 @@ typedef struct mfm_read_options {
     mfm_progress_fn on_progress; /* NULL */
     void *user;
 } mfm_read_options;
-
-/* A dataset the library owns: parsed text, or a binary file mapped into memory. */
-typedef struct mfm_dataset mfm_dataset;
 
 typedef struct mfm_dataset_info {
     mfm_format format;       /* what was read (libffm, libsvm or binary) */
@@ -2316,6 +2318,50 @@ MFMDEF mfm_status mfm_model_set_tensor(mfm_model *m, mfm_tensor t, int slot, uin
    >>data  Checking a borrowed CSR view before anything touches the model
    ============================================================================================ */
 
+/* A dataset read by the library; a view of it (mfm_dataset_csr) points back here (origin), so
+   that a message about a row names its file and line. */
+struct mfm_dataset {
+    mfm_csr csr;
+    mfm_dataset_info info;
+    mfm__mapping mapping;
+    void *owned[6]; /* offsets, labels, weights, features, fields, values (or a binary copy) */
+    char *name;     /* the file (or the name given to mfm_dataset_parse), for messages */
+    /* Text only: for each blank line, how many rows came before it, ascending; row r (0-based)
+       is then on line r + 1 + (blank lines before it). NULL when the text had none. */
+    uint64_t *blank_before, n_blank;
+};
+
+/* A copy of a dataset's name for its messages (NULL when memory is short: rows are then named
+   by their number alone). */
+static char *mfm__copy_name(const char *name) {
+    size_t n = name ? strlen(name) + 1 : 0;
+    char *copy = n ? (char *)mfm__alloc(n, 1) : NULL;
+    if (copy) memcpy(copy, name, n);
+    return copy;
+}
+
+/* Where row r (0-based) of a view came from, for a message: "te.ffm:7" (the file and the row's
+   1-based line), "te.mfmd, row 7" (a binary file), or "row 7 (1-based)" (the caller's arrays). */
+static const char *mfm__row_at(const mfm_csr *d, uint64_t r, char *buf, size_t size) {
+    const mfm_dataset *ds = d ? d->origin : NULL;
+    if (ds && ds->name && ds->info.format != MFM_FORMAT_BINARY) {
+        uint64_t lo = 0, hi = ds->n_blank; /* blank lines before row r: entries <= r */
+        while (lo < hi) {
+            const uint64_t mid = lo + (hi - lo) / 2;
+            if (ds->blank_before[mid] <= r)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        snprintf(buf, size, "%s:%" PRIu64, ds->name, r + 1 + lo);
+    } else if (ds && ds->name) {
+        snprintf(buf, size, "%s, row %" PRIu64, ds->name, r + 1);
+    } else {
+        snprintf(buf, size, "row %" PRIu64 " (1-based)", r + 1);
+    }
+    return buf;
+}
+
 typedef struct mfm__data_info {
     uint64_t nnz;
     uint32_t max_row_nnz;
@@ -2351,21 +2397,23 @@ static uint32_t mfm__largest_id(const uint32_t *ids, const mfm_csr *d, uint64_t 
 /* Where a check of the non-zeros failed: walks them in order and names the first bad one. */
 static mfm_status mfm__csr_error(const mfm_csr *d, int need_fields, mfm_error *err) {
     uint64_t r, j;
+    char at[600];
     for (r = 0; r < d->n_rows; r++) {
         for (j = d->row_offsets[r]; j < d->row_offsets[r + 1]; j++) {
             const uint32_t f = d->features[j], g = need_fields ? d->fields[j] : 0;
             if (f == UINT32_MAX)
-                return mfm__fail(err, MFM_ERR_INVALID_DATA, "feature id 4294967295 in row %" PRIu64 " (1-based) is out of range: ids must be below 2^32-1", r + 1);
+                return mfm__fail(err, MFM_ERR_INVALID_DATA, "%s: feature id 4294967295 is out of range: ids must be below 2^32-1", mfm__row_at(d, r, at, sizeof at));
             if (d->n_features && f >= d->n_features)
-                return mfm__fail(err, MFM_ERR_INVALID_DATA, "feature id %u in row %" PRIu64 " (1-based) is not below data.n_features = %u", (unsigned)f, r + 1,
+                return mfm__fail(err, MFM_ERR_INVALID_DATA, "%s: feature id %u is not below data.n_features = %u", mfm__row_at(d, r, at, sizeof at), (unsigned)f,
                                  (unsigned)d->n_features);
             if (g == UINT32_MAX)
-                return mfm__fail(err, MFM_ERR_INVALID_DATA, "field id 4294967295 in row %" PRIu64 " (1-based) is out of range: ids must be below 2^32-1", r + 1);
+                return mfm__fail(err, MFM_ERR_INVALID_DATA, "%s: field id 4294967295 is out of range: ids must be below 2^32-1", mfm__row_at(d, r, at, sizeof at));
             if (need_fields && d->n_fields && g >= d->n_fields)
-                return mfm__fail(err, MFM_ERR_INVALID_DATA, "field id %u in row %" PRIu64 " (1-based) is not below data.n_fields = %u", (unsigned)g, r + 1,
+                return mfm__fail(err, MFM_ERR_INVALID_DATA, "%s: field id %u is not below data.n_fields = %u", mfm__row_at(d, r, at, sizeof at), (unsigned)g,
                                  (unsigned)d->n_fields);
             if (d->values && !mfm__finite(d->values[j]))
-                return mfm__fail(err, MFM_ERR_INVALID_DATA, "value %g of feature %u in row %" PRIu64 " (1-based) is not finite", (double)d->values[j], (unsigned)f, r + 1);
+                return mfm__fail(err, MFM_ERR_INVALID_DATA, "%s: the value %g of feature %u is not finite", mfm__row_at(d, r, at, sizeof at), (double)d->values[j],
+                                 (unsigned)f);
         }
     }
     return mfm__fail(err, MFM_ERR_INVALID_DATA, "the data failed a check that no non-zero fails on a second look"); /* not reached */
@@ -2387,8 +2435,10 @@ static mfm_status mfm__check_csr(const mfm_csr *d, int need_fields, mfm__data_in
         uint64_t lo = d->row_offsets[r], hi = d->row_offsets[r + 1];
         if (hi < lo)
             return mfm__fail(err, MFM_ERR_INVALID_DATA, "data.row_offsets decreases at row %" PRIu64 " (1-based): %" PRIu64 " then %" PRIu64, r + 1, lo, hi);
-        if (hi - lo > UINT32_MAX)
-            return mfm__fail(err, MFM_ERR_INVALID_DATA, "row %" PRIu64 " (1-based) has %" PRIu64 " non-zeros, more than 2^32-1", r + 1, hi - lo);
+        if (hi - lo > UINT32_MAX) {
+            char at[600];
+            return mfm__fail(err, MFM_ERR_INVALID_DATA, "%s has %" PRIu64 " non-zeros, more than 2^32-1", mfm__row_at(d, r, at, sizeof at), hi - lo);
+        }
         if (hi - lo > info->max_row_nnz) info->max_row_nnz = (uint32_t)(hi - lo);
     }
     info->nnz = d->row_offsets[d->n_rows];
@@ -2417,19 +2467,20 @@ static mfm_status mfm__check_csr(const mfm_csr *d, int need_fields, mfm__data_in
 
 /* The data's ids must fit the model's shape. */
 static mfm_status mfm__check_shape(const mfm_model *m, const mfm_csr *d, const mfm__data_info *info, mfm_error *err) {
+    char at[600]; /* an id beyond the model first: that message names the row */
+    if (info->n_features > m->n_features)
+        return mfm__fail(err, MFM_ERR_SHAPE_MISMATCH, "%s: feature id %u is beyond the model, which has %u features (ids 0..%u)",
+                         mfm__row_at(d, info->feature_row, at, sizeof at), (unsigned)(info->n_features - 1), (unsigned)m->n_features, (unsigned)m->n_features - 1u);
     if (d->n_features > m->n_features)
         return mfm__fail(err, MFM_ERR_SHAPE_MISMATCH, "the data has %u features (data.n_features) but the model was made for %u", (unsigned)d->n_features,
                          (unsigned)m->n_features);
-    if (info->n_features > m->n_features)
-        return mfm__fail(err, MFM_ERR_SHAPE_MISMATCH, "feature id %u in row %" PRIu64 " (1-based) is beyond the model, which has %u features (ids 0..%u)",
-                         (unsigned)(info->n_features - 1), info->feature_row + 1, (unsigned)m->n_features, (unsigned)m->n_features - 1u);
     if (m->params.model == MFM_MODEL_FM) return MFM_OK;
+    if (info->n_fields > m->n_fields)
+        return mfm__fail(err, MFM_ERR_SHAPE_MISMATCH, "%s: field id %u is beyond the model, which has %u fields (ids 0..%u)",
+                         mfm__row_at(d, info->field_row, at, sizeof at), (unsigned)(info->n_fields - 1), (unsigned)m->n_fields, (unsigned)m->n_fields - 1u);
     if (d->n_fields > m->n_fields)
         return mfm__fail(err, MFM_ERR_SHAPE_MISMATCH, "the data has %u fields (data.n_fields) but the model was made for %u", (unsigned)d->n_fields,
                          (unsigned)m->n_fields);
-    if (info->n_fields > m->n_fields)
-        return mfm__fail(err, MFM_ERR_SHAPE_MISMATCH, "field id %u in row %" PRIu64 " (1-based) is beyond the model, which has %u fields (ids 0..%u)",
-                         (unsigned)(info->n_fields - 1), info->field_row + 1, (unsigned)m->n_fields, (unsigned)m->n_fields - 1u);
     return MFM_OK;
 }
 
@@ -2439,19 +2490,20 @@ static mfm_status mfm__check_targets(mfm_task task, const mfm_csr *d, uint32_t *
     uint64_t r;
     uint32_t top = 0;
     double weight_sum = 0;
+    char at[600];
     if (d->n_rows && !d->labels) return mfm__fail(err, MFM_ERR_INVALID_DATA, "data.labels is NULL, but training and evaluation need a label per row");
     for (r = 0; r < d->n_rows; r++) {
         float y = d->labels[r];
-        if (!mfm__finite(y)) return mfm__fail(err, MFM_ERR_INVALID_DATA, "the label of row %" PRIu64 " (1-based) is %g, not a finite number", r + 1, (double)y);
+        if (!mfm__finite(y)) return mfm__fail(err, MFM_ERR_INVALID_DATA, "%s: the label is %g, not a finite number", mfm__row_at(d, r, at, sizeof at), (double)y);
         if (task == MFM_TASK_BINARY && y != 0 && y != 1)
-            return mfm__fail(err, MFM_ERR_INVALID_DATA, "the label of row %" PRIu64 " (1-based) is %g, but a binary label must be 0 or 1", r + 1, (double)y);
+            return mfm__fail(err, MFM_ERR_INVALID_DATA, "%s: the label is %g, but a binary label must be 0 or 1", mfm__row_at(d, r, at, sizeof at), (double)y);
         if (task == MFM_TASK_MULTICLASS) {
             if (y < 0 || y != floorf(y) || y >= 16777216.0f)
-                return mfm__fail(err, MFM_ERR_INVALID_DATA, "the label of row %" PRIu64 " (1-based) is %g, but a multiclass label must be a class id 0, 1, 2, ...", r + 1,
-                                 (double)y);
+                return mfm__fail(err, MFM_ERR_INVALID_DATA, "%s: the label is %g, but a multiclass label must be a class id 0, 1, 2, ...",
+                                 mfm__row_at(d, r, at, sizeof at), (double)y);
             if (*n_classes && (uint32_t)y >= *n_classes)
-                return mfm__fail(err, MFM_ERR_INVALID_DATA, "the label of row %" PRIu64 " (1-based) is class %u, but the model has %u classes (0..%u)", r + 1, (unsigned)y,
-                                 (unsigned)*n_classes, (unsigned)*n_classes - 1u);
+                return mfm__fail(err, MFM_ERR_INVALID_DATA, "%s: the label is class %u, but the model has %u classes (0..%u)", mfm__row_at(d, r, at, sizeof at),
+                                 (unsigned)y, (unsigned)*n_classes, (unsigned)*n_classes - 1u);
             if ((uint32_t)y + 1 > top) top = (uint32_t)y + 1;
         }
     }
@@ -2460,7 +2512,8 @@ static mfm_status mfm__check_targets(mfm_task task, const mfm_csr *d, uint32_t *
         for (r = 0; r < d->n_rows; r++) {
             float w = d->weights[r];
             if (!mfm__finite(w) || w < 0)
-                return mfm__fail(err, MFM_ERR_INVALID_DATA, "the weight of row %" PRIu64 " (1-based) is %g, but row weights must be finite and >= 0", r + 1, (double)w);
+                return mfm__fail(err, MFM_ERR_INVALID_DATA, "%s: the row weight is %g, but row weights must be finite and >= 0", mfm__row_at(d, r, at, sizeof at),
+                                 (double)w);
             weight_sum += w;
         }
         if (d->n_rows && weight_sum == 0) return mfm__fail(err, MFM_ERR_INVALID_DATA, "all %" PRIu64 " row weights are zero", d->n_rows);
@@ -2474,16 +2527,11 @@ static mfm_status mfm__check_targets(mfm_task task, const mfm_csr *d, uint32_t *
 
 /* A dataset the library owns: its arrays come either from the parser (owned) or from a mapped
    binary file (borrowed from the mapping). */
-struct mfm_dataset {
-    mfm_csr csr;
-    mfm_dataset_info info;
-    mfm__mapping mapping;
-    void *owned[6]; /* offsets, labels, weights, features, fields, values (or a binary copy) */
-};
-
 MFMDEF void mfm_dataset_free(mfm_dataset *ds) {
     int i;
     if (!ds) return;
+    MFM_FREE(ds->name);
+    MFM_FREE(ds->blank_before);
     for (i = 0; i < 6; i++) MFM_FREE(ds->owned[i]);
     mfm__unmap(&ds->mapping);
     MFM_FREE(ds);
@@ -2494,6 +2542,7 @@ MFMDEF mfm_csr mfm_dataset_csr(const mfm_dataset *ds) {
     memset(&view, 0, sizeof view);
     if (!ds) return view;
     view = ds->csr;
+    view.origin = ds;
     if (!view.n_features) view.n_features = ds->info.n_features; /* so that mfm_model_create(.., view.n_features, ..) fits the data */
     if (!view.n_fields) view.n_fields = ds->info.n_fields;
     return view;
@@ -2517,6 +2566,7 @@ typedef struct mfm__columns {
     uint32_t n_features, n_fields; /* max id + 1 */
     int all_ones;                  /* every value so far is exactly 1 */
     uint64_t lines;                /* lines consumed, blank ones included */
+    uint64_t *blanks, n_blanks, cap_blanks; /* each blank line's row count before it (this part's rows) */
     /* the first error: line (1-based within this part), column (1-based) and sentence */
     uint64_t error_line, error_column;
     const char *error_from, *error_at; /* the line and the place the error names (mfm__explain_error) */
@@ -2539,6 +2589,7 @@ static int mfm__columns_init(mfm__columns *c) {
 }
 
 static void mfm__columns_free(mfm__columns *c) {
+    MFM_FREE(c->blanks);
     MFM_FREE(c->offsets);
     MFM_FREE(c->labels);
     MFM_FREE(c->features);
@@ -2711,7 +2762,13 @@ static int mfm__parse_lines(const mfm__text *t, const char *p, const char *end, 
         uint64_t row = c->n_rows, nnz = c->nnz;
         c->lines++;
         while (p < end && MFM__IS_BLANK(*p)) p++;
-        if (mfm__at_line_end(p, end)) { /* a blank line */
+        if (mfm__at_line_end(p, end)) { /* a blank line: its place is kept, so rows can be named by their lines */
+            if (c->n_blanks == c->cap_blanks) {
+                uint64_t cap = c->cap_blanks ? 2 * c->cap_blanks : 64;
+                if (!mfm__resize((void **)&c->blanks, cap, sizeof(uint64_t))) return mfm__text_error(c, line, p, "out of memory after %" PRIu64 " rows", row);
+                c->cap_blanks = cap;
+            }
+            c->blanks[c->n_blanks++] = row;
             while (p < end && *p != '\n') p++;
             p += p < end;
             continue;
@@ -2928,7 +2985,7 @@ static mfm_status mfm__parse_chunk(mfm__text_reader *rd, const char *p, const ch
         if (i) { /* emptied, not freed: fresh pages would cost the kernel a zeroing each */
             mfm__columns *c = &rd->scratch[i];
             if (!c->offsets && !mfm__columns_init(c)) return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory while reading %s", rd->text.name);
-            c->n_rows = c->nnz = c->lines = 0;
+            c->n_rows = c->nnz = c->lines = c->n_blanks = 0;
             c->n_features = c->n_fields = 0;
             c->all_ones = 1;
         }
@@ -2952,6 +3009,13 @@ static mfm_status mfm__parse_chunk(mfm__text_reader *rd, const char *p, const ch
         mfm__pool_run(&rd->pool, mfm__append_task, &job);
         for (i = 1; i < n; i++) {
             const mfm__columns *c = job.cols[i];
+            uint64_t k;
+            if (c->n_blanks && a->n_blanks + c->n_blanks > a->cap_blanks) {
+                if (!mfm__resize((void **)&a->blanks, a->n_blanks + c->n_blanks, sizeof(uint64_t)))
+                    return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory while reading %s", rd->text.name);
+                a->cap_blanks = a->n_blanks + c->n_blanks;
+            }
+            for (k = 0; k < c->n_blanks; k++) a->blanks[a->n_blanks++] = job.at_row[i] + c->blanks[k];
             a->all_ones &= c->all_ones;
             if (c->n_features > a->n_features) a->n_features = c->n_features;
             if (c->n_fields > a->n_fields) a->n_fields = c->n_fields;
@@ -3000,6 +3064,9 @@ static mfm_status mfm__reader_finish(mfm__text_reader *rd, mfm_dataset **out, mf
     ds->info.has_values = !c->all_ones;
     ds->info.labels_task = ds->info.has_labels ? rd->text.task : MFM_TASK_DEFAULT;
     ds->info.source_digest = mfm__hash_final(&rd->digest);
+    ds->name = mfm__copy_name(rd->text.name);
+    ds->blank_before = c->blanks, ds->n_blank = c->n_blanks; /* blank lines at the very end precede no row: harmless */
+    c->blanks = NULL;
     ds->owned[0] = c->offsets;
     if (ds->info.has_labels) ds->owned[1] = c->labels;
     else MFM_FREE(c->labels);
@@ -3123,6 +3190,7 @@ static mfm_status mfm__data_from_binary(mfm_dataset *ds, const unsigned char *b,
     mfm__data_info info;
     mfm_csr *d = &ds->csr;
     mfm_status st;
+    ds->name = mfm__copy_name(name);
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
     (void)b, (void)size, (void)task;
     return mfm__fail(err, MFM_ERR_BAD_FILE, "%s: binary dataset files are little-endian and are used in place; this big-endian machine cannot use them (convert the text instead)", name);
@@ -5691,11 +5759,15 @@ static int mfm__describe_not_finite(const mfm_model *m, int n_slots, char *out, 
    of the training data as the caller numbers them, not in the epoch's order). mfm__fit adds
    what the model holds once every thread has stopped (mfm__diverged_holds). */
 static mfm_status mfm__diverged_at(const mfm__trainer *tr, const uint64_t *rows, uint64_t n, uint64_t batch_number, mfm_error *err) {
-    char at[32] = "";
+    char at[32] = "", row[600], where[640];
     if (tr->epoch > 0) snprintf(at, sizeof at, " in epoch %d", tr->epoch);
-    if (n == 1) return mfm__fail(err, MFM_ERR_DIVERGED, "training diverged%s: the loss of row %" PRIu64 " of the training data (1-based) is not finite", at, rows[0] + 1);
-    return mfm__fail(err, MFM_ERR_DIVERGED, "training diverged%s: the loss of batch %" PRIu64 " (its first row is row %" PRIu64 " of the training data, 1-based) is not finite",
-                     at, batch_number, rows[0] + 1);
+    mfm__row_at(tr->d, rows[0], row, sizeof row);
+    if (tr->d->origin)
+        snprintf(where, sizeof where, "the row at %s", row);
+    else
+        snprintf(where, sizeof where, "row %" PRIu64 " of the training data (1-based)", rows[0] + 1);
+    if (n == 1) return mfm__fail(err, MFM_ERR_DIVERGED, "training diverged%s: the loss of %s is not finite", at, where);
+    return mfm__fail(err, MFM_ERR_DIVERGED, "training diverged%s: the loss of batch %" PRIu64 " (its first row: %s) is not finite", at, batch_number, where);
 }
 
 /* Ends the sentence of a divergence with what the model holds, and what to do. */
@@ -7420,25 +7492,32 @@ static void mfm__hex(const unsigned char *bytes, int n, char *out) {
 
 /* The kernel sources as one string and its digest (made once, kept for the process). Under
    the lock. */
-static const char *mfm__kernel_source(void) {
+/* Makes `source` (allocated, NUL-terminated, `bytes` long) the program NVRTC compiles, with the
+   digest that keys its cache entries. */
+static const char *mfm__kernel_source_adopt(char *source, size_t bytes) {
     mfm__cuda_state *s = &mfm__cuda;
+    XXH128_canonical_t canon;
+    MFM_FREE(s->source);
+    s->source = source;
+    s->source_bytes = bytes;
+    XXH128_canonicalFromHash(&canon, XXH3_128bits(source, bytes));
+    mfm__hex(canon.digest, 16, s->source_digest);
+    return source;
+}
+
+static const char *mfm__kernel_source(void) {
     size_t i, total = 0;
-    if (s->source) return s->source;
+    char *source;
+    if (mfm__cuda.source) return mfm__cuda.source;
     for (i = 0; i < MFM__KERNEL_CHUNK_COUNT; i++) total += strlen(mfm__kernel_chunks[i]);
-    if (!(s->source = (char *)mfm__alloc(total + 1, 1))) return NULL;
+    if (!(source = (char *)mfm__alloc(total + 1, 1))) return NULL;
     for (total = 0, i = 0; i < MFM__KERNEL_CHUNK_COUNT; i++) {
         size_t n = strlen(mfm__kernel_chunks[i]);
-        memcpy(s->source + total, mfm__kernel_chunks[i], n);
+        memcpy(source + total, mfm__kernel_chunks[i], n);
         total += n;
     }
-    s->source[total] = '\0';
-    s->source_bytes = total;
-    {
-        XXH128_canonical_t canon;
-        XXH128_canonicalFromHash(&canon, XXH3_128bits(s->source, total));
-        mfm__hex(canon.digest, 16, s->source_digest);
-    }
-    return s->source;
+    source[total] = '\0';
+    return mfm__kernel_source_adopt(source, total);
 }
 
 /* NVRTC's options for an image: the arch flag first, exactly as passed. */

@@ -28,6 +28,25 @@ void test_cuda_forget(void) {
     memset(&mfm__settings, 0, sizeof mfm__settings);
 }
 
+/* Swaps the kernel sources for a one-line program (on = 1) or back to the real ones (on = 0),
+   so that the tests of the kernel cache's mechanics (hits, misses, torn entries, two writers)
+   pay milliseconds per NVRTC build instead of the real kernels' seconds. Its cache entries
+   have keys of their own. test_cuda_nvrtc_compiles_every_arch builds the real kernels. */
+void test_cuda_small_kernels(int on);
+void test_cuda_small_kernels(int on) {
+    static const char small[] = "extern \"C\" __global__ void mfm_test_small(float *x) { x[threadIdx.x] += 1.0f; }\n";
+    char *copy = on ? (char *)mfm__alloc(sizeof small, 1) : NULL;
+    mfm__cuda_lock();
+    if (copy) {
+        memcpy(copy, small, sizeof small);
+        mfm__kernel_source_adopt(copy, sizeof small - 1);
+    } else {
+        MFM_FREE(mfm__cuda.source);
+        mfm__cuda.source = NULL; /* the real sources are joined again on first use */
+    }
+    mfm__cuda_unlock();
+}
+
 /* Takes device memory in device 0's context until less than `leave` bytes are free, so that a
    test can watch the library run out; test_gpu_hog(0) gives it all back. 1 when the device
    was left with less than `leave` free. Needs device 0 made ready (an upload did that). */

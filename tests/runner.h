@@ -145,6 +145,7 @@
     X(test_api_threads_zero_is_every_core) \
     X(test_api_enum_names) \
     X(test_api_null_arguments) \
+    X(test_api_rows_named_by_their_lines) \
     X(test_cuda_nvrtc_compiles_every_arch) \
     X(test_cuda_cache_round_trip) \
     X(test_cuda_cache_two_processes) \

@@ -9,9 +9,11 @@
 #include "../modern_fm.h"
 #include "ref.h"
 #include "runner.h"
+#include "scratch.h"
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Rows whose largest feature id is 41 and largest field id 5: the view must say 42 and 6. */
@@ -189,4 +191,67 @@ void test_api_null_arguments(void) {
     (void)metrics;
     (void)top;
     mfm_model_free(m);
+}
+
+/* A row that a model cannot take is named by where it came from: the file and its 1-based line
+   (blank lines counted, whichever part of a parallel read found them), a binary file and the
+   row, or the row's number in the caller's arrays. */
+void test_api_rows_named_by_their_lines(void) {
+    /* rows on lines 1, 3, 6 and 7; the last one has feature 7, beyond a model of 4 features */
+    static const char text[] = "1 0:1\n\n0 1:1\n\n   \n1 2:1\n0 7:1\n";
+    mfm_dataset *ds = NULL, *bin = NULL;
+    mfm_params p;
+    mfm_model *m = NULL;
+    mfm_error e;
+    mfm_csr view;
+    float out[4];
+    char path[512];
+    memset(&p, 0, sizeof p);
+    p.k = 2;
+    REQUIRE(mfm_dataset_parse(text, sizeof text - 1, "te.svm", NULL, &ds, &e) == MFM_OK, "parse: %s", e.message);
+    REQUIRE(mfm_model_create(&p, 4, 0, 1, &m, &e) == MFM_OK, "create: %s", e.message);
+    view = mfm_dataset_csr(ds);
+    CHECK(mfm_predict(m, &view, MFM_OUTPUT_SCORE, out, 4, &e) == MFM_ERR_SHAPE_MISMATCH && strstr(e.message, "te.svm:7: feature id 7"),
+          "a text file's row is named by its line: %s", e.message);
+    CHECK(mfm_evaluate(m, &view, NULL, &e) != MFM_OK, "evaluate refuses too");
+    scratch_path(path, sizeof path, "rows.mfmd");
+    REQUIRE(mfm_dataset_write(&view, path, MFM_FORMAT_BINARY, &e) == MFM_OK, "write: %s", e.message);
+    REQUIRE(mfm_dataset_read(path, NULL, &bin, &e) == MFM_OK, "read back: %s", e.message);
+    view = mfm_dataset_csr(bin);
+    CHECK(mfm_predict(m, &view, MFM_OUTPUT_SCORE, out, 4, &e) == MFM_ERR_SHAPE_MISMATCH && strstr(e.message, path) && strstr(e.message, "row 4: feature id 7"),
+          "a binary file's row is named by its number: %s", e.message);
+    view.origin = NULL;
+    CHECK(mfm_predict(m, &view, MFM_OUTPUT_SCORE, out, 4, &e) == MFM_ERR_SHAPE_MISMATCH && strstr(e.message, "row 4 (1-based): feature id 7"),
+          "the caller's arrays: %s", e.message);
+    mfm_dataset_free(bin);
+    mfm_dataset_free(ds);
+
+    { /* 3 MB read in parallel parts, a blank line after every 997th row: the line is still exact */
+        const uint64_t n_rows = 300000;
+        char *big = (char *)malloc(n_rows * 12 + 16), expect[64];
+        size_t used = 0;
+        uint64_t r, line = 0;
+        mfm_read_options o;
+        REQUIRE(big, "out of memory");
+        for (r = 0; r < n_rows; r++) {
+            used += (size_t)sprintf(big + used, "1 %u:1\n", r + 1 == n_rows ? 9u : (unsigned)(r % 4));
+            line++;
+            if (r % 997 == 996) big[used++] = '\n', line++;
+        }
+        snprintf(expect, sizeof expect, "big.svm:%llu: feature id 9", (unsigned long long)(line - (n_rows % 997 == 0)));
+        memset(&o, 0, sizeof o);
+        o.n_threads = 4;
+        if (CHECK(mfm_dataset_parse(big, used, "big.svm", &o, &ds, &e) == MFM_OK, "parse: %s", e.message)) {
+            view = mfm_dataset_csr(ds);
+            CHECK(view.n_rows == n_rows, "%llu rows read", (unsigned long long)view.n_rows);
+            float *scores = (float *)malloc((size_t)n_rows * sizeof(float));
+            CHECK(scores && mfm_predict(m, &view, MFM_OUTPUT_SCORE, scores, (size_t)n_rows, &e) == MFM_ERR_SHAPE_MISMATCH && strstr(e.message, expect),
+                  "expected \"%s\" in: %s", expect, e.message);
+            free(scores);
+            mfm_dataset_free(ds);
+        }
+        free(big);
+    }
+    mfm_model_free(m);
+    scratch_clean();
 }

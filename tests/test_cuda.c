@@ -16,7 +16,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-void test_cuda_forget(void); /* tests/impl.c */
+void test_cuda_forget(void);           /* tests/impl.c */
+void test_cuda_small_kernels(int on); /* tests/impl.c: a one-line program instead of the kernels */
 
 /* Runs fn in a child process with `name=value` set and a loader that starts afresh; returns the child's exit code (0 = all
    its checks held; it prints what failed). */
@@ -95,32 +96,33 @@ void test_cuda_cache_round_trip(void) {
     mfm_error e;
     unsetenv("MFM_CACHE");
     fresh_cache(dir, sizeof dir, "cache-round-trip");
-    if (!have_nvrtc()) return;
+    test_cuda_small_kernels(1); /* the cache's mechanics, not the kernels: milliseconds a build */
+    if (!have_nvrtc()) goto done;
     /* have_nvrtc built sm_90 into this fresh directory: the next build is a hit */
-    REQUIRE(mfm_cuda_build_kernels("sm_90", &b, &e) == MFM_OK, "%s", e.message);
+    if (!CHECK(mfm_cuda_build_kernels("sm_90", &b, &e) == MFM_OK, "%s", e.message)) goto done;
     CHECK(b.from_cache == 1 && b.stored == 0, "second build: from_cache %d stored %d", b.from_cache, b.stored);
-    REQUIRE(only_entry(dir, path, sizeof path), "the cache holds one valid entry");
+    if (!CHECK(only_entry(dir, path, sizeof path), "the cache holds one valid entry")) goto done;
     CHECK(strstr(path, "cubin-sm_90-nvrtc") != NULL && strstr(path, ".mfmk") != NULL, "entry name %s", path);
     CHECK(strcmp(path, b.path) == 0, "listed %s, built %s", path, b.path);
 
     /* a flipped payload byte, a truncated file, a foreign key: each a miss that is rewritten */
-    REQUIRE((bytes = read_whole_file(path, &size)) != NULL && size > 1000, "read the entry");
+    if (!CHECK((bytes = read_whole_file(path, &size)) != NULL && size > 1000, "read the entry")) goto done;
     bytes[size / 2] ^= 0x40;
-    REQUIRE(write_whole_file(path, bytes, size), "corrupt the entry");
+    if (!CHECK(write_whole_file(path, bytes, size), "corrupt the entry")) goto done;
     CHECK(mfm_cuda_build_kernels("sm_90", &b, &e) == MFM_OK && b.from_cache == 0 && b.stored == 1, "flipped byte: from_cache %d stored %d", b.from_cache, b.stored);
     CHECK(only_entry(dir, path, sizeof path), "rewritten entry valid");
-    REQUIRE(write_whole_file(path, bytes, 40), "truncate the entry");
+    if (!CHECK(write_whole_file(path, bytes, 40), "truncate the entry")) goto done;
     CHECK(mfm_cuda_build_kernels("sm_90", &b, &e) == MFM_OK && b.from_cache == 0 && b.stored == 1, "truncated: from_cache %d stored %d", b.from_cache, b.stored);
     free(bytes);
-    REQUIRE((bytes = read_whole_file(path, &size)) != NULL && size > 1000, "read the entry");
+    if (!CHECK((bytes = read_whole_file(path, &size)) != NULL && size > 1000, "read the entry")) goto done;
     bytes[32] ^= 1; /* the key echo */
-    REQUIRE(write_whole_file(path, bytes, size), "change the key echo");
+    if (!CHECK(write_whole_file(path, bytes, size), "change the key echo")) goto done;
     CHECK(mfm_cuda_build_kernels("sm_90", &b, &e) == MFM_OK && b.from_cache == 0, "foreign key: from_cache %d", b.from_cache);
     CHECK(mfm_cuda_build_kernels("sm_90", &b, &e) == MFM_OK && b.from_cache == 1, "then a hit: from_cache %d", b.from_cache);
     free(bytes);
 
     /* readonly reads but never writes; off neither reads nor writes */
-    REQUIRE(mfm_cache_clear(&n_removed, &e) == MFM_OK && n_removed == 1, "clear removed %zu", n_removed);
+    if (!CHECK(mfm_cache_clear(&n_removed, &e) == MFM_OK && n_removed == 1, "clear removed %zu", n_removed)) goto done;
     setenv("MFM_CACHE", "readonly", 1);
     CHECK(mfm_cuda_build_kernels("sm_90", &b, &e) == MFM_OK && b.from_cache == 0 && b.stored == 0, "readonly: stored %d", b.stored);
     CHECK(strstr(b.not_stored, "read-only") != NULL, "readonly: not stored because \"%s\"", b.not_stored);
@@ -129,7 +131,9 @@ void test_cuda_cache_round_trip(void) {
     setenv("MFM_CACHE", "off", 1);
     CHECK(mfm_cuda_build_kernels("sm_90", &b, &e) == MFM_OK && b.from_cache == 0 && b.path[0] == '\0', "off: path \"%s\"", b.path);
     CHECK(strstr(b.not_stored, "off") != NULL, "off: not stored because \"%s\"", b.not_stored);
+done:
     unsetenv("MFM_CACHE");
+    test_cuda_small_kernels(0);
 }
 
 static int build_sm80(void) {
@@ -143,7 +147,11 @@ void test_cuda_cache_two_processes(void) {
     int i, ok = 1;
     unsetenv("MFM_CACHE");
     fresh_cache(dir, sizeof dir, "cache-two");
-    if (!have_nvrtc()) return;
+    test_cuda_small_kernels(1);
+    if (!have_nvrtc()) {
+        test_cuda_small_kernels(0);
+        return;
+    }
     mfm_cache_clear(NULL, NULL);
     fflush(stdout);
     for (i = 0; i < 2; i++)
@@ -157,6 +165,7 @@ void test_cuda_cache_two_processes(void) {
     CHECK(count_names_containing(sub, "cubin-sm_80") == 1, "one sm_80 entry, found %d", count_names_containing(sub, "cubin-sm_80"));
     CHECK(count_names_containing(sub, ".tmp-") == 0, "no temporary file left");
     CHECK(only_entry(dir, path, sizeof path) || count_names_containing(sub, ".mfmk") == 2, "the entry is valid");
+    test_cuda_small_kernels(0);
 }
 
 void test_cuda_cache_unwritable(void) {
@@ -168,7 +177,10 @@ void test_cuda_cache_unwritable(void) {
     REQUIRE(write_whole_file(file, "x", 1), "make a file");
     setenv("MFM_CACHE_DIR", file, 1); /* a file where the folder should be */
     unsetenv("MFM_CACHE");
-    if ((st = mfm_cuda_build_kernels("sm_90", &b, &e)) == MFM_ERR_NVRTC_UNAVAILABLE) {
+    test_cuda_small_kernels(1);
+    st = mfm_cuda_build_kernels("sm_90", &b, &e);
+    test_cuda_small_kernels(0);
+    if (st == MFM_ERR_NVRTC_UNAVAILABLE) {
         runner_skip("%s", e.message);
         return;
     }

@@ -105,11 +105,30 @@ void test_failsafe_diverged_sgd(void) {
     p.learning_rate = 1e6;
     p.n_epochs = 3;
     p.k = 4;
-    expect_divergence(text, MFM_TASK_BINARY, &p, "training diverged in epoch 1|the loss of row |of the training data (1-based)|learning rate (it is 1e+06)",
+    expect_divergence(text, MFM_TASK_BINARY, &p, "training diverged in epoch 1|the loss of the row at in.txt:|learning rate (it is 1e+06)",
                       "SGD at learning rate 1e6, batch 1");
     p.batch_size = 8;
     p.n_threads = 2;
-    expect_divergence(text, MFM_TASK_BINARY, &p, "training diverged in epoch |the loss of batch |its first row is row ", "SGD at learning rate 1e6, batch 8, 2 threads");
+    expect_divergence(text, MFM_TASK_BINARY, &p, "training diverged in epoch |the loss of batch |its first row: the row at in.txt:", "SGD at learning rate 1e6, batch 8, 2 threads");
+    p.batch_size = 1;
+    p.hogwild = 1;
+    expect_divergence(text, MFM_TASK_BINARY, &p, "training diverged in epoch |the loss of the row at in.txt:", "SGD at learning rate 1e6, Hogwild");
+    { /* mfm_partial_fit: no epoch to name */
+        mfm_error e;
+        mfm_status st;
+        mfm_dataset *ds = parse_text(text, MFM_TASK_BINARY, &e, &st);
+        mfm_model *m = NULL;
+        mfm_csr d;
+        p.hogwild = 0;
+        p.n_threads = 1;
+        if (CHECK(ds && mfm_model_create(&p, 16, 3, 1, &m, &e) == MFM_OK, "partial fit set-up: %s", e.message)) {
+            d = mfm_dataset_csr(ds);
+            st = mfm_partial_fit(m, &d, &e);
+            says(st, MFM_ERR_DIVERGED, &e, "training diverged: the loss of the row at in.txt:", "mfm_partial_fit at learning rate 1e6");
+        }
+        mfm_model_free(m);
+        mfm_dataset_free(ds);
+    }
     free(text);
 }
 
@@ -150,7 +169,7 @@ void test_failsafe_diverged_tool(void) {
     REQUIRE(rc == 0, "training a good model: exit %d\n%s%s", rc, out, errs);
     snprintf(cmd, sizeof cmd, "\"$MFM\" train -t 3 -r 1e6 --optimizer sgd %s %s", train, model);
     rc = tool_shell(cmd, out, sizeof out, errs, sizeof errs);
-    CHECK(rc == 1 && strstr(errs, "training diverged in epoch 1") && strstr(errs, "of the training data") && strstr(errs, "tr.ffm"),
+    CHECK(rc == 1 && strstr(errs, "training diverged in epoch 1") && strstr(errs, "the loss of the row at ") && strstr(errs, "tr.ffm:"),
           "mfm train -r 1e6 --optimizer sgd: exit %d, stderr:\n%s", rc, errs);
     snprintf(cmd, sizeof cmd, "\"$MFM\" train --task regression -t 2 %s %s", reg, model);
     rc = tool_shell(cmd, out, sizeof out, errs, sizeof errs);
@@ -323,13 +342,13 @@ void test_failsafe_row_numbers_and_metric_names(void) {
     memset(&p, 0, sizeof p);
     p.k = 2;
     REQUIRE(mfm_model_create(&p, 4, 0, 1, &m, &e) == MFM_OK, "create: %s", e.message);
-    says(mfm_predict(m, &d, MFM_OUTPUT_SCORE, out, 3, &e), MFM_ERR_SHAPE_MISMATCH, &e, "feature id 7 in row 3 (1-based)", "predict: a feature beyond the model");
+    says(mfm_predict(m, &d, MFM_OUTPUT_SCORE, out, 3, &e), MFM_ERR_SHAPE_MISMATCH, &e, "row 3 (1-based): feature id 7 is beyond the model", "predict: a feature beyond the model");
     d.labels = y_bad;
     {
         static const uint32_t small[3] = {0, 1, 2};
         mfm_metrics met;
         d.features = small;
-        says(mfm_evaluate(m, &d, &met, &e), MFM_ERR_INVALID_DATA, &e, "the label of row 3 (1-based) is 2", "evaluate: a label that is not 0 or 1");
+        says(mfm_evaluate(m, &d, &met, &e), MFM_ERR_INVALID_DATA, &e, "row 3 (1-based): the label is 2", "evaluate: a label that is not 0 or 1");
     }
     mfm_model_free(m);
     m = NULL;

@@ -12,6 +12,7 @@
 #include "../modern_fm.h"
 #include "runner.h"
 #include "scratch.h"
+#include "testdata.h"
 #include "tool.h"
 
 #include <errno.h>
@@ -27,8 +28,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#define FAULTS_TRAIN "../shared/data/xlearn_criteo_small_train.txt"
-#define FAULTS_TEST "../shared/data/xlearn_criteo_small_test.txt"
 #define TEMP_MARK ".mfm.tmp-" /* in every temporary name: ".NAME.mfm.tmp-PID-RANDOM" */
 
 /* ---- helpers ---- */
@@ -114,13 +113,15 @@ static int tool_present(void) {
     return 0;
 }
 
-/* Scratch copies of the shared data, and a small trained FFM model (g.model), for the tool. */
+/* Click-log-like libffm files the tests write (tests/testdata.h), and a small trained FFM model
+   (g.model), for the tool. */
 static int tool_files(char *train, char *test, char *model, size_t size) {
     char cmd[2048], errs[2048];
     scratch_path(train, size, "tr.ffm");
     scratch_path(test, size, "te.ffm");
     scratch_path(model, size, "g.model");
-    if (!copy_file(FAULTS_TRAIN, train) || !copy_file(FAULTS_TEST, test)) return CHECK(0, "cannot copy the data files into %s", scratch_dir());
+    if (!testdata_write_ffm(train, 200, 1, 0, NULL) || !testdata_write_ffm(test, 200, 2, 0, NULL))
+        return CHECK(0, "cannot write the data files into %s", scratch_dir());
     snprintf(cmd, sizeof cmd, "\"$MFM\" train --model ffm -k 4 -t 2 -l 0.001 --quiet %s %s", train, model);
     return CHECK(tool_shell(cmd, NULL, 0, errs, sizeof errs) == 0, "'%s' failed: %s", cmd, errs);
 }
@@ -205,27 +206,51 @@ void test_faults_output_writer(void) {
 
 /* A read-only folder: EACCES, the old file kept. Root passes permission checks, so there only
    the path-under-a-file case above runs. */
+/* The save into a read-only folder, as a user whom the folder refuses: as root (CI runs as
+   root, and root writes anywhere) in a child that became the unprivileged user 65534 first.
+   0 when the save failed with EACCES and a sentence naming the path. */
+static int save_refused(const mfm_model *m, const char *path) {
+    mfm_error e;
+    mfm_status st;
+    pid_t pid;
+    int status = 0;
+    if (geteuid() != 0) {
+        st = mfm_model_save(m, path, 0, &e);
+        return CHECK(st == MFM_ERR_IO && strstr(e.message, path) && strstr(e.message, strerror(EACCES)), "a read-only folder: %d %s", (int)st, e.message)
+                   ? 0
+                   : 1;
+    }
+    fflush(stdout);
+    if ((pid = fork()) == 0) {
+        if (setgid(65534) != 0 || setuid(65534) != 0) _exit(3);
+        st = mfm_model_save(m, path, 0, &e);
+        if (st == MFM_ERR_IO && strstr(e.message, path) && strstr(e.message, strerror(EACCES))) _exit(0);
+        printf("  as user 65534, a save into a read-only folder gave %d: %s\n", (int)st, e.message);
+        fflush(stdout);
+        _exit(1);
+    }
+    if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status)) return CHECK(0, "the unprivileged child did not finish"), 1;
+    if (WEXITSTATUS(status) == 3) {
+        runner_skip("running as root and cannot become user 65534 to meet a read-only folder");
+        return 0;
+    }
+    return CHECK(WEXITSTATUS(status) == 0, "a read-only folder refused the save with EACCES, naming the path (see above)") ? 0 : 1;
+}
+
 void test_faults_unwritable_folder(void) {
     char dir[512], path[600];
     mfm_model *m = new_model(1, 100, 4);
     mfm_error e;
-    mfm_status st;
     if (!m) return;
-    if (geteuid() == 0) {
-        runner_skip("running as root, which writes into read-only folders; the unwritable case is checked as a path under a file");
-        mfm_model_free(m);
-        return;
-    }
     scratch_path(dir, sizeof dir, "ro");
     snprintf(path, sizeof path, "%s/m.model", dir);
     if (CHECK(mkdir(dir, 0777) == 0 && mfm_model_save(m, path, 1, &e) == MFM_OK, "set-up") && CHECK(chmod(dir, 0555) == 0, "chmod")) {
-        size_t before;
+        size_t before, after;
         unsigned char *old = read_whole_file(path, &before), *now;
-        size_t after;
-        st = mfm_model_save(m, path, 0, &e);
-        CHECK(st == MFM_ERR_IO && strstr(e.message, path) && strstr(e.message, strerror(EACCES)), "a read-only folder: %d %s", (int)st, e.message);
+        save_refused(m, path);
         now = read_whole_file(path, &after);
         CHECK(old && now && before == after && memcmp(old, now, before) == 0, "the old model changed");
+        CHECK(count_names_containing(dir, TEMP_MARK) == 0, "a temporary file was left in the folder");
         free(old);
         free(now);
         chmod(dir, 0777);
