@@ -11,6 +11,7 @@
 #include "../modern_fm.h"
 #include "runner.h"
 #include "scratch.h"
+#include "testdata.h"
 #include "tool.h"
 
 #include <math.h>
@@ -18,7 +19,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define FAILSAFE_TRAIN "../shared/data/xlearn_criteo_small_train.txt"
+/* A click-log-like libffm file of 200 rows that the tests write (tests/testdata.h), written
+   anew at each use since tests clean their scratch folder. */
+static const char *failsafe_train(void) {
+    static char path[512];
+    if (!testdata_standard(TESTDATA_TRAIN_FFM, path, sizeof path, NULL)) snprintf(path, sizeof path, "(the training file could not be written)");
+    return path;
+}
+#define FAILSAFE_TRAIN failsafe_train()
 
 /* ---- helpers ---- */
 
