@@ -49,16 +49,18 @@ build/tests build/tests-asan build/tests-tsan: | build/mfm
 build/tests-tsan: EXTRA = -O1 -fsanitize=thread
 
 # ---- make test: every step its own target, TEST_JOBS (2) at a time ----
-# `make test` fetches xxhash.h when needed, then runs `make -j$(TEST_JOBS) --output-sync=target
-# test-steps`: a step's output is printed whole when it ends, and a failing step stops the run
-# (make -k test runs every step anyway). A new step (a check, a program to run) is one more name
-# in TEST_STEPS; the longest come first so that they start first. bench, the demo's data
-# generator and mfm are built (not run) so that CI sees them compile warning-free.
+# `make test` first builds the plain tests, mfm and the TSan tests (so that the longest step,
+# test-nvrtc, can start at once: make -j starts ready steps in no reliable order), then runs
+# `make -j$(TEST_JOBS) --output-sync=target test-steps`: a step's output is printed whole when it
+# ends, and a failing step stops the run (make -k test runs every step anyway). A new step (a
+# check, a program to run) is one more name in TEST_STEPS. bench, the demo's data generator and
+# mfm are built (not run) so that CI sees them compile warning-free.
 #
 # The test binary takes name parts to run and --skip parts (tests/main.c); TESTS_QUICK=1 asks
 # the heavy tests for smaller instances of the same checks (runner_quick in tests/runner.h).
-#   test-nvrtc  the tests that build the kernels with NVRTC (about 15 s of CPU a build, three
-#               times that under ASan, whose allocator NVRTC then uses): plain build only
+#   test-nvrtc  the tests that build the real kernels with NVRTC (about 15 s of CPU a build,
+#               twice that under ASan, whose allocator NVRTC then uses; the mfm tool's builds
+#               are not under ASan at all): plain build only
 #   test-plain  every other test, plain build, full sizes
 #   test-asan   every other test under ASan + UBSan, quick sizes
 #   test-tsan   the tests that use threads (their names contain "thread") under TSan, quick
@@ -67,12 +69,12 @@ build/tests-tsan: EXTRA = -O1 -fsanitize=thread
 TEST_JOBS   ?= 2
 TEST_STEPS  := kernels-fresh test-nvrtc test-asan fuzz test-plain test-tsan compile-checks examples-check \
                build/bench build/bench-gpu build/demo-data build/mfm
-NVRTC_TESTS := test_cuda_nvrtc_compiles test_cuda_cache_ test_cli_cache_and_backend
+NVRTC_TESTS := test_cuda_nvrtc_compiles_every_arch test_cuda_cache_tool_reports test_cli_cache_and_backend
 NOT_NVRTC   := $(NVRTC_TESTS:%=--skip %)
 
 .PHONY: test-steps test-nvrtc test-plain test-asan test-tsan
 test:
-	$(if $(XXHASH),@$(MAKE) --no-print-directory $(XXHASH))
+	@$(MAKE) --no-print-directory -j$(TEST_JOBS) build/tests build/mfm build/tests-tsan
 	@$(MAKE) --no-print-directory -j$(TEST_JOBS) --output-sync=target test-steps
 test-steps: $(TEST_STEPS)
 	@echo "make test: every step passed"

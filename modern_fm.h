@@ -20,7 +20,8 @@
    for binary classification (logistic loss), regression (squared loss) and multiclass
    (softmax, one parameter set per class), with SGD, AdaGrad, lazy Adam or FTRL-Proximal,
    mini-batches, row and class weights, label smoothing and deterministic multi-threading.
-   README.md says exactly what is computed and which defaults we chose where others differ.
+   docs/SPEC.md says exactly what is computed, and its last section which defaults we chose
+   where others differ.
 
    Configuration (define before the implementation include)
    ---------------------------------------------------------
@@ -67,7 +68,8 @@
        mfm_model_free(m);
 
    Thread safety: a model may be used for prediction and inspection from many threads at
-   once; training (mfm_fit, mfm_model_set_tensor) needs the model to itself. Nothing is global.
+   once; training (mfm_fit, mfm_model_set_tensor) needs the model to itself. Nothing is global
+   but the GPU's loaded libraries and their settings (mfm_cuda_configure).
 */
 /* The implementation uses POSIX 2008 (clock_gettime, fsync, lstat, ...), which a strict -std=c99
    hides unless asked for before the first system header. A system header included before this

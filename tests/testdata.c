@@ -15,8 +15,8 @@ static uint64_t td_next(uint64_t *s) {
 static double td_uniform(uint64_t *s) { return (double)(td_next(s) >> 11) * (1.0 / 9007199254740992.0); }
 static uint32_t td_below(uint64_t *s, uint32_t n) { return (uint32_t)(td_uniform(s) * n); }
 
-/* +1 for half of a field's n values, -1 for the other half: (7v + 3f) mod n is a permutation
-   of 0..n-1 when n is odd or a power of two (7 is coprime to both). The planted signal. */
+/* The planted signal's sign of value v of field f: +1 for half of 0..n-1 and -1 for the other
+   half, since (7v + 3f) mod n runs over 0..n-1 when 7 does not divide n (larger v wrap). */
 static double td_sign(uint32_t f, uint32_t v, uint32_t n) { return (v * 7 + f * 3) % n < n / 2 ? 1.0 : -1.0; }
 
 /* Counts what it writes: bytes, and the largest id and field. */
