@@ -1041,6 +1041,25 @@ static uint64_t mfm__rng_below(mfm__rng *r, uint64_t n) {
    >>threads  A small pool: run(fn) calls fn(ctx, i) for i = 0..n-1, i = 0 on the caller
    ============================================================================================ */
 
+/* A lock for process-wide state (the live temporary files, the CUDA loader): ready without a
+   call, as a static initialised with MFM__STATIC_LOCK_INIT. */
+#if defined(MFM_NO_THREADS)
+typedef int mfm__static_lock;
+#define MFM__STATIC_LOCK_INIT 0
+static void mfm__static_lock_take(mfm__static_lock *l) { (void)l; }
+static void mfm__static_lock_give(mfm__static_lock *l) { (void)l; }
+#elif defined(_WIN32)
+typedef SRWLOCK mfm__static_lock;
+#define MFM__STATIC_LOCK_INIT SRWLOCK_INIT
+static void mfm__static_lock_take(mfm__static_lock *l) { AcquireSRWLockExclusive(l); }
+static void mfm__static_lock_give(mfm__static_lock *l) { ReleaseSRWLockExclusive(l); }
+#else
+typedef pthread_mutex_t mfm__static_lock;
+#define MFM__STATIC_LOCK_INIT PTHREAD_MUTEX_INITIALIZER
+static void mfm__static_lock_take(mfm__static_lock *l) { pthread_mutex_lock(l); }
+static void mfm__static_lock_give(mfm__static_lock *l) { pthread_mutex_unlock(l); }
+#endif
+
 typedef void (*mfm__task_fn)(void *ctx, int worker);
 
 typedef struct mfm__pool mfm__pool;
@@ -1448,18 +1467,9 @@ typedef struct mfm__writer {
 static volatile char mfm__temp_names[MFM__TEMP_SLOTS][MFM__TEMP_NAME_BYTES];
 static volatile sig_atomic_t mfm__temp_live[MFM__TEMP_SLOTS];
 static int mfm__temp_taken[MFM__TEMP_SLOTS];
-#if defined(MFM_NO_THREADS)
-static void mfm__temp_lock(void) {}
-static void mfm__temp_unlock(void) {}
-#elif defined(_WIN32)
-static SRWLOCK mfm__temp_mutex = SRWLOCK_INIT;
-static void mfm__temp_lock(void) { AcquireSRWLockExclusive(&mfm__temp_mutex); }
-static void mfm__temp_unlock(void) { ReleaseSRWLockExclusive(&mfm__temp_mutex); }
-#else
-static pthread_mutex_t mfm__temp_mutex = PTHREAD_MUTEX_INITIALIZER;
-static void mfm__temp_lock(void) { pthread_mutex_lock(&mfm__temp_mutex); }
-static void mfm__temp_unlock(void) { pthread_mutex_unlock(&mfm__temp_mutex); }
-#endif
+static mfm__static_lock mfm__temp_mutex = MFM__STATIC_LOCK_INIT;
+static void mfm__temp_lock(void) { mfm__static_lock_take(&mfm__temp_mutex); }
+static void mfm__temp_unlock(void) { mfm__static_lock_give(&mfm__temp_mutex); }
 
 /* The slot holding name, or -1 when the table is full (the file then is not removed on a signal). */
 static int mfm__temp_register(const char *name) {
@@ -7155,18 +7165,9 @@ static const char *mfm__setting(const char *set, const char *env_name) {
 }
 
 /* One lock for the loader, the compiled modules and the cache directory. */
-#if defined(MFM_NO_THREADS)
-static void mfm__cuda_lock(void) {}
-static void mfm__cuda_unlock(void) {}
-#elif defined(_WIN32)
-static SRWLOCK mfm__cuda_mutex = SRWLOCK_INIT;
-static void mfm__cuda_lock(void) { AcquireSRWLockExclusive(&mfm__cuda_mutex); }
-static void mfm__cuda_unlock(void) { ReleaseSRWLockExclusive(&mfm__cuda_mutex); }
-#else
-static pthread_mutex_t mfm__cuda_mutex = PTHREAD_MUTEX_INITIALIZER;
-static void mfm__cuda_lock(void) { pthread_mutex_lock(&mfm__cuda_mutex); }
-static void mfm__cuda_unlock(void) { pthread_mutex_unlock(&mfm__cuda_mutex); }
-#endif
+static mfm__static_lock mfm__cuda_mutex = MFM__STATIC_LOCK_INIT;
+static void mfm__cuda_lock(void) { mfm__static_lock_take(&mfm__cuda_mutex); }
+static void mfm__cuda_unlock(void) { mfm__static_lock_give(&mfm__cuda_mutex); }
 
 /* Shared libraries. `why` gets the system's reason when a load fails. */
 #if defined(_WIN32)
