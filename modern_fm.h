@@ -324,7 +324,8 @@ typedef struct mfm_csr {
     uint32_t n_features;         /* 0 = max feature id + 1 */
     uint32_t n_fields;           /* 0 = max field id + 1 */
     const mfm_dataset *origin;   /* NULL; set by mfm_dataset_csr: errors about a row then name
-                                    the file and the row's 1-based line ("te.ffm:7: ...") */
+                                    the file and the row's 1-based line ("te.ffm:7: ..."); a
+                                    view of some of its rows must set it back to NULL */
 } mfm_csr;
 
 /* ============================================================================================
@@ -401,8 +402,10 @@ MFMDEF mfm_status mfm_train(const mfm_params *params, const mfm_csr *data, mfm_m
    epoch. The sentence names the epoch and the row or batch (1-based rows of `data`), or the
    value, and says what the model holds: the steps before that row, and any values that went
    NaN or infinite (mfm_model_save refuses such a model). On the GPU the loss is checked per
-   epoch and the model is left as it was before the call. mfm_partial_fit checks the losses
-   only (a chunk may be much smaller than the model); mfm_model_save still refuses. */
+   epoch (a loss that is not finite leaves the model as it was before the call), and the tables
+   once they are back (a value that is not finite there stays in the model, named, and
+   mfm_model_save refuses it). mfm_partial_fit checks the losses only (a chunk may be much
+   smaller than the model); mfm_model_save still refuses. */
 MFMDEF mfm_status mfm_fit(mfm_model *model, const mfm_csr *data, mfm_error *err);
 
 /* mfm_fit with early stopping on the given validation rows (no internal split). */
@@ -598,8 +601,10 @@ MFMDEF mfm_status mfm_file_digest(const char *path, uint64_t *digest, mfm_error 
      taken for a result), and renamed over the path only by a commit that flushed it to the
      disk; a failure, a crash or an abort leaves any earlier file as it was;
    - a symbolic link is written through: the file it names is replaced that way, the link stays;
-   - "-" and "/dev/stdout" (standard output), a character device (/dev/null), a FIFO and a
-     socket are written in place; a directory, a block device and the like are refused.
+   - "-" and "/dev/stdout" (standard output), a path naming an open descriptor (/dev/stderr,
+     /dev/fd/N: written through it, so a file the shell redirected it to is appended to, never
+     replaced), a character device (/dev/null) and a FIFO are written in place; a directory, a
+     socket, a block device and the like are refused.
    Open creates the temporary file, so a path that cannot be written fails at once, before the
    work that would fill it. Commit and abort free the handle, whatever they return. */
 typedef struct mfm_output_file mfm_output_file;
@@ -862,6 +867,9 @@ MFMDEF mfm_status mfm_gpu_predict_resident(mfm_gpu_model *model, const mfm_gpu_d
 #include <pthread.h>         /* struct timespec */
 extern int fileno(FILE *stream);
 extern FILE *fdopen(int fd, const char *mode);
+extern int lstat(const char *path, struct stat *st); /* <sys/stat.h> and <unistd.h> may have come first too */
+extern __ssize_t readlink(const char *path, char *buf, size_t size);
+extern int fchmod(int fd, __mode_t mode);
 extern int clock_gettime(int clock, struct timespec *ts);
 #ifndef CLOCK_MONOTONIC
 #define CLOCK_MONOTONIC 1 /* Linux's number; <time.h> hid it */
@@ -1435,14 +1443,10 @@ static void mfm__unmap(mfm__mapping *m) {
    file), flushed to the disk and renamed over the path only at commit: a crash, a signal or a
    failed write never leaves a half-written file where a good one was, and the temporary name
    never looks like a result. A symbolic link is written through: the file it names is replaced
-   that way and the link stays. Standard output ("-", "/dev/stdout"), a character device, a FIFO
-   and a socket are written in place (nothing to replace); a directory, a block device or
-   anything else is refused untouched. The checksum of everything written is kept. */
-#if defined(S_ISSOCK) /* hidden by glibc when a strict -std=c99 system header came first */
-#define MFM__IS_SOCKET(mode) S_ISSOCK(mode)
-#else
-#define MFM__IS_SOCKET(mode) 0
-#endif
+   that way and the link stays. Standard output ("-", "/dev/stdout"), an open descriptor
+   (/dev/stderr, /dev/fd/N), a character device and a FIFO are written in place (nothing to
+   replace); a directory, a socket, a block device or anything else is refused untouched. The
+   checksum of everything written is kept. */
 #if defined(O_CLOEXEC)
 #define MFM__O_CLOEXEC O_CLOEXEC /* a child the caller starts meanwhile does not hold the file */
 #else
@@ -1466,7 +1470,25 @@ typedef struct mfm__writer {
 #define MFM__TEMP_NAME_BYTES 4096
 static volatile char mfm__temp_names[MFM__TEMP_SLOTS][MFM__TEMP_NAME_BYTES];
 static volatile sig_atomic_t mfm__temp_live[MFM__TEMP_SLOTS];
+static volatile long mfm__temp_owner[MFM__TEMP_SLOTS]; /* the process that made it: a forked child's handler leaves it */
 static int mfm__temp_taken[MFM__TEMP_SLOTS];
+
+static long mfm__process_id(void) {
+#if defined(_WIN32)
+    return (long)GetCurrentProcessId();
+#else
+    return (long)getpid(); /* async-signal-safe */
+#endif
+}
+
+/* The name's bytes reach memory before its flag does, as another core's handler sees them. */
+#if defined(__GNUC__) || defined(__clang__)
+#define MFM__STORE_FENCE() __sync_synchronize()
+#elif defined(_MSC_VER)
+#define MFM__STORE_FENCE() MemoryBarrier()
+#else
+#define MFM__STORE_FENCE() ((void)0)
+#endif
 static mfm__static_lock mfm__temp_mutex = MFM__STATIC_LOCK_INIT;
 static void mfm__temp_lock(void) { mfm__static_lock_take(&mfm__temp_mutex); }
 static void mfm__temp_unlock(void) { mfm__static_lock_give(&mfm__temp_mutex); }
@@ -1482,6 +1504,8 @@ static int mfm__temp_register(const char *name) {
     mfm__temp_unlock();
     if (slot < 0) return -1;
     for (i = 0; i <= n; i++) mfm__temp_names[slot][i] = name[i];
+    mfm__temp_owner[slot] = mfm__process_id();
+    MFM__STORE_FENCE();
     mfm__temp_live[slot] = 1;
     return slot;
 }
@@ -1495,9 +1519,10 @@ static void mfm__temp_unregister(int slot) {
 }
 
 MFMDEF void mfm_output_remove_temporaries(void) {
+    const long self = mfm__process_id();
     int s;
     for (s = 0; s < MFM__TEMP_SLOTS; s++)
-        if (mfm__temp_live[s]) {
+        if (mfm__temp_live[s] && mfm__temp_owner[s] == self) {
 #if defined(_WIN32)
             _unlink((const char *)mfm__temp_names[s]);
 #else
@@ -1506,21 +1531,41 @@ MFMDEF void mfm_output_remove_temporaries(void) {
         }
 }
 
-/* lstat and readlink are POSIX 2001; glibc hides them when a strict -std=c99 system header came
-   before this one (then a link is replaced by the file instead of the file it names). */
-#if !defined(_WIN32) && (!defined(__GLIBC__) || defined(__USE_XOPEN2K))
+#if !defined(_WIN32)
 #define MFM__FOLLOW_LINKS 1
+/* The descriptor of this process that a path names (/dev/stderr, /dev/fd/N, /proc/self/fd/N),
+   or -1. Such an output is written through the open descriptor, never reopened: reopening would
+   truncate (or replace) the file that the shell redirected it to. */
+static int mfm__named_descriptor(const char *p) {
+    const char *digits = NULL;
+    char self[48];
+    long fd = 0;
+    snprintf(self, sizeof self, "/proc/%ld/fd/", mfm__process_id());
+    if (strcmp(p, "/dev/stdout") == 0) return 1;
+    if (strcmp(p, "/dev/stderr") == 0) return 2;
+    if (strncmp(p, "/dev/fd/", 8) == 0) digits = p + 8;
+    else if (strncmp(p, "/proc/self/fd/", 14) == 0) digits = p + 14;
+    else if (strncmp(p, "/proc/thread-self/fd/", 21) == 0) digits = p + 21;
+    else if (strncmp(p, self, strlen(self)) == 0) digits = p + strlen(self);
+    if (!digits || !*digits) return -1;
+    for (; *digits >= '0' && *digits <= '9' && fd < 1000000; digits++) fd = 10 * fd + (*digits - '0');
+    return *digits ? -1 : (int)fd;
+}
+
 /* The path a chain of symbolic links ends at, or NULL when path is no link (or memory is
-   short, or the chain is absurdly long). */
-static char *mfm__follow_links(const char *path) {
+   short, or the chain is absurdly long); *descriptor >= 0 when a link on the way names an open
+   descriptor (mfm__named_descriptor). */
+static char *mfm__follow_links(const char *path, int *descriptor) {
     char *cur = NULL;
     int hops;
+    *descriptor = -1;
     for (hops = 0; hops < 32; hops++) {
         const char *p = cur ? cur : path, *slash;
         struct stat st;
         char target[4096], *next;
         ssize_t n;
         size_t dir;
+        if ((*descriptor = mfm__named_descriptor(p)) >= 0) break;
         if (lstat(p, &st) != 0 || !S_ISLNK(st.st_mode)) return cur;
         if ((n = readlink(p, target, sizeof target - 1)) <= 0) break;
         target[n] = '\0';
@@ -1568,7 +1613,8 @@ static mfm_status mfm__writer_create_temp(mfm__writer *w, const char *path, mfm_
     if (!(w->temp = (char *)mfm__alloc(len, 1))) return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for a file name");
     seed ^= (uint64_t)pid << 32;
     for (attempt = 0; attempt < 16 && fd < 0; attempt++) {
-        snprintf(w->temp, len, "%.*s.%s.mfm.tmp-%lu-%016" PRIx64, (int)(base - path), path, base, pid, mfm__splitmix(&seed));
+        /* at most 100 characters of the name: a long but legal name stays legal with the suffix */
+        snprintf(w->temp, len, "%.*s.%.100s.mfm.tmp-%lu-%016" PRIx64, (int)(base - path), path, base, pid, mfm__splitmix(&seed));
         w->temp_slot = mfm__temp_register(w->temp); /* before the file exists: a signal in between finds no file */
 #if defined(_WIN32)
         fd = _open(w->temp, _O_WRONLY | _O_CREAT | _O_EXCL | _O_BINARY, _S_IREAD | _S_IWRITE);
@@ -1578,6 +1624,13 @@ static mfm_status mfm__writer_create_temp(mfm__writer *w, const char *path, mfm_
         code = errno;
         if (fd < 0) mfm__temp_unregister(w->temp_slot), w->temp_slot = -1;
         if (fd < 0 && code != EEXIST) break;
+    }
+    if (fd < 0) { /* the name in w->temp is nobody's file of ours: keep it for the message only */
+        mfm_status st = mfm__fail(err, MFM_ERR_IO, "cannot write %s (creating %s): %s", path, w->temp, strerror(code));
+        MFM_FREE(w->temp);
+        w->temp = NULL;
+        mfm__writer_abort(w);
+        return st;
     }
     if (fd >= 0) {
 #if !defined(_WIN32)
@@ -1613,20 +1666,34 @@ static mfm_status mfm__writer_open(mfm__writer *w, const char *path, mfm_error *
     if (!path || !*path) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "the output path is NULL or empty");
     if (strcmp(path, "-") == 0 || strcmp(path, "/dev/stdout") == 0) {
         w->f = stdout;
+#if defined(_WIN32)
+        _setmode(_fileno(stdout), _O_BINARY); /* a binary model or dataset: no LF -> CRLF */
+#endif
         return MFM_OK;
     }
 #if !defined(_WIN32)
     {
         struct stat st;
+        int descriptor;
+        if ((w->resolved = mfm__follow_links(path, &descriptor)) == NULL && descriptor >= 0) { /* an open descriptor: written through it */
+            int copy = descriptor == 1 ? -1 : dup(descriptor);
+            if (descriptor == 1) {
+                w->f = stdout;
+            } else if (copy < 0 || !(w->f = fdopen(copy, "wb"))) {
+                if (copy >= 0) close(copy);
+                return mfm__fail(err, MFM_ERR_IO, "cannot write %s: descriptor %d is not open for writing: %s", path, descriptor, mfm__os_error());
+            }
+            return MFM_OK;
+        }
         if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) { /* nothing to replace: written in place, or not at all */
-            if (!S_ISCHR(st.st_mode) && !S_ISFIFO(st.st_mode) && !MFM__IS_SOCKET(st.st_mode))
+            if (!S_ISCHR(st.st_mode) && !S_ISFIFO(st.st_mode))
                 return mfm__fail(err, MFM_ERR_IO, "cannot write %s: it is a %s, not a file; nothing was written", path,
                                  S_ISDIR(st.st_mode) ? "directory" : S_ISBLK(st.st_mode) ? "block device" : "special file");
             if (!(w->f = fopen(path, "wb"))) return mfm__fail(err, MFM_ERR_IO, "cannot write %s: %s", path, mfm__os_error());
             return MFM_OK;
         }
 #if defined(MFM__FOLLOW_LINKS)
-        if ((w->resolved = mfm__follow_links(path)) != NULL) {
+        if (w->resolved) {
             w->path = path = w->resolved; /* replace the file, not the link */
         } else if (lstat(path, &st) == 0 && S_ISLNK(st.st_mode)) {
             return mfm__fail(err, MFM_ERR_IO, "cannot write %s: it is a symbolic link that leads nowhere (a loop, or a chain too long); nothing was written", path);

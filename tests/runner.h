@@ -94,6 +94,7 @@
     X(test_faults_file_size_limit) \
     X(test_faults_concurrent_writers) \
     X(test_faults_fifo_output) \
+    X(test_faults_tool_descriptor_outputs) \
     X(test_faults_tool_outputs) \
     X(test_faults_tool_same_file) \
     X(test_faults_tool_model_path_first) \

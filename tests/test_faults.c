@@ -449,6 +449,44 @@ void test_faults_fifo_output(void) {
 
 /* predict to /dev/null, a FIFO, /dev/stdout and a link; a user's OUT.tmp is left alone; two
    predictions to one OUT give one model's rows, never a mix. */
+/* An output that names an open descriptor (/dev/stderr, /dev/fd/N, or a link to one) is written
+   through it: a file the shell redirected it to keeps its inode and its earlier lines (it used
+   to be replaced by a new file holding only the predictions). */
+void test_faults_tool_descriptor_outputs(void) {
+    static const char *const cases[3][2] = {{"/dev/stderr", "2>>"}, {"/dev/fd/1", ">>"}, {"LINK", "2>>"}};
+    char train[512], test[512], model[512], ref[512], log[512], link[512], cmd[4096], errs[2048], want[70000];
+    int i;
+    if (!tool_present() || !tool_files(train, test, model, sizeof train)) goto done;
+    scratch_path(ref, sizeof ref, "ref.txt");
+    scratch_path(log, sizeof log, "redirected.log");
+    scratch_path(link, sizeof link, "to-stderr");
+    snprintf(cmd, sizeof cmd, "\"$MFM\" predict %s %s %s", model, test, ref);
+    if (!CHECK(tool_shell(cmd, NULL, 0, errs, sizeof errs) == 0, "set-up: %s", errs) || !CHECK(symlink("/dev/stderr", link) == 0, "symlink")) goto done;
+    for (i = 0; i < 3; i++) {
+        struct stat before, after;
+        size_t n = 0;
+        unsigned char *rows = read_whole_file(ref, &n);
+        const char *out = strcmp(cases[i][0], "LINK") ? cases[i][0] : link;
+        if (!CHECK(rows && n + 5 < sizeof want && write_whole_file(log, "OLD\n", 4) && stat(log, &before) == 0, "set-up %d", i)) {
+            free(rows);
+            continue;
+        }
+        memcpy(want, "OLD\n", 4);
+        memcpy(want + 4, rows, n);
+        want[4 + n] = '\0';
+        free(rows);
+        snprintf(cmd, sizeof cmd, "\"$MFM\" predict %s %s %s %s %s", model, test, out, cases[i][1], log);
+        CHECK(tool_shell(cmd, NULL, 0, errs, sizeof errs) == 0, "predict to %s %s log: %s", cases[i][0], cases[i][1], errs);
+        CHECK(stat(log, &after) == 0 && after.st_ino == before.st_ino, "predict to %s replaced the file the shell redirected it to", cases[i][0]);
+        rows = read_whole_file(log, &n); /* the old line, the rows, then (through standard error) the metrics */
+        CHECK(rows && n >= strlen(want) && memcmp(rows, want, strlen(want)) == 0, "predict to %s %s log: the log should hold its old line and then the rows",
+              cases[i][0], cases[i][1]);
+        free(rows);
+    }
+done:
+    scratch_clean();
+}
+
 void test_faults_tool_outputs(void) {
     char train[512], test[512], model[512], other[512], out[512], cmd[8192], errs[2048], ref1[512], ref2[512], link[512], user_tmp[600], fifo[512];
     static char stdout_text[65536];

@@ -121,7 +121,10 @@ static int same_file(const char *a, const char *b) {
     if (is_std_stream(a) || is_std_stream(b)) return 0;
     if (strcmp(a, b) == 0) return 1;
 #ifdef _WIN32
-    return 0;
+    { /* one file under two spellings: case, ".\\", "/" for "\\", a relative path */
+        char fa[_MAX_PATH], fb[_MAX_PATH];
+        return _fullpath(fa, a, sizeof fa) && _fullpath(fb, b, sizeof fb) && _stricmp(fa, fb) == 0;
+    }
 #else
     {
         struct stat sa, sb;

@@ -13,6 +13,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#if !defined(_WIN32)
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+#endif
 #endif
 #define MODERN_FM_IMPLEMENTATION
 #include "modern_fm.h"
