@@ -48,7 +48,8 @@
    -----------
    Every call that can fail returns an mfm_status (MFM_OK = 0) and, given an mfm_error (err
    may always be NULL), a sentence that names the bad value and where it is. A required
-   pointer that is NULL is an MFM_ERR_INVALID_ARGUMENT naming it; *_free(NULL) does nothing;
+   pointer that is NULL is an MFM_ERR_INVALID_ARGUMENT naming it; NULL params to mfm_train or
+   mfm_model_create, or NULL read options, mean every default; *_free(NULL) does nothing;
    the metric functions (mfm_logloss, mfm_auc, mfm_rmse) give NaN for NULL arrays or NaN
    inputs. Every n_threads means the same: 0 is every core. Enum values out of range are
    refused (parameters) or named "unknown" (mfm_*_name). The library never prints, exits or
