@@ -5,6 +5,7 @@
 #   make demo     train linear / FM / FFM / FwFM on planted data with build/mfm and compare
 #   make examples the programs of examples/ (build/examples/); make examples-check runs and checks them
 #   make bench    speed and quality table on Criteo-shaped data (BENCH_ARGS=--quick etc.)
+#   make bench-defaults  the experiment behind the training defaults, docs/DEFAULTS.md (DEFAULTS_ARGS)
 #   make fuzz     the libFuzzer targets, FUZZ_SECONDS (20) each (make test runs them when clang is there)
 
 CC      ?= cc
@@ -30,9 +31,9 @@ TEST_HDR := $(wildcard tests/*.h)
 
 # A half-written binary must not look up to date after a failed recipe.
 .DELETE_ON_ERROR:
-.PHONY: all test check compile-checks demo bench clean
+.PHONY: all test check compile-checks demo bench bench-defaults clean
 
-all: build/tests build/bench build/bench-gpu build/demo-data build/mfm
+all: build/tests build/bench build/bench-defaults build/bench-gpu build/demo-data build/mfm
 
 build:
 	mkdir -p build
@@ -68,7 +69,7 @@ build/tests-tsan: EXTRA = -O1 -fsanitize=thread
 #               design and are not among them
 TEST_JOBS   ?= 2
 TEST_STEPS  := kernels-fresh test-nvrtc test-asan fuzz test-plain test-tsan compile-checks examples-check \
-               build/bench build/bench-gpu build/demo-data build/mfm
+               build/bench build/bench-defaults build/bench-gpu build/demo-data build/mfm
 NVRTC_TESTS := test_cuda_nvrtc_compiles_every_arch test_cuda_cache_tool_reports test_cli_cache_and_backend
 NOT_NVRTC   := $(NVRTC_TESTS:%=--skip %)
 
@@ -212,10 +213,11 @@ kernels-fresh: build/embed_kernels
 # ---- benchmark, demo and the mfm tool ----
 
 build/bench: bench/bench.c
+build/bench-defaults: bench/defaults.c
 build/bench-gpu: bench/gpu.c
 build/demo-data: bench/demo.c
 build/mfm: tools/mfm.c
-build/bench build/bench-gpu build/demo-data build/mfm: $(HEADERS) | build
+build/bench build/bench-defaults build/bench-gpu build/demo-data build/mfm: $(HEADERS) | build
 	$(CC) -std=c99 $(WARN) $(CFLAGS) -o $@ $(filter %.c,$^) $(LDLIBS)
 
 demo: build/demo-data build/mfm
@@ -238,6 +240,10 @@ examples-check: examples
 
 bench: build/bench
 	./build/bench $(BENCH_ARGS)
+
+# the experiment behind the training defaults (docs/DEFAULTS.md); DEFAULTS_ARGS=--quick etc.
+bench-defaults: build/bench-defaults
+	./build/bench-defaults $(DEFAULTS_ARGS)
 
 clean:
 	rm -rf build

@@ -1,0 +1,55 @@
+#!/bin/sh
+# defaults.sh OUTDIR - the larger runs of the defaults experiment (docs/DEFAULTS.md) on a
+# machine with 16 or more cores: build/bench-defaults processes side by side, one thread each
+# (two for the batch-4096 runs on 10^6 rows), each cut off after LIMIT seconds (490) so that the
+# whole takes under nine minutes; a cut-off run leaves the lines it finished. All tables end up
+# in OUTDIR/all.txt, one section per process.
+set -u
+out=${1:?usage: defaults.sh OUTDIR}
+limit=${LIMIT:-490}
+bin=./build/bench-defaults
+mkdir -p "$out/parts"
+pids=""
+job() { # job NAME ARGS... (several runs of one job: separate them with ';' inside sh -c)
+    name=$1
+    shift
+    timeout "$limit" sh -c "$*" >"$out/parts/$name.txt" 2>&1 &
+    pids="$pids $!"
+}
+B=$bin
+R5="--rows 1e5 --features 1e6"
+R6="--rows 1e6 --features 1e6 --epochs 12"
+# A. the coarse grid on the 10^5-row Criteo shape (10^6 features, Zipf 1.1, signal 1)
+job A_ffm4 "$B $R5 --models ffm --k 4"
+job A_ffm8a "$B $R5 --models ffm --k 8 --init 0,0.1"
+job A_ffm8b "$B $R5 --models ffm --k 8 --init 1"
+job A_fm "$B $R5 --models fm"
+job A_fwfm "$B $R5 --models fwfm"
+# B. other shapes at 10^5 rows: 10^4 and 10^6 features, Zipf 0.9 and 1.3, signal 1 and 3
+GB="--rows 1e5 --features 1e4,1e6 --signal 1,3 --k 4 --init 0.1,1 --lr 0.02,0.05,0.1,0.2 --l2 2e-5"
+job B_ffm09 "$B $GB --zipf 0.9 --models ffm"
+job B_ffm13 "$B $GB --zipf 1.3 --models ffm"
+job B_fm "$B $GB --zipf 0.9,1.3 --models fm"
+job B_fwfm "$B $GB --zipf 0.9,1.3 --models fwfm"
+# C. 10^7 features
+job C_ffm "$B --rows 1e5 --features 1e7 --models ffm --k 4 --init 0,1 --lr 0.05,0.1 --l2 2e-5"
+job C_fm "$B --rows 1e5 --features 1e7 --models fm,fwfm --k 4 --init 0,1 --lr 0.02,0.05,0.1 --l2 2e-5"
+# D. 10^6 rows (the issue's large case); batch 4096 as the GPU would run it
+job D_ffm1 "$B $R6 --models ffm --k 4 --init 1 --lr 0.05,0.1 --l2 2e-5"
+job D_ffm2 "$B $R6 --models ffm --k 4 --init 1 --lr 0.2 --l2 2e-5; $B $R6 --models ffm --k 8 --init 0 --lr 0.05 --l2 0"
+job D_fm "$B $R6 --models fm,fwfm --k 4 --init 1 --lr 0.02,0.05 --l2 2e-5; $B $R6 --models fm,fwfm --k 8 --init 0 --lr 0.05 --l2 0"
+job D_b4096acc "$B $R6 --epochs 10 --threads 2 --models ffm --k 4 --init 1 --lr 0.05 --l2 2e-5 --batch 4096 --rule acc"
+job D_b4096sqrt "$B $R6 --epochs 10 --threads 2 --models ffm --k 4 --init 1 --lr 0.05 --l2 2e-5 --batch 4096 --rule sqrt"
+# E. batch size and learning-rate rule at 10^5 rows
+GE="$R5 --k 4 --init 1 --lr 0.05 --l2 2e-5 --rule none,sqrt,linear,acc"
+job E_ffm256 "$B $GE --models ffm --batch 256"
+job E_ffm4096 "$B $GE --models ffm --batch 4096"
+job E_fm "$B $GE --models fm --batch 1,256,4096"
+job E_fwfm "$B $GE --models fwfm --batch 1,256,4096"
+# F. FFM's init_scale (0 = the library's 0.01)
+job F_ffm "$B $R5 --models ffm --k 4 --init 1 --lr 0.05,0.1 --l2 2e-5 --init-scale 0.001,0.1,0.3,1"
+wait $pids
+for f in "$out"/parts/*.txt; do
+    echo "### $(basename "$f" .txt)"
+    cat "$f"
+done >"$out/all.txt"
