@@ -964,6 +964,14 @@ static void *mfm__calloc(uint64_t count, size_t size) {
     return p;
 }
 
+/* A copy of a string; NULL for NULL or when memory is short. */
+static char *mfm__copy_text(const char *text) {
+    size_t n = text ? strlen(text) + 1 : 0;
+    char *copy = n ? (char *)mfm__alloc(n, 1) : NULL;
+    if (copy) memcpy(copy, text, n);
+    return copy;
+}
+
 /* Grows *p to hold at least `need` elements (amortized doubling). Returns 0 when memory is short,
    leaving *p as it was. */
 static int mfm__reserve(void **p, uint64_t *cap, uint64_t need, size_t size) {
@@ -1787,11 +1795,10 @@ MFMDEF mfm_status mfm_output_open(const char *path, mfm_output_file **out, mfm_e
     *out = NULL;
     if (!path || !*path) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "the output path is NULL or empty");
     f = (mfm_output_file *)mfm__calloc(1, sizeof *f);
-    if (!f || !(f->path = (char *)mfm__alloc(strlen(path) + 1, 1))) {
+    if (!f || !(f->path = mfm__copy_text(path))) {
         MFM_FREE(f);
         return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory opening %s", path);
     }
-    strcpy(f->path, path);
     if ((st = mfm__writer_open(&f->w, f->path, err)) != MFM_OK) {
         MFM_FREE(f->path);
         MFM_FREE(f);
@@ -2410,15 +2417,6 @@ struct mfm_dataset {
        is then on line r + 1 + (blank lines before it). NULL when the text had none. */
     uint64_t *blank_before, n_blank;
 };
-
-/* A copy of a dataset's name for its messages (NULL when memory is short: rows are then named
-   by their number alone). */
-static char *mfm__copy_name(const char *name) {
-    size_t n = name ? strlen(name) + 1 : 0;
-    char *copy = n ? (char *)mfm__alloc(n, 1) : NULL;
-    if (copy) memcpy(copy, name, n);
-    return copy;
-}
 
 /* Where row r (0-based) of a view came from, for a message: "te.ffm:7" (the file and the row's
    1-based line), "te.mfmd, row 7" (a binary file), or "row 7 (1-based)" (the caller's arrays). */
@@ -3144,7 +3142,7 @@ static mfm_status mfm__reader_finish(mfm__text_reader *rd, mfm_dataset **out, mf
     ds->info.has_values = !c->all_ones;
     ds->info.labels_task = ds->info.has_labels ? rd->text.task : MFM_TASK_DEFAULT;
     ds->info.source_digest = mfm__hash_final(&rd->digest);
-    ds->name = mfm__copy_name(rd->text.name);
+    ds->name = mfm__copy_text(rd->text.name);
     ds->blank_before = c->blanks, ds->n_blank = c->n_blanks; /* blank lines at the very end precede no row: harmless */
     c->blanks = NULL;
     ds->owned[0] = c->offsets;
@@ -3270,7 +3268,7 @@ static mfm_status mfm__data_from_binary(mfm_dataset *ds, const unsigned char *b,
     mfm__data_info info;
     mfm_csr *d = &ds->csr;
     mfm_status st;
-    ds->name = mfm__copy_name(name);
+    ds->name = mfm__copy_text(name); /* NULL when memory is short: rows are then named by number */
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
     (void)b, (void)size, (void)task;
     return mfm__fail(err, MFM_ERR_BAD_FILE, "%s: binary dataset files are little-endian and are used in place; this big-endian machine cannot use them (convert the text instead)", name);

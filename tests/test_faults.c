@@ -261,21 +261,26 @@ void test_faults_unwritable_folder(void) {
     scratch_clean();
 }
 
+/* The set-up of the interrupted saves: model a saved at `name` (the file a save in progress
+   replaces), and a and b saved as references (a.ref, b.ref) to compare the survivor with. */
+static int two_models_saved(const mfm_model *a, const mfm_model *b, const char *name, char path[512], char ref_a[512], char ref_b[512]) {
+    mfm_error e;
+    scratch_path(path, 512, name);
+    scratch_path(ref_a, 512, "a.ref");
+    scratch_path(ref_b, 512, "b.ref");
+    return CHECK(mfm_model_save(a, ref_a, 1, &e) == MFM_OK && mfm_model_save(b, ref_b, 1, &e) == MFM_OK && mfm_model_save(a, path, 1, &e) == MFM_OK,
+                 "set-up saves: %s", e.message);
+}
+
 /* kill -9 at random moments of saves: the file at the path is always a whole model, the old
    one or the new one, and the temporary files left behind are hidden and marked. */
 void test_faults_kill_during_save(void) {
     char path[512], ref_a[512], ref_b[512];
     mfm_model *a = new_model(11, 60000, 8), *b = new_model(12, 60000, 8);
-    mfm_error e;
     int i, left = 0, saw_b = 0;
     unsigned seed = 12345;
     if (!a || !b) goto done;
-    scratch_path(path, sizeof path, "kill.model");
-    scratch_path(ref_a, sizeof ref_a, "a.ref");
-    scratch_path(ref_b, sizeof ref_b, "b.ref");
-    if (!CHECK(mfm_model_save(a, ref_a, 1, &e) == MFM_OK && mfm_model_save(b, ref_b, 1, &e) == MFM_OK && mfm_model_save(a, path, 1, &e) == MFM_OK,
-               "set-up saves: %s", e.message))
-        goto done;
+    if (!two_models_saved(a, b, "kill.model", path, ref_a, ref_b)) goto done;
     for (i = 0; i < 24; i++) {
         int status;
         pid_t pid = fork();
@@ -311,16 +316,10 @@ static void remove_and_reraise(int sig) {
 void test_faults_signal_during_save(void) {
     char path[512], ref_a[512], ref_b[512];
     mfm_model *a = new_model(21, 60000, 8), *b = new_model(22, 60000, 8);
-    mfm_error e;
     int i;
     unsigned seed = 777;
     if (!a || !b) goto done;
-    scratch_path(path, sizeof path, "sig.model");
-    scratch_path(ref_a, sizeof ref_a, "a.ref");
-    scratch_path(ref_b, sizeof ref_b, "b.ref");
-    if (!CHECK(mfm_model_save(a, ref_a, 1, &e) == MFM_OK && mfm_model_save(b, ref_b, 1, &e) == MFM_OK && mfm_model_save(a, path, 1, &e) == MFM_OK,
-               "set-up saves: %s", e.message))
-        goto done;
+    if (!two_models_saved(a, b, "sig.model", path, ref_a, ref_b)) goto done;
     for (i = 0; i < 16; i++) {
         int status, sig = i % 2 ? SIGINT : SIGTERM;
         pid_t pid = fork();
