@@ -242,12 +242,14 @@ typedef struct mfm_epoch_report {
 typedef int (*mfm_epoch_fn)(void *user, const mfm_epoch_report *report);
 typedef void (*mfm_log_fn)(void *user, mfm_log_level level, const char *message);
 
-/* Zero in any field means its default, written next to it. */
+/* Zero in any field means its default, written next to it. Where a real field's default is not
+   zero, MFM_ZERO (minus zero) asks for a literal zero: p.l2_factors = MFM_ZERO. */
+#define MFM_ZERO (-0.0)
 typedef struct mfm_params {
     mfm_model_type model;       /* FM */
     mfm_task task;              /* binary */
     mfm_optimizer optimizer;    /* AdaGrad */
-    int k;                      /* 8: factors per vector */
+    int k;                      /* 4: factors per vector */
     int n_classes;              /* multiclass only: 0 = max label + 1 of the training data */
     int n_epochs;               /* 10 */
     int batch_size;             /* 1: per-row updates */
@@ -271,8 +273,8 @@ typedef struct mfm_params {
                                    free); rows that do not fit next to the model stream from
                                    host memory, chunk by chunk */
     double learning_rate;       /* 0.05 (FTRL's alpha) */
-    double l2_linear;           /* 0: L2 on w */
-    double l2_factors;          /* 0: L2 on V (and R of FwFM) */
+    double l2_linear;           /* 2e-5: L2 on w, applied to the coordinates a step touches */
+    double l2_factors;          /* 2e-5: L2 on V (and R of FwFM), the same way */
     double l1_linear;           /* 0: L1 on w, FTRL only */
     double l1_factors;          /* 0: L1 on V and R, FTRL only */
     double init_scale;          /* 0.01: FM/FwFM V ~ N(0, s); FFM V ~ U[0, s/sqrt(k)) */
@@ -289,7 +291,8 @@ typedef struct mfm_params {
        init_scale = 1, an FFM trained with AdaGrad is the algorithm LIBFFM runs. */
     int normalize_rows;         /* 0: 1 scales each row's values so that sum x^2 = 1 */
     int pairs_only;             /* 0: 1 drops the bias and the linear term (they stay 0) */
-    double adagrad_init;        /* 0: AdaGrad's initial accumulator G (LIBFFM starts at 1) */
+    double adagrad_init;        /* 1: AdaGrad's initial accumulator G (as LIBFFM); it keeps a new
+                                   coordinate's first step small (docs/DEFAULTS.md) */
     /* Early stopping: active with validation rows (mfm_fit_validated, or an internal seeded
        split of validation_fraction of the training rows). After every epoch the metric is
        computed; an epoch improves iff it beats the best by more than min_delta; training
@@ -363,7 +366,8 @@ typedef struct mfm_model_info {
     uint64_t memory_bytes; /* the tables in memory: parameters, optimizer state, and the padding that
                               keeps a feature's w and v on one cache line (FM, FwFM at small k) */
     int has_state;         /* 0 only for a model loaded from a file saved without its optimizer
-                              state (the state is zero until the next mfm_fit) */
+                              state (the state is then at its start, as mfm_model_reset_state
+                              leaves it) */
 } mfm_model_info;
 
 MFMDEF const char *mfm_version_string(void);
@@ -1926,15 +1930,23 @@ MFMDEF mfm_params mfm_params_resolve(const mfm_params *params) {
     if (p.optimizer == MFM_OPTIMIZER_DEFAULT) p.optimizer = MFM_OPTIMIZER_ADAGRAD;
     if (p.class_weight == MFM_CLASS_WEIGHT_DEFAULT) p.class_weight = MFM_CLASS_WEIGHT_NONE;
     if (p.backend == MFM_BACKEND_DEFAULT) p.backend = MFM_BACKEND_CPU;
-    if (p.k == 0) p.k = 8;
+    if (p.k == 0) p.k = 4;
     if (p.n_epochs == 0) p.n_epochs = 10;
     if (p.batch_size == 0) p.batch_size = 1;
-    if (p.learning_rate == 0) p.learning_rate = 0.05;
-    if (p.init_scale == 0) p.init_scale = 0.01;
-    if (p.adam_beta1 == 0) p.adam_beta1 = 0.9;
-    if (p.adam_beta2 == 0) p.adam_beta2 = 0.999;
-    if (p.adam_epsilon == 0) p.adam_epsilon = 1e-8;
-    if (p.ftrl_beta == 0) p.ftrl_beta = 1.0;
+    /* Real fields: +0 means the default, MFM_ZERO (-0) a literal zero, which stays -0 so that
+       resolving again changes nothing. Why these values: docs/DEFAULTS.md. */
+#define MFM__REAL_DEFAULT(field, value) \
+    if (p.field == 0 && !signbit(p.field)) p.field = value;
+    MFM__REAL_DEFAULT(learning_rate, 0.05)
+    MFM__REAL_DEFAULT(l2_linear, 2e-5)
+    MFM__REAL_DEFAULT(l2_factors, 2e-5)
+    MFM__REAL_DEFAULT(init_scale, 0.01)
+    MFM__REAL_DEFAULT(adam_beta1, 0.9)
+    MFM__REAL_DEFAULT(adam_beta2, 0.999)
+    MFM__REAL_DEFAULT(adam_epsilon, 1e-8)
+    MFM__REAL_DEFAULT(ftrl_beta, 1.0)
+    MFM__REAL_DEFAULT(adagrad_init, 1.0)
+#undef MFM__REAL_DEFAULT
     if (p.patience == 0) p.patience = 10;
     if (p.metric == MFM_METRIC_DEFAULT)
         p.metric = p.task == MFM_TASK_REGRESSION ? MFM_METRIC_HALF_MSE : p.task == MFM_TASK_MULTICLASS ? MFM_METRIC_CROSS_ENTROPY : MFM_METRIC_LOGLOSS;
@@ -4472,6 +4484,13 @@ static void mfm__step(const mfm__optim *o, float *blk, uint32_t len, const float
    A coordinate's gradient is summed in row order whatever the number of workers, so the bits
    do not depend on n_threads. At batch 1 most rows skip all of this (mfm__update_row). */
 
+/* The divisor of a batch's gradient sums: the mean for SGD, Adam and FTRL; the sum for
+   AdaGrad, whose step then neither shrinks with the batch for a coordinate the batch touches
+   once (most of a CTR model's) nor grows for the others (its accumulator scales alike). With
+   the mean, batch 4096 trained FFM 0.04 logloss worse than batch 1 (docs/DEFAULTS.md). The
+   kernels (mfm_train_apply) divide the same way. */
+#define MFM__BATCH_ROWS(optimizer, n_batch) ((optimizer) == MFM_OPTIMIZER_ADAGRAD ? 1.0f : (float)(n_batch))
+
 #ifndef MFM__FFM_DENSE_FLOATS /* FFM keys gradients by feature while fields x classes x k fit */
 #define MFM__FFM_DENSE_FLOATS 4096
 #endif
@@ -5542,13 +5561,14 @@ static void mfm__apply_adagrad(const mfm__trainer *tr, const mfm__coords *o, mfm
     if (n) mfm__adagrad_blocks(&tr->opt, blk, mean, n, len, l2);
 }
 
-/* Step 3: one step per owned coordinate with the batch's mean gradient. */
+/* Step 3: one step per owned coordinate with the batch's mean gradient; AdaGrad's with their
+   sum (MFM__BATCH_ROWS). */
 static void mfm__apply_task(void *ctx, int index) {
     const mfm__trainer *tr = (const mfm__trainer *)ctx;
     mfm_model *m = tr->m;
     const mfm_params *p = &m->params;
     const mfm__worker *wk = &tr->workers[index];
-    const float rows = (float)tr->n_batch;
+    const float rows = MFM__BATCH_ROWS(tr->opt.kind, tr->n_batch);
     const float l1[MFM_TENSOR_COUNT] = {0, (float)p->l1_linear, (float)p->l1_factors, (float)p->l1_factors};
     const float l2[MFM_TENSOR_COUNT] = {0, (float)p->l2_linear, (float)p->l2_factors, (float)p->l2_factors};
     uint64_t j;
@@ -6815,6 +6835,12 @@ static mfm_params mfm__params_from_header(const mfm__model_header *h) {
     p.normalize_rows = (int)h->normalize_rows, p.pairs_only = (int)h->pairs_only, p.patience = (int)h->patience;
     p.metric = (mfm_metric)h->metric, p.keep_last = (int)h->keep_last;
     p.adagrad_init = h->adagrad_init, p.validation_fraction = h->validation_fraction, p.min_delta = h->min_delta;
+    /* Files written before these three defaulted to nonzero values hold +0 for a literal zero:
+       read it as MFM_ZERO, so that resolving the params again keeps it (none written since
+       holds +0 there). */
+    if (p.l2_linear == 0) p.l2_linear = MFM_ZERO;
+    if (p.l2_factors == 0) p.l2_factors = MFM_ZERO;
+    if (p.adagrad_init == 0) p.adagrad_init = MFM_ZERO;
     return p;
 }
 

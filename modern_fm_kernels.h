@@ -1366,7 +1366,7 @@ static const char *const mfm__kernel_chunks[] = {
     "    __shared__ double shared[256];\n"
     "    const mfm_u32 C = a.n_classes;\n",
     "    const mfm_u64 *count = a.count + 2 * a.parity;\n"
-    "    const float rows = (float)a.n_batch;\n"
+    "    const float rows = OPT == MFM_ADAGRAD ? 1.0f : (float)a.n_batch; /* AdaGrad: the sum (modern_fm.h, MFM__BATCH_ROWS) */\n"
     "    if (blockIdx.x < C) { /* w0: pairs_only touches it with a zero gradient */\n"
     "        const mfm_u32 c = blockIdx.x;\n"
     "        const float *dlds = a.dlds;\n"
@@ -1439,8 +1439,8 @@ static const char *const mfm__kernel_chunks[] = {
     "/* mfm_train_apply_{fast,exact}_{sgd,adagrad,adam,ftrl}{,_wide} (_wide: k a multiple of 8). The\n"
     "   narrow kernels may take 85 registers (three blocks a multiprocessor): at 64 they spilled, and\n"
     "   fast FFM k = 4 ran 2 % slower. The exact sums' wide kernel takes 104 (two blocks) and waits\n"
-    "   on its reads (Nsight Compute): the host gives it large batches only (deterministic FM k = 16,\n"
-    "   Criteo at batch 4096: narrow 49 % -> 51 % of the fast mode; at 65536 wide 52 %, narrow 49 %). */\n",
+    "   on its reads (Nsight Compute): the host gives it large batches only (deterministic FM k = 16,\n",
+    "   Criteo at batch 4096: narrow 49 % -> 51 % of the fast mode; at 65536 wide 52 %, narrow 49 %). */\n"
     "#define MFM_TRAIN_APPLY(sums, EXACT, opt, OPT)                                                                                                        \\\n"
     "    extern \"C\" __global__ void __launch_bounds__(256, 3) mfm_train_apply_##sums##_##opt(const mfm_train_args a) { mfm_train_apply<EXACT, OPT, false>(a); } \\\n"
     "    extern \"C\" __global__ void __launch_bounds__(256) mfm_train_apply_##sums##_##opt##_wide(const mfm_train_args a) { mfm_train_apply<EXACT, OPT, true>(a); }\n"

@@ -11,11 +11,11 @@
    so keep the lists short; `defaults --help` lists them. One thread per run: run several
    processes side by side for a wide grid.
 
-   Batch rules (how the settings follow batch_size B; the library averages a batch's
-   gradients): none (as given), sqrt (learning rate x sqrt(B)), linear (learning rate x B),
-   acc (AdaGrad's initial accumulator / B^2: the mean-gradient steps then equal those of
-   AdaGrad on the batch's summed gradients, whose first step on a rare coordinate matches
-   batch 1). */
+   Batch rules (how the settings follow batch_size B): none (as given: the library's AdaGrad
+   steps on a batch's summed gradients, so a coordinate the batch touches once takes the step
+   it would take at batch 1), mean (AdaGrad on the batch's mean gradient, what the library did
+   before: the same steps as the sum with the initial accumulator x B^2), sqrt (the mean with
+   the learning rate x sqrt(B)). A zero in --init or --l2 is a literal zero (MFM_ZERO). */
 #define MODERN_FM_IMPLEMENTATION
 #include "../modern_fm.h"
 
@@ -26,8 +26,8 @@
 #include <string.h>
 
 enum { MAX_LIST = 12 };
-enum { RULE_NONE, RULE_SQRT, RULE_LINEAR, RULE_ACC, RULE_COUNT };
-static const char *const rule_names[RULE_COUNT] = {"none", "sqrt", "linear", "acc"};
+enum { RULE_NONE, RULE_MEAN, RULE_SQRT, RULE_COUNT };
+static const char *const rule_names[RULE_COUNT] = {"none", "mean", "sqrt"};
 
 typedef struct dlist {
     int n;
@@ -37,7 +37,7 @@ typedef struct dlist {
 typedef struct options {
     dlist rows, features, zipf, signal;
     dlist models, k, lr, init, l2, init_scale, batch, rule;
-    int fields, hidden_k, epochs, patience, threads;
+    int fields, hidden_k, epochs, patience, threads, backend;
     double base_rate;
     uint64_t seed;
     const char *write_dir; /* --write: each shape's splits as libffm text, for other tools */
@@ -93,7 +93,8 @@ static void usage(void) {
            "  --l2 LIST          l2_linear = l2_factors (0,2e-5,1e-4)\n"
            "  --init-scale LIST  0 = the library's default (0)\n"
            "  --batch LIST       batch sizes (1)\n"
-           "  --rule LIST        none, sqrt, linear, acc: how lr / init follow the batch (none)\n"
+           "  --rule LIST        none, mean, sqrt: how lr / init follow the batch (none)\n"
+           "  --backend NAME     cpu or cuda (cpu)\n"
            "training:\n"
            "  --epochs N         at most (30); --patience N (2); --threads N (1); --seed N (1)\n"
 "  --write DIR        also write each shape's splits as DIR/R_F_Z_S_{train,valid,test}.ffm (libffm text)\n"
@@ -129,16 +130,16 @@ static void run_setting(const options *o, const double *shape, const synth_data 
     mfm_status st;
     double t0 = bench_now(), eff_lr = lr, eff_init = init;
     if (rule == RULE_SQRT) eff_lr = lr * sqrt((double)batch);
-    if (rule == RULE_LINEAR) eff_lr = lr * (double)batch;
-    if (rule == RULE_ACC) eff_init = init / ((double)batch * batch);
+    if (rule == RULE_MEAN || rule == RULE_SQRT) eff_init = init * ((double)batch * batch);
     memset(&p, 0, sizeof p);
     p.model = (mfm_model_type)model;
     p.task = MFM_TASK_BINARY;
     p.optimizer = MFM_OPTIMIZER_ADAGRAD;
     p.k = k;
     p.learning_rate = eff_lr;
-    p.adagrad_init = eff_init;
-    p.l2_linear = p.l2_factors = l2;
+    p.adagrad_init = eff_init == 0 ? MFM_ZERO : eff_init;
+    p.l2_linear = p.l2_factors = l2 == 0 ? MFM_ZERO : l2;
+    p.backend = (mfm_backend)o->backend;
     p.init_scale = iscale;
     p.batch_size = batch;
     p.n_epochs = o->epochs;
@@ -200,6 +201,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(f, "--epochs")) ok = ok && (o.epochs = atoi(v)) > 0;
         else if (!strcmp(f, "--patience")) ok = ok && (o.patience = atoi(v)) > 0;
         else if (!strcmp(f, "--threads")) ok = ok && (o.threads = atoi(v)) >= 0;
+        else if (!strcmp(f, "--backend")) ok = ok && (!strcmp(v, "cpu") || !strcmp(v, "cuda")) && (o.backend = !strcmp(v, "cuda") ? MFM_BACKEND_CUDA : MFM_BACKEND_CPU, 1);
         else if (!strcmp(f, "--base-rate")) ok = ok && (o.base_rate = atof(v)) > 0 && o.base_rate < 1;
         else if (!strcmp(f, "--write")) o.write_dir = v;
         else if (!strcmp(f, "--seed")) ok = ok && (o.seed = strtoull(v, NULL, 10), 1);

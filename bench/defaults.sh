@@ -1,11 +1,13 @@
 #!/bin/sh
-# defaults.sh OUTDIR - the larger runs of the defaults experiment (docs/DEFAULTS.md) on a
-# machine with 16 or more cores: build/bench-defaults processes side by side, one thread each
+# defaults.sh OUTDIR [PARTS] - the larger runs of the defaults experiment (docs/DEFAULTS.md) on
+# a machine with 16 or more cores: build/bench-defaults processes side by side, one thread each
 # (two for the batch-4096 runs on 10^6 rows), each cut off after LIMIT seconds (490) so that the
-# whole takes under nine minutes; a cut-off run leaves the lines it finished. All tables end up
-# in OUTDIR/all.txt, one section per process.
+# whole takes under nine minutes; a cut-off run leaves the lines it finished. PARTS picks parts
+# by letter (default "ABCDEF"; G, the GPU's runs, one after another, needs a CUDA device). All
+# tables end up in OUTDIR/all.txt, one section per process.
 set -u
-out=${1:?usage: defaults.sh OUTDIR}
+out=${1:?usage: defaults.sh OUTDIR [PARTS]}
+parts=${2:-ABCDEF}
 limit=${LIMIT:-490}
 bin=./build/bench-defaults
 mkdir -p "$out/parts"
@@ -13,6 +15,7 @@ pids=""
 job() { # job NAME ARGS... (several runs of one job: separate them with ';' inside sh -c)
     name=$1
     shift
+    case "$parts" in *"${name%%_*}"*) ;; *) return ;; esac
     timeout "$limit" sh -c "$*" >"$out/parts/$name.txt" 2>&1 &
     pids="$pids $!"
 }
@@ -38,14 +41,18 @@ job C_fm "$B --rows 1e5 --features 1e7 --models fm,fwfm --k 4 --init 0,1 --lr 0.
 job D_ffm1 "$B $R6 --models ffm --k 4 --init 1 --lr 0.05,0.1 --l2 2e-5"
 job D_ffm2 "$B $R6 --models ffm --k 4 --init 1 --lr 0.2 --l2 2e-5; $B $R6 --models ffm --k 8 --init 0 --lr 0.05 --l2 0"
 job D_fm "$B $R6 --models fm,fwfm --k 4 --init 1 --lr 0.02,0.05 --l2 2e-5; $B $R6 --models fm,fwfm --k 8 --init 0 --lr 0.05 --l2 0"
-job D_b4096acc "$B $R6 --epochs 10 --threads 2 --models ffm --k 4 --init 1 --lr 0.05 --l2 2e-5 --batch 4096 --rule acc"
-job D_b4096sqrt "$B $R6 --epochs 10 --threads 2 --models ffm --k 4 --init 1 --lr 0.05 --l2 2e-5 --batch 4096 --rule sqrt"
+job D_b4096 "$B $R6 --epochs 10 --threads 2 --models ffm --k 4 --init 1 --lr 0.05 --l2 2e-5 --batch 4096 --rule none"
+job D_b4096mean "$B $R6 --epochs 10 --threads 2 --models ffm --k 4 --init 1 --lr 0.05 --l2 2e-5 --batch 4096 --rule mean,sqrt"
+job D_b4096fm "$B $R6 --epochs 10 --threads 2 --models fm,fwfm --k 4 --init 1 --lr 0.05 --l2 2e-5 --batch 4096 --rule none"
 # E. batch size and learning-rate rule at 10^5 rows
-GE="$R5 --k 4 --init 1 --lr 0.05 --l2 2e-5 --rule none,sqrt,linear,acc"
+GE="$R5 --k 4 --init 1 --lr 0.05 --l2 2e-5 --rule none,mean,sqrt"
 job E_ffm256 "$B $GE --models ffm --batch 256"
 job E_ffm4096 "$B $GE --models ffm --batch 4096"
 job E_fm "$B $GE --models fm --batch 1,256,4096"
 job E_fwfm "$B $GE --models fwfm --batch 1,256,4096"
+job E_lr "$B $R5 --k 4 --init 1 --lr 0.1,0.2 --l2 2e-5 --models ffm,fm,fwfm --batch 4096"
+# G. the GPU at batch 4096 (the library's rule), 10^5 and 10^6 rows, one process after another
+job G_gpu "$B $R5 --backend cuda --models ffm,fm,fwfm --k 4 --init 1 --lr 0.05 --l2 2e-5 --batch 4096; $B $R6 --backend cuda --models ffm,fm,fwfm --k 4 --init 1 --lr 0.05 --l2 2e-5 --batch 4096"
 # F. FFM's init_scale (0 = the library's 0.01)
 job F_ffm "$B $R5 --models ffm --k 4 --init 1 --lr 0.05,0.1 --l2 2e-5 --init-scale 0.001,0.1,0.3,1"
 wait $pids

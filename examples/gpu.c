@@ -123,7 +123,6 @@ int main(void) {
     p.k = 4;
     p.n_epochs = 5;
     p.batch_size = 256; /* GPUs want batches; the CPU is content with them too */
-    p.learning_rate = 0.03;
     p.backend = MFM_BACKEND_AUTO;
     if (mfm_train(&p, &train.view, &model, &e) != MFM_OK || mfm_evaluate(model, &test.view, &metrics, &e) != MFM_OK) {
         fprintf(stderr, "gpu: %s\n", e.message);

@@ -112,7 +112,6 @@ int main(int argc, char **argv) {
     memset(&p, 0, sizeof p);
     p.model = MFM_MODEL_FFM;
     p.k = 4;
-    p.learning_rate = 0.02;
     p.n_epochs = 50;      /* at most; early stopping usually ends sooner */
     p.patience = 3;       /* stop after 3 epochs without a better validation logloss */
     p.on_epoch = print_epoch;

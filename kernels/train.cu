@@ -1025,7 +1025,7 @@ __device__ void mfm_train_apply(const mfm_train_args &a) {
     __shared__ double shared[256];
     const mfm_u32 C = a.n_classes;
     const mfm_u64 *count = a.count + 2 * a.parity;
-    const float rows = (float)a.n_batch;
+    const float rows = OPT == MFM_ADAGRAD ? 1.0f : (float)a.n_batch; /* AdaGrad: the sum (modern_fm.h, MFM__BATCH_ROWS) */
     if (blockIdx.x < C) { /* w0: pairs_only touches it with a zero gradient */
         const mfm_u32 c = blockIdx.x;
         const float *dlds = a.dlds;

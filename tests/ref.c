@@ -289,7 +289,9 @@ void ref_apply_batch(ref_model *r, const ref_opt *o, const mfm_csr *d, const uin
                 int s;
                 if (!mask[t][i]) continue;
                 for (s = 1; s < r->n_slots; s++) state[s] = &r->t[s][t][at];
-                ref_opt_step(o, &r->t[0][t][at], state[1], state[2], state[3], grad[t][at] / (double)n_rows, o->l1[t], o->l2[t]);
+                /* the batch's mean gradient; AdaGrad's sum (docs/SPEC.md section 12) */
+                const double divisor = o->kind == MFM_OPTIMIZER_ADAGRAD ? 1.0 : (double)n_rows;
+                ref_opt_step(o, &r->t[0][t][at], state[1], state[2], state[3], grad[t][at] / divisor, o->l1[t], o->l2[t]);
             }
         }
     ref_grad_free(grad);
@@ -429,6 +431,8 @@ mfm_params sgd_step_params(mfm_model_type model, mfm_task task, double lr) {
     p.n_epochs = 1;
     p.batch_size = 1;
     p.learning_rate = lr;
+    p.l2_linear = p.l2_factors = MFM_ZERO; /* no regularization unless a test asks for it */
+    p.adagrad_init = MFM_ZERO;
     return p;
 }
 

@@ -59,6 +59,9 @@
     X(test_learn_regression)                \
     X(test_learn_multiclass)                \
     X(test_learn_hogwild)                   \
+    X(test_learn_defaults_binary)           \
+    X(test_learn_defaults_regression_multiclass) \
+    X(test_learn_defaults_large_batch)      \
     X(test_text_quirks_libffm)              \
     X(test_text_quirks_libsvm)              \
     X(test_text_unlabeled)                  \
@@ -110,6 +113,11 @@
     X(test_cli_hogwild)                       \
     X(test_cli_resume)                        \
     X(test_cli_cache_and_backend)             \
+    X(test_cli_literal_zero)                  \
+    X(test_cli_default_holdout)               \
+    X(test_cli_worse_than_constant)           \
+    X(test_cli_tune)                          \
+    X(test_cli_tune_errors)                   \
     X(test_failsafe_diverged_sgd)             \
     X(test_failsafe_diverged_regression_labels) \
     X(test_failsafe_diverged_tool)            \

@@ -150,7 +150,7 @@ void test_api_null_arguments(void) {
         CHECK((call) == MFM_ERR_INVALID_ARGUMENT && e.message[0], "%s with NULL gives INVALID_ARGUMENT and says so: \"%s\"", name, \
               e.message);                                                                                                       \
     } while (0)
-    CHECK(mfm_model_create(NULL, 2, 0, 1, &out, &e) == MFM_OK && mfm_model_params(out)->model == MFM_MODEL_FM && mfm_model_params(out)->k == 8,
+    CHECK(mfm_model_create(NULL, 2, 0, 1, &out, &e) == MFM_OK && mfm_model_params(out)->model == MFM_MODEL_FM && mfm_model_params(out)->k == 4,
           "mfm_model_create(NULL params) makes the default model: %s", e.message);
     mfm_model_free(out);
     out = NULL;

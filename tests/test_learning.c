@@ -176,3 +176,149 @@ void test_learn_hogwild(void) {
     synth_free(&train);
     synth_free(&test);
 }
+
+/* ---- the defaults (docs/DEFAULTS.md) ----
+   Criteo-shaped rows: 39 fields, one feature each, Zipf-1.1 ids over 10^5 features, so most
+   ids are rare. With nothing but the model and task set, and early stopping on validation
+   rows, every model must beat the constant predictor fitted on the training labels by the
+   margin below on the test rows. The margins come from the defaults experiment: FFM, FM and
+   FwFM beat the constant by 0.053-0.059 on this data (today's defaults before the experiment
+   (AdaGrad from 0, k 8, no L2): FFM worse than the constant, FM and FwFM by about 0.02). */
+enum { DEF_TRAIN = 20000, DEF_VALID = 10000, DEF_TEST = 20000 };
+#define DEFAULTS_BINARY_MARGIN 0.03
+
+static synth_spec defaults_spec(int task, uint64_t n_rows, uint64_t seed) {
+    synth_spec s;
+    memset(&s, 0, sizeof s);
+    s.n_rows = n_rows;
+    s.n_fields = 39;
+    s.n_features = 100000;
+    s.per_field = 1;
+    s.zipf_s = 1.1;
+    s.hidden_k = 4;
+    s.signal = 1;
+    s.base_rate = 0.22;
+    s.task = task;
+    s.n_classes = 4;
+    s.seed = seed;
+    return s;
+}
+
+/* train / validation / test cut in order out of one draw of the spec's rows. */
+typedef struct defaults_data {
+    synth_data train, valid, test;
+} defaults_data;
+
+static int defaults_data_make(const synth_spec *spec, uint64_t n_train, uint64_t n_valid, defaults_data *d) {
+    synth_data all;
+    int ok;
+    memset(d, 0, sizeof *d);
+    if (!CHECK(synth_generate(spec, &all) == 0, "synth_generate failed")) return 0;
+    ok = synth_split(&all, 0, n_train, &d->train) == 0 && synth_split(&all, n_train, n_train + n_valid, &d->valid) == 0 &&
+         synth_split(&all, n_train + n_valid, all.n_rows, &d->test) == 0;
+    synth_free(&all);
+    return CHECK(ok, "synth_split failed");
+}
+
+static void defaults_data_free(defaults_data *d) { synth_free(&d->train), synth_free(&d->valid), synth_free(&d->test); }
+
+/* Trains p (sized by the training rows) with early stopping on the validation rows; the test
+   metrics in *out. 1 on success. */
+static int defaults_fit(const mfm_params *p, const defaults_data *d, mfm_metrics *out) {
+    mfm_csr tr = synth_csr(&d->train), va = synth_csr(&d->valid), te = synth_csr(&d->test);
+    mfm_model *m = NULL;
+    mfm_error e;
+    mfm_status st = mfm_model_create(p, tr.n_features, tr.n_fields, p->task == MFM_TASK_MULTICLASS ? 4 : 1, &m, &e);
+    if (st == MFM_OK) st = mfm_fit_validated(m, &tr, &va, &e);
+    if (st == MFM_OK) st = mfm_evaluate(m, &te, out, &e);
+    mfm_model_free(m);
+    return CHECK(st == MFM_OK, "training with the defaults failed with %d: %s", (int)st, st ? e.message : "");
+}
+
+static mfm_params defaults_only(mfm_model_type model, mfm_task task) {
+    mfm_params p;
+    memset(&p, 0, sizeof p);
+    p.model = model;
+    p.task = task;
+    return p;
+}
+
+void test_learn_defaults_binary(void) {
+    static const mfm_model_type models[3] = {MFM_MODEL_FFM, MFM_MODEL_FM, MFM_MODEL_FWFM};
+    const synth_spec spec = defaults_spec(0, DEF_TRAIN + DEF_VALID + DEF_TEST, 46);
+    defaults_data d;
+    double rate = 0, constant = 0;
+    uint64_t i;
+    int mi;
+    if (!defaults_data_make(&spec, DEF_TRAIN, DEF_VALID, &d)) return;
+    for (i = 0; i < d.train.n_rows; i++) rate += d.train.labels[i];
+    rate /= (double)d.train.n_rows;
+    for (i = 0; i < d.test.n_rows; i++) constant -= d.test.labels[i] > 0.5f ? log(rate) : log(1 - rate);
+    constant /= (double)d.test.n_rows;
+    for (mi = 0; mi < 3; mi++) {
+        const mfm_params p = defaults_only(models[mi], MFM_TASK_BINARY);
+        mfm_metrics met;
+        if (defaults_fit(&p, &d, &met))
+            CHECK(met.logloss <= constant - DEFAULTS_BINARY_MARGIN, "default %s: test logloss %.4f, the constant predictor's %.4f: a margin of %.4f < %.2f",
+                  model_name(models[mi]), met.logloss, constant, constant - met.logloss, DEFAULTS_BINARY_MARGIN);
+    }
+    defaults_data_free(&d);
+}
+
+/* Regression and multiclass with the defaults on the same shape of rows (FM: FFM learns them
+   alike, 4 times slower): the test RMSE must be clearly below the training mean's, the
+   accuracy clearly above the majority class's. Measured: RMSE 0.746 of the mean's (FFM
+   0.743), accuracy 1.29 times the majority's (FFM 1.31); the bounds leave room for other
+   platforms' last bits. */
+void test_learn_defaults_regression_multiclass(void) {
+    int task;
+    for (task = 1; task <= 2; task++) {
+        const synth_spec spec = defaults_spec(task, DEF_TRAIN + DEF_VALID + DEF_TEST, 47);
+        const mfm_params p = defaults_only(MFM_MODEL_FM, task == 1 ? MFM_TASK_REGRESSION : MFM_TASK_MULTICLASS);
+        defaults_data d;
+        mfm_metrics met;
+        double mean = 0, sq = 0;
+        uint64_t i, count[4] = {0, 0, 0, 0}, hits = 0;
+        uint32_t c, major = 0;
+        if (!defaults_data_make(&spec, DEF_TRAIN, DEF_VALID, &d)) return;
+        if (defaults_fit(&p, &d, &met)) {
+            if (task == 1) {
+                for (i = 0; i < d.train.n_rows; i++) mean += d.train.labels[i];
+                mean /= (double)d.train.n_rows;
+                for (i = 0; i < d.test.n_rows; i++) sq += (d.test.labels[i] - mean) * (d.test.labels[i] - mean);
+                sq = sqrt(sq / (double)d.test.n_rows);
+                CHECK(met.rmse <= 0.85 * sq, "default FM regression: test RMSE %.4f, the training mean's %.4f (ratio %.3f > 0.85)", met.rmse, sq, met.rmse / sq);
+            } else {
+                for (i = 0; i < d.train.n_rows; i++) count[(uint32_t)d.train.labels[i]]++;
+                for (c = 1; c < 4; c++)
+                    if (count[c] > count[major]) major = c;
+                for (i = 0; i < d.test.n_rows; i++) hits += (uint32_t)d.test.labels[i] == major;
+                CHECK(met.accuracy >= 1.2 * (double)hits / (double)d.test.n_rows,
+                      "default FM multiclass: test accuracy %.4f, the majority class's %.4f (ratio %.3f < 1.2)", met.accuracy,
+                      (double)hits / (double)d.test.n_rows, met.accuracy * (double)d.test.n_rows / (double)hits);
+            }
+        }
+        defaults_data_free(&d);
+    }
+}
+
+/* AdaGrad steps on a batch's summed gradient, so large batches keep batch 1's accuracy: FM and
+   FwFM with the defaults at batch 4096 within 0.012 of batch 1 on 10^5 training rows
+   (measured here: 0.0068 and 0.0072; with the mean gradient, as before, about 0.04 behind). */
+void test_learn_defaults_large_batch(void) {
+    static const mfm_model_type models[2] = {MFM_MODEL_FM, MFM_MODEL_FWFM};
+    const synth_spec spec = defaults_spec(0, 100000 + 20000 + 20000, 48);
+    defaults_data d;
+    int mi;
+    if (!defaults_data_make(&spec, 100000, 20000, &d)) return;
+    for (mi = 0; mi < (runner_quick() ? 1 : 2); mi++) {
+        mfm_params p = defaults_only(models[mi], MFM_TASK_BINARY);
+        mfm_metrics one, large;
+        if (!defaults_fit(&p, &d, &one)) continue;
+        p.batch_size = 4096;
+        if (defaults_fit(&p, &d, &large))
+            CHECK(large.logloss <= one.logloss + 0.012, "default %s: test logloss %.4f at batch 4096, %.4f at batch 1 (%.4f apart > 0.012)", model_name(models[mi]),
+                  large.logloss, one.logloss, large.logloss - one.logloss);
+    }
+    defaults_data_free(&d);
+}

@@ -1334,8 +1334,8 @@ void test_lifecycle_resume_exact(void) {
                 three = plain_fit(&p, &td.csr, 3, what);
                 if (six && three && CHECK(mfm_model_save(three, path, 1, &e) == MFM_OK, "%s: save: %s", what, e.message) &&
                     CHECK(mfm_model_load(path, &l, &e) == MFM_OK, "%s: load: %s", what, e.message)) {
-                    const mfm_params *lp = mfm_model_params(l);
-                    CHECK(lp->normalize_rows == p.normalize_rows && lp->pairs_only == p.pairs_only && lp->adagrad_init == p.adagrad_init,
+                    const mfm_params *lp = mfm_model_params(l), asked = mfm_params_resolve(&p);
+                    CHECK(lp->normalize_rows == p.normalize_rows && lp->pairs_only == p.pairs_only && lp->adagrad_init == asked.adagrad_init,
                           "%s: the switches did not survive the file (normalize %d, pairs_only %d, adagrad_init %g)", what, lp->normalize_rows, lp->pairs_only,
                           lp->adagrad_init);
                     if (sw)

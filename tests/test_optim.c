@@ -3,6 +3,7 @@
 #include "ref.h"
 #include "runner.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -17,8 +18,10 @@ typedef struct small_tensors {
     double w0, w[2], v[2];
 } small_tensors;
 
-/* Makes the problem's model with the optimizer, runs one step and returns the model. */
-static mfm_model *first_step(mfm_optimizer optimizer, double l1_linear, double l1_factors, double l2_linear, double l2_factors) {
+/* Makes the problem's model with the optimizer, runs one step and returns the model;
+   adagrad_init as given (0: the default). */
+static mfm_model *first_step_init(mfm_optimizer optimizer, double l1_linear, double l1_factors, double l2_linear, double l2_factors,
+                                  double adagrad_init) {
     static const uint32_t features[2] = {0, 1};
     static const float values[2] = {1, 2};
     static const float w0 = 0.1f, w[2] = {0.2f, -0.3f}, v[2] = {0.5f, 0.4f};
@@ -33,6 +36,7 @@ static mfm_model *first_step(mfm_optimizer optimizer, double l1_linear, double l
     p.l1_factors = l1_factors;
     p.l2_linear = l2_linear;
     p.l2_factors = l2_factors;
+    p.adagrad_init = adagrad_init;
     m = make_model(&p, 2, 0, 1);
     if (!m) return NULL;
     mfm_model_set_tensor(m, MFM_TENSOR_W0, 0, 0, &w0, 1, NULL);
@@ -45,6 +49,15 @@ static mfm_model *first_step(mfm_optimizer optimizer, double l1_linear, double l
         return NULL;
     }
     return m;
+}
+
+/* The step from AdaGrad's accumulator at zero, and from its default. */
+static mfm_model *first_step(mfm_optimizer optimizer, double l1_linear, double l1_factors, double l2_linear, double l2_factors) {
+    return first_step_init(optimizer, l1_linear, l1_factors, l2_linear, l2_factors, MFM_ZERO);
+}
+
+static mfm_model *first_step_from(mfm_optimizer optimizer, double l2_linear, double l2_factors, double adagrad_init) {
+    return first_step_init(optimizer, 0, 0, l2_linear, l2_factors, adagrad_init);
 }
 
 /* Slot `slot` of w0, w and v against hand values; 1e-5 relative + 1e-7 absolute (float
@@ -73,15 +86,32 @@ void test_optimizer_first_step_sgd(void) {
     mfm_model_free(m);
 }
 
-/* AdaGrad from G = 0: G = g'^2, theta - lr g' / sqrt(g'^2 + 1e-10) = theta + 0.1 (every g' < 0):
-   w0 0.2 | w 0.3, -0.2 | v 0.6, 0.5; G = 0.81 | 0.806404, 3.250809 | 0.5041, 0.795664. */
+/* AdaGrad from G = 0 (adagrad_init MFM_ZERO): G = g'^2, theta - lr g' / sqrt(g'^2 + 1e-10) =
+   theta + 0.1 (every g' < 0): w0 0.2 | w 0.3, -0.2 | v 0.6, 0.5; G = 0.81 | 0.806404,
+   3.250809 | 0.5041, 0.795664. From the default G = 1: G = 1 + g'^2 and the step is
+   lr |g'| / sqrt(1 + g'^2), with |g'| = 0.9 | 0.898, 1.803 | 0.71, 0.892. */
 void test_optimizer_first_step_adagrad(void) {
     static const small_tensors want = {0.2, {0.3, -0.2}, {0.6, 0.5}};
     static const small_tensors want_g = {0.81, {0.806404, 3.250809}, {0.5041, 0.795664}};
+    static const double start[5] = {0.1, 0.2, -0.3, 0.5, 0.4}, gabs[5] = {0.9, 0.898, 1.803, 0.71, 0.892};
+    small_tensors from_one, from_one_g;
+    double *theta[5], *g[5];
+    int i;
     mfm_model *m = first_step(MFM_OPTIMIZER_ADAGRAD, 0, 0, 0.01, 0.02);
     if (!m) return;
     check_small(m, 0, &want, "AdaGrad");
     check_small(m, 1, &want_g, "AdaGrad G");
+    mfm_model_free(m);
+    theta[0] = &from_one.w0, theta[1] = &from_one.w[0], theta[2] = &from_one.w[1], theta[3] = &from_one.v[0], theta[4] = &from_one.v[1];
+    g[0] = &from_one_g.w0, g[1] = &from_one_g.w[0], g[2] = &from_one_g.w[1], g[3] = &from_one_g.v[0], g[4] = &from_one_g.v[1];
+    for (i = 0; i < 5; i++) {
+        *g[i] = 1 + gabs[i] * gabs[i];
+        *theta[i] = start[i] + 0.1 * gabs[i] / sqrt(*g[i]);
+    }
+    m = first_step_from(MFM_OPTIMIZER_ADAGRAD, 0.01, 0.02, 0);
+    if (!m) return;
+    check_small(m, 0, &from_one, "AdaGrad from G = 1");
+    check_small(m, 1, &from_one_g, "AdaGrad G from G = 1");
     mfm_model_free(m);
 }
 

@@ -171,7 +171,7 @@ void test_invalid_params(void) {
         if (CHECK(st == MFM_OK && m, "FTRL with L1 and k = 0 refused: %d %s", (int)st, st ? e.message : "")) {
             mfm_model_info info;
             mfm_model_get_info(m, &info);
-            CHECK(info.k == 8, "k = 0 gave k = %d, expected the default 8", info.k);
+            CHECK(info.k == 4, "k = 0 gave k = %d, expected the default 4", info.k);
         }
         mfm_model_free(m);
     }

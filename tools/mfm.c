@@ -1,16 +1,19 @@
 /* mfm.c - the modern_fm command-line tool: train, predict, evaluate, convert and inspect.
 
        mfm train   [options] TRAIN [MODEL]    FM, FFM, FwFM or a linear model from a data file
+       mfm tune    [options] TRAIN [MODEL]    train over a small grid of learning rates and L2
        mfm predict [options] MODEL DATA OUT   one line of predictions per row
        mfm eval    [options] MODEL DATA       logloss, AUC and accuracy, or RMSE
        mfm convert [options] IN OUT           libffm, libsvm and binary data files
        mfm info    FILE                       what a model or data file holds
 
    Short options follow LIBFFM (-k -t -r -l -s -p, --auto-stop); every library parameter also
-   has a long option, given as "--opt value" or "--opt=value". Every error is one sentence on
-   stderr that starts with "mfm: "; the exit status is 0 on success, 1 on a failure and 2 on a
-   usage error. The tool is a thin layer: reading, training, saving and checking all happen in
-   modern_fm.h, whose error sentences already say which file, line and value was wrong.
+   has a long option, given as "--opt value" or "--opt=value". A real-valued option typed as 0
+   means zero, never the library's default (it reaches the params as MFM_ZERO). Every error is
+   one sentence on stderr that starts with "mfm: "; the exit status is 0 on success, 1 on a
+   failure and 2 on a usage error. The tool is a thin layer: reading, training, saving and
+   checking all happen in modern_fm.h, whose error sentences already say which file, line and
+   value was wrong.
 
    Build: cc -std=c99 -O2 -o mfm tools/mfm.c -pthread -lm */
 #define MODERN_FM_IMPLEMENTATION
@@ -232,7 +235,7 @@ static const char *model_name(const mfm_params *p) { return p->linear_only ? "li
    Options: one table; each entry says which commands take it, where its value goes, and its help
    ============================================================================================ */
 
-enum { CMD_TRAIN = 1, CMD_PREDICT = 2, CMD_EVAL = 4, CMD_CONVERT = 8, CMD_INFO = 16, CMD_CACHE = 32, CMD_GPU = 64, CMD_ANY = 127, CMD_READ = 15 };
+enum { CMD_TRAIN = 1, CMD_PREDICT = 2, CMD_EVAL = 4, CMD_CONVERT = 8, CMD_INFO = 16, CMD_CACHE = 32, CMD_GPU = 64, CMD_TUNE = 128, CMD_ANY = 255, CMD_READ = 15 };
 enum { OPEN_LO = 1, OPEN_HI = 2 }; /* that end of the range is not itself valid */
 
 typedef enum opt_kind { OPT_FLAG, OPT_INT, OPT_U32, OPT_U64, OPT_REAL, OPT_TEXT, OPT_NAME } opt_kind;
@@ -246,8 +249,11 @@ typedef struct settings {
     uint32_t n_features, n_fields;
     int auto_stop, libffm, cache, no_state, quiet, help, backend, clear;
     const char *validation, *class_weight, *resume, *build;
+    const char *lr_grid, *l2_grid; /* tune's grids, comma lists */
     const char *args[3];
     int n_args;
+    int argc;          /* the command's arguments (after "mfm COMMAND"), for tune's train line */
+    char **argv;
     unsigned char given[96]; /* per entry of options[]: set on the command line (zeros included) */
 } settings;
 
@@ -258,7 +264,7 @@ typedef struct option {
     opt_kind kind;
     size_t at, also_at;     /* offsets into settings; also_at: a second copy, or 0 */
     double lo, hi;          /* numbers: the valid range */
-    int open;               /* OPEN_* bits: keeps out a zero that would mean "the default" */
+    int open;               /* OPEN_* bits: keeps out an end the library refuses (a learning rate of 0) */
     const name_set *names;  /* OPT_NAME */
     const char *value, *help;
 } option;
@@ -272,16 +278,17 @@ typedef struct option {
 #define OPTION_REAL(l, field, lo, hi, open, help) OPTION_NUMBER(CMD_TRAIN, NULL, l, OPT_REAL, field, lo, hi, open, "X", help)
 
 static const option options[] = {
-    OPTION_INT("-k", "--k", p.k, 1, 4096, "K", "factors per vector (8)"),
+    OPTION_INT("-k", "--k", p.k, 1, 4096, "K", "factors per vector (4)"),
     OPTION_INT("-t", "--epochs", p.n_epochs, 1, INT_MAX, "N", "epochs (10)"),
     OPTION_NUMBER(CMD_TRAIN, "-r", "--learning-rate", OPT_REAL, p.learning_rate, 0, HUGE_VAL, OPEN_LO, "R", "learning rate, FTRL's alpha (0.05)"),
-    {CMD_TRAIN, "-l", "--l2", OPT_REAL, AT(p.l2_linear), AT(p.l2_factors), 0, HUGE_VAL, 0, NULL, "L", "L2 on both weights and factors (0)"},
+    {CMD_TRAIN, "-l", "--l2", OPT_REAL, AT(p.l2_linear), AT(p.l2_factors), 0, HUGE_VAL, 0, NULL, "L", "L2 on both weights and factors (2e-5)"},
     OPTION_NUMBER(CMD_TRAIN | CMD_PREDICT | CMD_EVAL, "-s", "--threads", OPT_INT, p.n_threads, 0, 1024, 0, "N",
                   "threads, 0 = every core; results do not depend on it, Hogwild aside (every core)"),
     OPTION_FLAG(CMD_TRAIN, NULL, "--hogwild", p.hogwild, "threads train their shares of the rows lock-free (LIBFFM's way; results vary run to run)"),
     OPTION_TEXT(CMD_TRAIN, "-p", "--validation", validation, "FILE", "report validation metrics after every epoch"),
     OPTION_FLAG(CMD_TRAIN, NULL, "--auto-stop", auto_stop, "early stopping on -p FILE; keeps the best epoch's model"),
-    OPTION_REAL("--validation-fraction", p.validation_fraction, 0, 1, OPEN_LO | OPEN_HI, "early stopping on a seeded split of TRAIN"),
+    OPTION_REAL("--validation-fraction", p.validation_fraction, 0, 1, OPEN_HI,
+                "early stopping on a seeded split of TRAIN; 0 = none (0.1 unless -p, --libffm or --resume)"),
     OPTION_INT(NULL, "--patience", p.patience, 1, INT_MAX, "N", "epochs without improvement before stopping (1)"),
     OPTION_REAL("--min-delta", p.min_delta, 0, HUGE_VAL, 0, "the least change that counts as improvement (0)"),
     OPTION_NAME(CMD_TRAIN, "--metric", metric, metric_set, "what early stopping watches (logloss; rmse...)"),
@@ -292,8 +299,8 @@ static const option options[] = {
     OPTION_NAME(CMD_TRAIN, "--optimizer", optimizer, optimizer_set, "(adagrad)"),
     OPTION_INT(NULL, "--batch", p.batch_size, 1, INT_MAX, "N", "rows per mini-batch (1)"),
     OPTION_INT(NULL, "--classes", p.n_classes, 2, 16777216, "C", "number of classes (largest label + 1)"),
-    OPTION_REAL("--l2-linear", p.l2_linear, 0, HUGE_VAL, 0, "L2 on the linear weights (0)"),
-    OPTION_REAL("--l2-factors", p.l2_factors, 0, HUGE_VAL, 0, "L2 on the factors (0)"),
+    OPTION_REAL("--l2-linear", p.l2_linear, 0, HUGE_VAL, 0, "L2 on the linear weights (2e-5)"),
+    OPTION_REAL("--l2-factors", p.l2_factors, 0, HUGE_VAL, 0, "L2 on the factors (2e-5)"),
     OPTION_REAL("--l1-linear", p.l1_linear, 0, HUGE_VAL, 0, "L1 on the linear weights, FTRL only (0)"),
     OPTION_REAL("--l1-factors", p.l1_factors, 0, HUGE_VAL, 0, "L1 on the factors, FTRL only (0)"),
     OPTION_REAL("--init-scale", p.init_scale, 0, HUGE_VAL, OPEN_LO, "scale of the initial factors (0.01)"),
@@ -304,8 +311,8 @@ static const option options[] = {
     OPTION_REAL("--label-smoothing", p.label_smoothing, 0, 1, OPEN_HI, "classification only (0)"),
     OPTION_FLAG(CMD_TRAIN, NULL, "--normalize", p.normalize_rows, "scale each row to sum x^2 = 1 (LIBFFM, xLearn)"),
     OPTION_FLAG(CMD_TRAIN, NULL, "--pairs-only", p.pairs_only, "no bias and no linear term (LIBFFM)"),
-    OPTION_REAL("--adagrad-init", p.adagrad_init, 0, HUGE_VAL, 0, "AdaGrad's initial accumulator (0; LIBFFM: 1)"),
-    OPTION_FLAG(CMD_TRAIN, NULL, "--libffm", libffm, "LIBFFM's FFM: the three above, init scale 1, -k 4 -t 15 -r 0.2 -l 2e-5"),
+    OPTION_REAL("--adagrad-init", p.adagrad_init, 0, HUGE_VAL, 0, "AdaGrad's initial accumulator (1, as LIBFFM; 0 = plain AdaGrad)"),
+    OPTION_FLAG(CMD_TRAIN, NULL, "--libffm", libffm, "LIBFFM's FFM: the three above, init scale 1, -k 4 -t 15 -r 0.2 -l 2e-5, no hold-out"),
     OPTION_TEXT(CMD_TRAIN, NULL, "--class-weight", class_weight, "W", "none, balanced, or a weight per class: 1,3 (none)"),
     OPTION_NUMBER(CMD_TRAIN, NULL, "--seed", OPT_U64, p.seed, 0, 0, 0, "N", "random seed (0)"),
     OPTION_NUMBER(CMD_TRAIN, NULL, "--features", OPT_U32, n_features, 1, 4294967295.0, 0, "N", "make room for larger feature ids than TRAIN's"),
@@ -322,6 +329,8 @@ static const option options[] = {
     OPTION_FLAG(CMD_CACHE, NULL, "--clear", clear, "remove every entry of the kernel cache"),
     OPTION_TEXT(CMD_CACHE, NULL, "--build", build, "ARCH", "compile the kernels for ARCH (sm_90, compute_90) into the cache; no GPU needed"),
     OPTION_NAME(CMD_CONVERT, "--to", to, format_set, "OUT's format (auto: by extension, else binary)"),
+    OPTION_TEXT(CMD_TUNE, NULL, "--lr-grid", lr_grid, "R,R,..", "the learning rates tune tries (0.02,0.05,0.1)"),
+    OPTION_TEXT(CMD_TUNE, NULL, "--l2-grid", l2_grid, "L,L,..", "the L2 values (weights and factors) tune tries (0,2e-5,1e-4)"),
     OPTION_FLAG(CMD_ANY, "-h", "--help", help, "this help"),
 };
 
@@ -362,6 +371,7 @@ static int set_number(settings *s, const option *o, const char *name, const char
     if (o->open & OPEN_HI ? x >= o->hi : x > o->hi) return range_error(o, name, value);
     if (o->kind == OPT_INT) *(int *)at = (int)n;
     if (o->kind == OPT_U32) *(uint32_t *)at = (uint32_t)n;
+    if (o->kind == OPT_REAL && x == 0) x = MFM_ZERO; /* a typed 0 is a zero, not "the default" */
     if (o->kind == OPT_REAL) *(double *)at = x;
     if (o->also_at) *(double *)((char *)s + o->also_at) = x;
     return 0;
@@ -382,13 +392,24 @@ static int set_option(settings *s, const option *o, const char *name, const char
     }
 }
 
+/* tune takes train's options, less those it searches or that contradict keeping the best epoch. */
+static const char *const not_for_tune[] = {"--learning-rate", "--l2", "--l2-linear", "--l2-factors", "--resume", "--keep-last"};
+
+static int takes_option(unsigned command_bit, const option *o) {
+    size_t i;
+    if (command_bit != CMD_TUNE || !(o->commands & CMD_TRAIN)) return (o->commands & command_bit) != 0;
+    for (i = 0; i < sizeof not_for_tune / sizeof not_for_tune[0]; i++)
+        if (strcmp(o->long_name, not_for_tune[i]) == 0) return 0;
+    return 1;
+}
+
 static const option *find_option(unsigned command_bit, const char *arg, size_t len) {
     size_t i;
     for (i = 0; i < sizeof options / sizeof options[0]; i++) {
         const option *o = &options[i];
         int is_long = strlen(o->long_name) == len && memcmp(o->long_name, arg, len) == 0;
         int is_short = o->short_name && strlen(o->short_name) == len && memcmp(o->short_name, arg, len) == 0;
-        if ((o->commands & command_bit) && (is_long || is_short)) return o;
+        if (takes_option(command_bit, o) && (is_long || is_short)) return o;
     }
     return NULL;
 }
@@ -400,7 +421,7 @@ static void print_options(unsigned command_bit) {
     for (i = 0; i < sizeof options / sizeof options[0]; i++) {
         const option *o = &options[i];
         const char *value = o->names ? list_names(o->names, "|", list, sizeof list) : o->value;
-        if (!(o->commands & command_bit)) continue;
+        if (!takes_option(command_bit, o)) continue;
         snprintf(left, sizeof left, "%s%s%s %s", o->short_name ? o->short_name : "", o->short_name ? ", " : "    ", o->long_name, value);
         printf("  %-40s %s\n", left, o->help);
     }
@@ -520,6 +541,7 @@ static int task_metrics(mfm_task task, int brief, const mfm_metrics *m, const ch
 typedef struct job {
     mfm_dataset *data, *valid;
     mfm_model *model;
+    mfm_model *best;   /* tune: the best run's model so far */
     float *floats;     /* predictions, or explicit class weights */
     char *model_path;  /* train's MODEL */
     mfm_output_file *out; /* MODEL or OUT, open (its temporary file made) before the work */
@@ -653,27 +675,32 @@ static int check_resume_options(const settings *s) {
 static int check_train_settings(const settings *s) {
     int rc;
     if (s->resume && (rc = check_resume_options(s)) != 0) return rc;
-    if (s->auto_stop && !s->validation && !s->p.validation_fraction) return usage_error("--auto-stop needs validation data (-p FILE or --validation-fraction F)");
+    if (s->command_bit == CMD_TRAIN && s->auto_stop && !s->validation && !s->p.validation_fraction) /* tune: always on */
+        return usage_error("--auto-stop needs validation data (-p FILE or --validation-fraction F)");
     if (s->validation && s->p.validation_fraction) return usage_error("give -p FILE or --validation-fraction, not both");
     if (s->libffm && s->model && s->model != MFM_MODEL_FFM) return usage_error("--libffm trains an FFM; drop --model");
     if (s->p.hogwild && s->p.deterministic)
         return usage_error("--hogwild (CPU threads whose results vary run to run) and --deterministic (bit-identical GPU runs) contradict each other: give one");
     if (s->cache && is_std_stream(s->args[0])) return usage_error("--cache needs a training file, not standard input");
     if (s->p.n_classes && s->task != MFM_TASK_MULTICLASS) return usage_error("--classes applies to --task multiclass only");
-    if (s->n_args < 2 && is_std_stream(s->args[0])) return usage_error("training data from standard input needs an explicit MODEL path");
+    if (s->command_bit == CMD_TRAIN && s->n_args < 2 && is_std_stream(s->args[0]))
+        return usage_error("training data from standard input needs an explicit MODEL path");
     return 0;
 }
+
+/* A real field the command line left alone (+0); a typed 0 is MFM_ZERO (-0). */
+static int unset(double x) { return x == 0 && !signbit(x); }
 
 /* --libffm: LIBFFM's algorithm and, where the command line leaves them, its defaults. */
 static void apply_libffm(mfm_params *p) {
     p->model = MFM_MODEL_FFM;
     p->normalize_rows = p->pairs_only = 1;
-    p->adagrad_init = 1;
-    if (!p->init_scale) p->init_scale = 1;
+    if (unset(p->adagrad_init)) p->adagrad_init = 1;
+    if (unset(p->init_scale)) p->init_scale = 1;
     if (!p->k) p->k = 4;
     if (!p->n_epochs) p->n_epochs = 15;
-    if (!p->learning_rate) p->learning_rate = 0.2;
-    if (!p->l2_linear && !p->l2_factors) p->l2_linear = p->l2_factors = 2e-5;
+    if (unset(p->learning_rate)) p->learning_rate = 0.2;
+    if (unset(p->l2_linear) && unset(p->l2_factors)) p->l2_linear = p->l2_factors = 2e-5;
 }
 
 /* --resume: the saved model's params, with every option the command line gives on top, zeros
@@ -726,8 +753,53 @@ static int make_model(const settings *s, job *j, trainer *t, mfm_params *p) {
     return 0;
 }
 
+/* TRAIN (through --cache when asked) and -p FILE, both with labels (and field ids when the
+   model needs them). */
+static int read_training_data(const settings *s, job *j, mfm_task task, int need_fields) {
+    const char *path = s->args[0];
+    int rc = s->cache ? read_cached(path, task, s->format, s->quiet, &j->data) : read_data(path, task, s->format, &j->data);
+    if (rc == 0) rc = check_data(path, j->data, 1, need_fields, "an FFM or FwFM model");
+    if (rc == 0 && s->validation) rc = read_data(s->validation, task, s->format, &j->valid);
+    if (rc == 0 && s->validation) rc = check_data(s->validation, j->valid, 1, need_fields, "an FFM or FwFM model");
+    return rc;
+}
+
+/* The hold-out mfm train and tune use without -p FILE: with the defaults the best epoch on
+   click data is often the first, second or third, and ten epochs without early stopping
+   overfit. Fewer rows than HOLDOUT_MIN_ROWS are too few to spare a tenth of. */
+#define DEFAULT_HOLDOUT 0.1
+enum { HOLDOUT_MIN_ROWS = 100 };
+
+static uint64_t rows_of(const mfm_dataset *d) {
+    mfm_dataset_info info;
+    mfm_dataset_get_info(d, &info);
+    return info.n_rows;
+}
+
+/* The validation rows the library splits off n rows (docs/SPEC.md section 7), for the message. */
+static uint64_t held_out(double fraction, uint64_t n) {
+    uint64_t v = (uint64_t)floor(fraction * (double)n + 0.5);
+    return v < 1 ? 1 : v;
+}
+
+/* mfm train TRAIN without -p FILE, --validation-fraction, --libffm (LIBFFM holds nothing out)
+   or --resume (the model keeps its own): a seeded 10% of TRAIN, with early stopping. */
+static void default_holdout(const settings *s, const mfm_dataset *data, mfm_params *p) {
+    uint64_t n = rows_of(data);
+    if (s->validation || was_given(s, "--validation-fraction") || s->libffm || s->resume) return;
+    if (n < HOLDOUT_MIN_ROWS) {
+        printf("TRAIN has %llu rows, fewer than %d: no hold-out for early stopping, every row trains for all epochs\n", (unsigned long long)n,
+               HOLDOUT_MIN_ROWS);
+        return;
+    }
+    p->validation_fraction = DEFAULT_HOLDOUT;
+    printf("holding out a seeded 10%% of TRAIN (%llu of %llu rows) for early stopping; --validation-fraction 0 trains on every row for all epochs\n",
+           (unsigned long long)held_out(DEFAULT_HOLDOUT, n), (unsigned long long)n);
+}
+
 /* Reads TRAIN (and -p), makes or loads the model, trains: early stopping with --auto-stop on
-   -p FILE or with --validation-fraction, metrics of -p FILE reported either way. */
+   -p FILE or with --validation-fraction (by default 10% of TRAIN), metrics of -p FILE reported
+   either way. */
 static int fit_model(const settings *s, job *j, trainer *t) {
     const char *path = s->args[0];
     mfm_params p = s->p;
@@ -745,10 +817,8 @@ static int fit_model(const settings *s, job *j, trainer *t) {
         t->task = info.task;
     }
     need_fields = s->resume ? info.model != MFM_MODEL_FM : s->model == MFM_MODEL_FFM || s->model == MFM_MODEL_FWFM || s->libffm;
-    rc = s->cache ? read_cached(path, t->task, s->format, s->quiet, &j->data) : read_data(path, t->task, s->format, &j->data);
-    if (rc == 0) rc = check_data(path, j->data, 1, need_fields, "an FFM or FwFM model");
-    if (rc == 0 && s->validation) rc = read_data(s->validation, t->task, s->format, &j->valid);
-    if (rc == 0 && s->validation) rc = check_data(s->validation, j->valid, 1, need_fields, "an FFM or FwFM model");
+    rc = read_training_data(s, j, t->task, need_fields);
+    if (rc == 0) default_holdout(s, j->data, &p);
     if (rc == 0) rc = make_model(s, j, t, &p);
     if (rc != 0) return rc;
     t->metric = mfm_model_params(j->model)->metric;
@@ -762,6 +832,125 @@ static int fit_model(const settings *s, job *j, trainer *t) {
     if (t->failed) return t->failed;
     if (st != MFM_OK) return fail("%s: %s", path, e.message);
     return 0;
+}
+
+/* ============================================================================================
+   The constant predictor: what a model must beat on the validation rows
+   ============================================================================================ */
+
+/* The rows early stopping (or -p FILE) validated on, and the rows trained on: -p FILE and
+   every row of TRAIN, or the library's seeded split of TRAIN (params.validation_fraction),
+   made by the library's own splitter so that they are exactly the rows training held out. */
+typedef struct holdout {
+    mfm_csr valid;        /* n_rows 0: none */
+    uint64_t *train_rows; /* NULL: every row of TRAIN */
+    uint64_t n_train;
+    mfm__subset split;
+} holdout;
+
+static void free_holdout(holdout *h) {
+    mfm__subset_free(&h->split);
+    MFM_FREE(h->train_rows);
+    memset(h, 0, sizeof *h);
+}
+
+static mfm_status make_holdout(const mfm_model *m, const mfm_csr *train, const mfm_csr *valid_file, holdout *h, mfm_error *err) {
+    double f = mfm_model_params(m)->validation_fraction;
+    mfm_status st;
+    memset(h, 0, sizeof *h);
+    h->n_train = train->n_rows;
+    if (valid_file) h->valid = *valid_file;
+    if (valid_file || !(f > 0)) return MFM_OK;
+    if ((st = mfm__split(m, train, f, &h->train_rows, &h->n_train, &h->split, err)) != MFM_OK) return free_holdout(h), st;
+    h->valid = h->split.csr;
+    return MFM_OK;
+}
+
+/* The model's early-stopping metric on rows (unweighted, as early stopping computes it). */
+static mfm_status metric_on(const mfm_model *m, const mfm_csr *rows, double *out, mfm_error *err) {
+    mfm_metrics met;
+    mfm_status st = mfm_evaluate(m, rows, &met, err);
+    switch (mfm_model_params(m)->metric) {
+    case MFM_METRIC_AUC: *out = met.auc; break;
+    case MFM_METRIC_RMSE: *out = met.rmse; break;
+    case MFM_METRIC_HALF_MSE: *out = 0.5 * met.rmse * met.rmse; break;
+    default: *out = met.logloss; break; /* logloss, cross-entropy */
+    }
+    return st;
+}
+
+static int higher_is_better(const mfm_model *m) { return mfm_model_params(m)->metric == MFM_METRIC_AUC; }
+
+static double clip_probability(double p) { return p < 1e-15 ? 1e-15 : p > 1 - 1e-15 ? 1 - 1e-15 : p; }
+
+/* The early-stopping metric on the validation rows of the best constant fitted to the training
+   rows' labels (row weights counted): the positive rate (binary), the mean (regression), the
+   class frequencies (multiclass); any constant has AUC 0.5. Computed from the labels alone;
+   `what` says which constant. NaN without validation rows or memory. */
+static double constant_metric(const mfm_model *m, const mfm_csr *train, const holdout *h, char *what, size_t size) {
+    const mfm_params *p = mfm_model_params(m);
+    const mfm_csr *v = &h->valid;
+    mfm_model_info info;
+    double total = 0, sum = 0, loss = 0, *mass = NULL, mean;
+    uint64_t i;
+    uint32_t n_classes;
+    mfm_model_get_info(m, &info);
+    n_classes = p->task == MFM_TASK_MULTICLASS ? info.n_classes : 2;
+    if (!v->n_rows || !v->labels || !train->labels) return NAN;
+    if (p->task != MFM_TASK_REGRESSION && !(mass = (double *)calloc(n_classes, sizeof(double)))) return NAN;
+    for (i = 0; i < h->n_train; i++) {
+        uint64_t r = h->train_rows ? h->train_rows[i] : i;
+        double w = train->weights ? train->weights[r] : 1, y = train->labels[r];
+        total += w;
+        sum += w * y;
+        if (mass && y >= 0 && y < n_classes) mass[(uint32_t)y] += w;
+    }
+    mean = total > 0 ? sum / total : 0;
+    for (i = 0; i < v->n_rows; i++) {
+        double y = v->labels[i], e = y - mean;
+        if (p->task == MFM_TASK_REGRESSION) loss += e * e;
+        else if (p->task == MFM_TASK_MULTICLASS) loss -= log(clip_probability(y >= 0 && y < n_classes && total > 0 ? mass[(uint32_t)y] / total : 0));
+        else loss -= y > 0.5 ? log(clip_probability(mean)) : log(1 - clip_probability(mean));
+    }
+    free(mass);
+    loss /= (double)v->n_rows;
+    if (p->task == MFM_TASK_REGRESSION) snprintf(what, size, "the training mean %.6g for every row", mean);
+    else if (p->task == MFM_TASK_MULTICLASS) snprintf(what, size, "the training class frequencies for every row");
+    else snprintf(what, size, "the training positive rate %.6g for every row", mean);
+    switch (p->metric) {
+    case MFM_METRIC_AUC: snprintf(what, size, "any constant"); return 0.5;
+    case MFM_METRIC_RMSE: return sqrt(loss);
+    case MFM_METRIC_HALF_MSE: return 0.5 * loss;
+    default: return loss; /* logloss, cross-entropy */
+    }
+}
+
+/* A real param as a person reads it: MFM_ZERO (-0) is 0. */
+static double shown(double x) { return x == 0 ? 0.0 : x; }
+
+/* The end of training: a model whose validation metric is worse than the constant predictor's
+   learned nothing useful, and usually diverged or overfit; a warning says so and what to try
+   (the exit status stays). Nothing is said without validation rows, or when a number cannot
+   be had. */
+static void warn_if_worse_than_constant(const mfm_model *m, const mfm_csr *train, const mfm_csr *valid_file, int early_stopping) {
+    const mfm_params *p = mfm_model_params(m);
+    char what[128], tips[512];
+    double model_value, constant_value;
+    size_t used = 0;
+    holdout h;
+    if (make_holdout(m, train, valid_file, &h, NULL) != MFM_OK) return;
+    constant_value = constant_metric(m, train, &h, what, sizeof what);
+    if (h.valid.n_rows && metric_on(m, &h.valid, &model_value, NULL) == MFM_OK && model_value == model_value && constant_value == constant_value &&
+        (higher_is_better(m) ? model_value < constant_value : model_value > constant_value)) {
+        used += (size_t)snprintf(tips + used, sizeof tips - used, "a smaller learning rate (-r, now %g)", shown(p->learning_rate));
+        if (!early_stopping) used += (size_t)snprintf(tips + used, sizeof tips - used, ", fewer epochs (-t) or early stopping (-p FILE --auto-stop)");
+        if (p->optimizer == MFM_OPTIMIZER_ADAGRAD && p->adagrad_init == 0)
+            used += (size_t)snprintf(tips + used, sizeof tips - used, ", --adagrad-init 1 (now 0: the first steps are as large as the learning rate)");
+        if (used < sizeof tips) snprintf(tips + used, sizeof tips - used, ", or a larger L2 (--l2, now %g)", shown(p->l2_factors));
+        say("warning: the model's validation %s %.6f is worse than the constant predictor's %.6f (%s); try %s",
+            name_of(&metric_set, p->metric), model_value, constant_value, what, tips);
+    }
+    free_holdout(&h);
 }
 
 static int cmd_train(const settings *s, job *j) {
@@ -792,7 +981,207 @@ static int cmd_train(const settings *s, job *j) {
     j->out = NULL; /* freed either way */
     if (rc != MFM_OK) return fail("%s", e.message);
     printf("trained %s in %.2f s (%.0f rows/s)\n", j->model_path, t.seconds, per_second((double)t.rows, t.seconds));
+    {
+        const mfm_csr train = mfm_dataset_csr(j->data);
+        const int early_stopping = j->valid ? s->auto_stop : mfm_model_params(j->model)->validation_fraction > 0;
+        warn_if_worse_than_constant(j->model, &train, j->valid ? &t.valid : NULL, early_stopping);
+    }
     return 0;
+}
+
+/* ============================================================================================
+   mfm tune
+   ============================================================================================ */
+
+/* A grid: the values, and each as the user typed it (so that the train line repeats it). */
+typedef struct grid {
+    int n;
+    double value[64];
+    char text[64][40];
+} grid;
+
+/* "0.02,0.05,0.1": numbers above zero (learning rates) or at least zero (L2), no blanks. */
+static int parse_grid(const char *option, const char *text, int positive, grid *g) {
+    const char *c = text, *example = positive ? "0.02,0.05,0.1" : "0,2e-5,1e-4";
+    g->n = 0;
+    for (;;) {
+        size_t len = strcspn(c, ",");
+        char item[40], *end;
+        double x;
+        if (len == 0 || len >= sizeof item) return usage_error("%s expects numbers separated by commas, like %s, got '%s'", option, example, text);
+        memcpy(item, c, len);
+        item[len] = '\0';
+        errno = 0;
+        x = strtod(item, &end);
+        if (!(isdigit((unsigned char)item[0]) || item[0] == '.') || *end != '\0' || errno != 0 || !(positive ? x > 0 : x >= 0))
+            return usage_error("%s expects numbers %s separated by commas, like %s, but '%s' in '%s' is not one", option, positive ? "above 0" : "of 0 or more",
+                               example, item, text);
+        if (g->n == (int)(sizeof g->value / sizeof g->value[0])) return usage_error("%s gives more than %d values", option, g->n);
+        g->value[g->n] = x;
+        memcpy(g->text[g->n++], item, len + 1);
+        if (c[len] == '\0') return 0;
+        c += len + 1;
+    }
+}
+
+/* An argument as the shell reads it back: quoted unless it is plain. */
+static void print_shell_word(const char *w) {
+    const char *c;
+    int plain = *w != '\0';
+    for (c = w; *c; c++)
+        if (!isalnum((unsigned char)*c) && !strchr("_./=,:+-", *c)) plain = 0;
+    if (plain) {
+        printf(" %s", w);
+        return;
+    }
+    printf(" '");
+    for (c = w; *c; c++)
+        if (*c == '\'') printf("'\\''");
+        else putchar(*c);
+    putchar('\'');
+}
+
+/* The mfm train command that trains the chosen run again: tune's own arguments less the grids
+   (and --auto-stop, given again), with the chosen -r and -l, early stopping on the same rows. */
+static void print_train_command(const settings *s, const char *lr, const char *l2) {
+    int i, only_args = 0, n_args = 0;
+    const char *args[3];
+    printf("to train it again: mfm train");
+    for (i = 0; i < s->argc; i++) {
+        const char *a = s->argv[i], *eq;
+        const option *o;
+        if (only_args || a[0] != '-' || a[1] == '\0') {
+            if (n_args < 3) args[n_args++] = a;
+            continue;
+        }
+        if (strcmp(a, "--") == 0) {
+            only_args = 1;
+            continue;
+        }
+        eq = a[1] == '-' ? strchr(a, '=') : NULL;
+        if (!(o = find_option(CMD_TUNE, a, eq ? (size_t)(eq - a) : strlen(a)))) continue; /* parse_args took every one */
+        if (strcmp(o->long_name, "--lr-grid") && strcmp(o->long_name, "--l2-grid") && strcmp(o->long_name, "--auto-stop")) {
+            print_shell_word(a);
+            if (o->kind != OPT_FLAG && !eq && i + 1 < s->argc) print_shell_word(s->argv[i + 1]);
+        }
+        if (o->kind != OPT_FLAG && !eq) i++;
+    }
+    printf(" -r %s -l %s %s", lr, l2, s->validation ? "--auto-stop" : was_given(s, "--validation-fraction") ? "" : "--validation-fraction 0.1");
+    if (only_args) printf(" --");
+    for (i = 0; i < n_args; i++) print_shell_word(args[i]);
+    putchar('\n');
+}
+
+/* One model per (learning rate, L2), each with early stopping on the same validation rows; the
+   best validation metric wins (the first of equals). */
+static int cmd_tune(const settings *s, job *j) {
+    settings quiet = *s;
+    grid lr, l2;
+    trainer t;
+    holdout h;
+    mfm_csr csr;
+    mfm_error e;
+    double fraction = 0, best_value = 0;
+    int rc, a, b, best_a = -1, best_b = -1, best_epoch = 0, n_runs = 0, need_fields;
+    memset(&h, 0, sizeof h);
+    quiet.quiet = 1; /* a line per run, not per epoch */
+    if ((rc = parse_grid("--lr-grid", s->lr_grid ? s->lr_grid : "0.02,0.05,0.1", 1, &lr)) != 0) return rc;
+    if ((rc = parse_grid("--l2-grid", s->l2_grid ? s->l2_grid : "0,2e-5,1e-4", 0, &l2)) != 0) return rc;
+    if ((rc = check_train_settings(s)) != 0) return rc;
+    if (!s->validation && was_given(s, "--validation-fraction") && !(s->p.validation_fraction > 0))
+        return usage_error("tune needs validation rows: give -p FILE, or --validation-fraction above 0");
+    if (s->n_args > 1) { /* MODEL: its temporary file now, so that a MODEL that cannot be written fails before the runs */
+        j->model_path = join(s->args[1], "");
+        if ((rc = check_output(j->model_path, "MODEL", s->args[0], "TRAIN")) != 0 || (rc = check_output(j->model_path, "MODEL", s->validation, "-p")) != 0)
+            return rc;
+        if (mfm_output_open(j->model_path, &j->out, &e) != MFM_OK) return fail("%s", e.message);
+    }
+    memset(&t, 0, sizeof t);
+    t.s = &quiet;
+    t.job = j;
+    t.task = s->task ? (mfm_task)s->task : MFM_TASK_BINARY;
+    need_fields = s->model == MFM_MODEL_FFM || s->model == MFM_MODEL_FWFM || s->libffm;
+    if ((rc = read_training_data(s, j, t.task, need_fields)) != 0) return rc;
+    csr = mfm_dataset_csr(j->data);
+    if (!j->valid) {
+        fraction = was_given(s, "--validation-fraction") ? s->p.validation_fraction : DEFAULT_HOLDOUT;
+        if (!was_given(s, "--validation-fraction") && csr.n_rows < HOLDOUT_MIN_ROWS)
+            return fail("tune needs validation rows, but %s has %llu rows, too few to hold out 10%% of: give -p FILE", s->args[0], (unsigned long long)csr.n_rows);
+        printf("validating on a seeded %g%% of %s (%llu of %llu rows)", 100 * fraction, s->args[0], (unsigned long long)held_out(fraction, csr.n_rows),
+               (unsigned long long)csr.n_rows);
+    } else {
+        t.valid = mfm_dataset_csr(j->valid);
+        printf("validating on %s (%llu rows)", s->validation, (unsigned long long)t.valid.n_rows);
+    }
+    printf(", early stopping with patience %d; %d runs\n", s->p.patience, lr.n * l2.n);
+    for (a = 0; a < lr.n; a++)
+        for (b = 0; b < l2.n; b++) {
+            mfm_params p = s->p;
+            mfm_status st;
+            double value;
+            p.learning_rate = lr.value[a];
+            p.l2_linear = p.l2_factors = l2.value[b] == 0 ? MFM_ZERO : l2.value[b];
+            if (!j->valid) p.validation_fraction = fraction;
+            free(j->floats); /* explicit class weights, made again for each model */
+            j->floats = NULL;
+            mfm_model_free(j->model);
+            j->model = NULL;
+            t.best_epoch = 0;
+            if ((rc = make_model(&quiet, j, &t, &p)) != 0) goto done;
+            t.metric = mfm_model_params(j->model)->metric;
+            if (n_runs == 0) {
+                if (!h.valid.n_rows && make_holdout(j->model, &csr, j->valid ? &t.valid : NULL, &h, &e) != MFM_OK) {
+                    rc = fail("%s", e.message);
+                    goto done;
+                }
+                printf("%10s %10s %10s %14s\n", "lr", "l2", "best_epoch", name_of(&metric_set, t.metric));
+            }
+            n_runs++;
+            st = j->valid ? mfm_fit_validated(j->model, &csr, &t.valid, &e) : mfm_fit(j->model, &csr, &e);
+            if (t.failed) {
+                rc = t.failed;
+                goto done;
+            }
+            if (st == MFM_ERR_DIVERGED) { /* too large a learning rate: the others may still train */
+                printf("%10s %10s %10s %14s\n", lr.text[a], l2.text[b], "-", "diverged");
+                continue;
+            }
+            if (st != MFM_OK || metric_on(j->model, &h.valid, &value, &e) != MFM_OK) {
+                rc = fail("%s: %s", s->args[0], e.message);
+                goto done;
+            }
+            printf("%10s %10s %10d %14.6f\n", lr.text[a], l2.text[b], t.best_epoch, value);
+            fflush(stdout);
+            if (value == value && (best_a < 0 || (higher_is_better(j->model) ? value > best_value : value < best_value))) {
+                best_a = a, best_b = b, best_value = value, best_epoch = t.best_epoch;
+                mfm_model_free(j->best);
+                j->best = j->model;
+                j->model = NULL;
+            }
+        }
+    if (best_a < 0) {
+        rc = fail("no run of tune gave a validation %s that is a number (diverged or NaN): try smaller learning rates (--lr-grid)", name_of(&metric_set, t.metric));
+        goto done;
+    }
+    printf("best: -r %s -l %s, validation %s %.6f at epoch %d\n", lr.text[best_a], l2.text[best_b], name_of(&metric_set, t.metric), best_value, best_epoch);
+    print_train_command(s, lr.text[best_a], l2.text[best_b]);
+    if (j->out) {
+        if (mfm_model_write(j->best, j->out, !s->no_state, &e) != MFM_OK) {
+            rc = fail("%s", e.message);
+            goto done;
+        }
+        rc = mfm_output_commit(j->out, &e);
+        j->out = NULL; /* freed either way */
+        if (rc != MFM_OK) {
+            rc = fail("%s", e.message);
+            goto done;
+        }
+        printf("saved the best run's model to %s\n", j->model_path);
+    }
+    warn_if_worse_than_constant(j->best, &csr, j->valid ? &t.valid : NULL, 1);
+done:
+    free_holdout(&h);
+    return rc;
 }
 
 /* ============================================================================================
@@ -935,25 +1324,26 @@ static void show_model_file(const char *path, const mfm_model_file_info *f) {
     show("parameters", "%llu", (unsigned long long)m->n_parameters);
     show("memory", "%.1f MB (parameters, optimizer state, padding)", (double)m->memory_bytes / 1e6);
     show("optimizer state", "%s", f->has_state ? "stored (training resumes exactly)" : "not stored");
-    show("learning rate", "%g", p->learning_rate);
-    show("l2 linear/factors", "%g / %g", p->l2_linear, p->l2_factors);
-    if (p->optimizer == MFM_OPTIMIZER_FTRL) show("l1 linear/factors", "%g / %g", p->l1_linear, p->l1_factors);
-    if (p->optimizer == MFM_OPTIMIZER_FTRL) show("ftrl beta", "%g", p->ftrl_beta);
-    if (p->optimizer == MFM_OPTIMIZER_ADAM) show("adam beta1/2, eps", "%g / %g / %g", p->adam_beta1, p->adam_beta2, p->adam_epsilon);
-    if (p->optimizer == MFM_OPTIMIZER_ADAGRAD) show("adagrad init", "%g", p->adagrad_init);
+    /* the params as a person reads them: a literal zero (MFM_ZERO, -0) is 0 */
+    show("learning rate", "%g", shown(p->learning_rate));
+    show("l2 linear/factors", "%g / %g", shown(p->l2_linear), shown(p->l2_factors));
+    if (p->optimizer == MFM_OPTIMIZER_FTRL) show("l1 linear/factors", "%g / %g", shown(p->l1_linear), shown(p->l1_factors));
+    if (p->optimizer == MFM_OPTIMIZER_FTRL) show("ftrl beta", "%g", shown(p->ftrl_beta));
+    if (p->optimizer == MFM_OPTIMIZER_ADAM) show("adam beta1/2, eps", "%g / %g / %g", shown(p->adam_beta1), shown(p->adam_beta2), shown(p->adam_epsilon));
+    if (p->optimizer == MFM_OPTIMIZER_ADAGRAD) show("adagrad init", "%g", shown(p->adagrad_init));
     show("rows normalized", "%s", p->normalize_rows ? "yes (sum x^2 = 1)" : "no");
     show("bias and linear", "%s", p->pairs_only ? "none (pairs only)" : "yes");
-    show("early stopping", "%s, patience %d, min delta %g, %s", name_of(&metric_set, p->metric), p->patience, p->min_delta,
+    show("early stopping", "%s, patience %d, min delta %g, %s", name_of(&metric_set, p->metric), p->patience, shown(p->min_delta),
          p->keep_last ? "keeps the last epoch" : "restores the best epoch");
     if (p->validation_fraction) show("validation split", "%g of the training rows", p->validation_fraction);
-    show("init scale", "%g", p->init_scale);
+    show("init scale", "%g", shown(p->init_scale));
     show("batch size", "%d", p->batch_size);
     if (p->n_threads)
         show("threads", "%d", p->n_threads);
     else
         show("threads", "every core");
     show("seed", "%llu", (unsigned long long)p->seed);
-    if (p->task != MFM_TASK_REGRESSION) show("label smoothing", "%g", p->label_smoothing);
+    if (p->task != MFM_TASK_REGRESSION) show("label smoothing", "%g", shown(p->label_smoothing));
     if (p->task != MFM_TASK_REGRESSION) show("class weight", "%s", name_of(&class_weight_set, p->class_weight));
 }
 
@@ -1098,7 +1488,14 @@ typedef struct command {
 static const command commands[] = {
     {"train", CMD_TRAIN, 1, 2, "[options] TRAIN [MODEL]", cmd_train,
      "Trains a model on TRAIN (libffm, libsvm or binary data; \"-\" = standard input) and saves it\n"
-     "to MODEL, by default TRAIN's file name + \".model\" in the current directory."},
+     "to MODEL, by default TRAIN's file name + \".model\" in the current directory. Without -p FILE, a\n"
+     "seeded 10% of TRAIN's rows (when it has 100 or more) is held out for early stopping and the\n"
+     "best epoch's model kept; --validation-fraction 0 trains on every row for all epochs."},
+    {"tune", CMD_TUNE, 1, 2, "[options] TRAIN [MODEL]", cmd_tune,
+     "Trains one model per learning rate x L2 of a small grid (--lr-grid, --l2-grid), each with\n"
+     "early stopping on -p FILE or, without it, on a seeded 10% of TRAIN; prints a line per run,\n"
+     "the best setting and the mfm train command that trains it again, and saves the best run's\n"
+     "model to MODEL when given. Other options (--model, -k, --task, -s, --batch, ...) stay fixed."},
     {"predict", CMD_PREDICT, 3, 3, "[options] MODEL DATA OUT", predict_or_eval,
      "Writes one line per row of DATA to OUT (\"-\" = standard output): the probability (binary),\n"
      "the value (regression) or the class probabilities (multiclass). For DATA with labels the\n"
@@ -1149,7 +1546,9 @@ static int parse_args(settings *s, int argc, char **argv) {
         eq = a[1] == '-' ? strchr(a, '=') : NULL;
         len = eq ? (size_t)(eq - a) : strlen(a);
         snprintf(name, sizeof name, "%.*s", (int)len, a);
-        if (!(o = find_option(s->command_bit, a, len))) return usage_error("%s has no option %s (see mfm %s --help)", cmd, name, cmd);
+        if (!(o = find_option(s->command_bit, a, len)) && s->command_bit == CMD_TUNE && find_option(CMD_TRAIN, a, len))
+            return usage_error("tune takes no %s: it searches the learning rate and L2 itself (--lr-grid, --l2-grid) and keeps each run's best epoch", name);
+        if (!o) return usage_error("%s has no option %s (see mfm %s --help)", cmd, name, cmd);
         if (o->kind == OPT_FLAG && eq) return usage_error("%s takes no value", name);
         if (o->kind != OPT_FLAG && !(value = eq ? eq + 1 : i + 1 < argc ? argv[++i] : NULL)) return usage_error("%s needs a value", name);
         if ((rc = set_option(s, o, name, value)) != 0) return rc;
@@ -1171,11 +1570,14 @@ static int run(int argc, char **argv) {
         printf("mfm %s\n", mfm_version_string());
         return 0;
     }
-    if (!(c = find_command(argv[1]))) return usage_error("'%s' is not a command: train, predict, eval, convert, info, cache or gpu (see mfm --help)", argv[1]);
+    if (!(c = find_command(argv[1])))
+        return usage_error("'%s' is not a command: train, tune, predict, eval, convert, info, cache or gpu (see mfm --help)", argv[1]);
     memset(&s, 0, sizeof s);
     s.command = c->name;
     s.command_bit = c->bit;
     s.p.patience = 1; /* LIBFFM's --auto-stop: the first epoch without improvement stops */
+    s.argc = argc - 2;
+    s.argv = argv + 2;
     if ((rc = parse_args(&s, argc - 2, argv + 2)) != 0) return rc;
     if (s.help) {
         printf("usage: mfm %s %s\n\n%s\n\n", c->name, c->synopsis, c->help);
@@ -1187,6 +1589,7 @@ static int run(int argc, char **argv) {
     memset(&j, 0, sizeof j);
     rc = c->run(&s, &j);
     mfm_model_free(j.model);
+    mfm_model_free(j.best);
     mfm_dataset_free(j.data);
     mfm_dataset_free(j.valid);
     free(j.floats);
