@@ -25,15 +25,6 @@ static int tune_data(void) {
     return testdata_standard(TESTDATA_TRAIN_SVM, TRAIN, sizeof TRAIN, NULL) && testdata_standard(TESTDATA_TEST_SVM, TEST, sizeof TEST, NULL);
 }
 
-static mfm_dataset *read_labeled(const char *path) {
-    mfm_read_options ro;
-    mfm_dataset *d = NULL;
-    mfm_error e;
-    memset(&ro, 0, sizeof ro);
-    ro.task = MFM_TASK_BINARY;
-    if (!CHECK(mfm_dataset_read(path, &ro, &d, &e) == MFM_OK, "reading %s: %s", path, e.message)) return NULL;
-    return d;
-}
 
 static mfm_model *load_model(const char *path) {
     mfm_model *m = NULL;
@@ -87,8 +78,8 @@ void test_cli_literal_zero(void) {
     REQUIRE(rc == 0, "'%s' exited with %d: %s", cmd, rc, errs);
     CHECK(strstr(out, "l2 linear/factors  0 / 0\n") && strstr(out, "adagrad init       0\n"), "info of a model trained with -l 0 --adagrad-init 0:\n%s", out);
     CHECK(!strstr(out, "-0"), "info prints a literal zero as -0:\n%s", out);
-    train = read_labeled(TRAIN);
-    test = read_labeled(TEST);
+    train = tool_read_data(TRAIN, MFM_TASK_BINARY);
+    test = tool_read_data(TEST, MFM_TASK_BINARY);
     tool = load_model(model);
     if (!train || !test || !tool) goto done;
     CHECK(mfm_model_params(tool)->l2_linear == 0 && mfm_model_params(tool)->l2_factors == 0 && mfm_model_params(tool)->adagrad_init == 0,
@@ -140,8 +131,8 @@ void test_cli_default_holdout(void) {
     CHECK(strstr(out, "holding out a seeded 10% of TRAIN (200 of 2000 rows) for early stopping") && strstr(out, "--validation-fraction 0 trains on every row"),
           "no line about the default hold-out:\n%s", out);
     CHECK(strstr(out, "valid_logloss") != NULL, "the epoch lines show no validation metric of the hold-out:\n%s", out);
-    train = read_labeled(TRAIN);
-    test = read_labeled(TEST);
+    train = tool_read_data(TRAIN, MFM_TASK_BINARY);
+    test = tool_read_data(TEST, MFM_TASK_BINARY);
     tool = load_model(model);
     if (!train || !test || !tool) goto done;
     tr = mfm_dataset_csr(train);
@@ -222,8 +213,8 @@ void test_cli_worse_than_constant(void) {
     REQUIRE(rc == 0, "a model worse than the constant still trains: '%s' exited with %d: %s", cmd, rc, errs);
     CHECK(strncmp(errs, "mfm: warning: ", 14) == 0 && strstr(errs, "constant predictor") && strstr(errs, "--adagrad-init 1") && strstr(errs, "-r"),
           "no warning naming the constant predictor, -r and --adagrad-init 1 on stderr:\n%s", errs);
-    train = read_labeled(TRAIN);
-    test = read_labeled(TEST);
+    train = tool_read_data(TRAIN, MFM_TASK_BINARY);
+    test = tool_read_data(TEST, MFM_TASK_BINARY);
     m = load_model(model);
     if (!train || !test || !m) goto done;
     tr = mfm_dataset_csr(train);
@@ -282,7 +273,7 @@ void test_cli_tune(void) {
     CHECK(printed_best == min_value && strtod(best_lr, NULL) == best_row_lr && strtod(best_l2, NULL) == best_row_l2,
           "the best line (-r %s -l %s, %g) is not the table's smallest logloss (-r %g -l %g, %g):\n%s", best_lr, best_l2, printed_best, best_row_lr, best_row_l2,
           min_value, out);
-    test = read_labeled(TEST);
+    test = tool_read_data(TEST, MFM_TASK_BINARY);
     m = load_model(model);
     if (test && m) {
         te = mfm_dataset_csr(test);

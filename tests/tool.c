@@ -3,6 +3,7 @@
 #define _XOPEN_SOURCE 700
 #endif
 #include "tool.h"
+#include "runner.h"
 #include "scratch.h"
 
 #include <limits.h>
@@ -37,4 +38,14 @@ int tool_shell(const char *args, char *out, size_t out_size, char *errs, size_t 
     remove(out_path);
     remove(err_path);
     return status != -1 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+mfm_dataset *tool_read_data(const char *path, mfm_task task) {
+    mfm_read_options ro;
+    mfm_dataset *ds = NULL;
+    mfm_error e;
+    memset(&ro, 0, sizeof ro);
+    ro.task = task;
+    if (!CHECK(mfm_dataset_read(path, &ro, &ds, &e) == MFM_OK, "reading %s: %s", path, e.message)) return NULL;
+    return ds;
 }

@@ -3,6 +3,8 @@
 #ifndef TESTS_TOOL_H
 #define TESTS_TOOL_H
 
+#include "../modern_fm.h"
+
 #include <stddef.h>
 
 /* The tool's path, made absolute so that commands may change directory first. */
@@ -13,5 +15,9 @@ const char *tool_path(void);
    into out and errs (either may be NULL). Returns the exit status of the last command, or
    -1 when the shell did not exit normally. */
 int tool_shell(const char *args, char *out, size_t out_size, char *errs, size_t err_size);
+
+/* A data file the tool wrote or read, read back through the library with labels of `task`;
+   NULL (a failed check) when it cannot be read. */
+mfm_dataset *tool_read_data(const char *path, mfm_task task);
 
 #endif
