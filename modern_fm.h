@@ -490,6 +490,10 @@ typedef struct mfm_metrics {
 MFMDEF mfm_status mfm_evaluate(const mfm_model *model, const mfm_csr *data, mfm_metrics *out,
                                mfm_error *err);
 
+/* The value of `metric` (what early stopping watches) among the metrics, half MSE from the
+   RMSE; *higher_is_better (may be NULL) says which way improves: up for AUC, down otherwise. */
+MFMDEF double mfm_metrics_value(const mfm_metrics *metrics, mfm_metric metric, int *higher_is_better);
+
 /* The metrics on plain arrays (n values each; probabilities clipped to [1e-15, 1-1e-15]). NaN
    when n is 0, an array is NULL, or a label or score is NaN (mfm_auc too). */
 MFMDEF double mfm_logloss(const float *labels, const float *probabilities, size_t n);
@@ -6038,14 +6042,11 @@ static int mfm__subset_make(mfm__subset *s, const mfm_csr *d, const uint64_t *ro
     return 1;
 }
 
-/* The early-stopping metric of the model on the validation rows (without weights or label
-   smoothing); *higher_better says which way improves. */
 static mfm_status mfm__evaluate(const mfm_model *m, const mfm_csr *d, mfm_metrics *out, int allow_gpu, mfm_error *err);
 
-/* The early-stopping metric among the metrics; *higher_better says which way improves. */
-static double mfm__metric_of(const mfm_model *m, const mfm_metrics *met, int *higher_better) {
-    *higher_better = m->params.metric == MFM_METRIC_AUC;
-    switch (m->params.metric) {
+MFMDEF double mfm_metrics_value(const mfm_metrics *met, mfm_metric metric, int *higher_is_better) {
+    if (higher_is_better) *higher_is_better = metric == MFM_METRIC_AUC;
+    switch (metric) {
     case MFM_METRIC_AUC: return met->auc;
     case MFM_METRIC_RMSE: return met->rmse;
     case MFM_METRIC_HALF_MSE: return 0.5 * met->rmse * met->rmse;
@@ -6053,10 +6054,12 @@ static double mfm__metric_of(const mfm_model *m, const mfm_metrics *met, int *hi
     }
 }
 
+/* The early-stopping metric of the model on the validation rows (without weights or label
+   smoothing); *higher_better says which way improves. */
 static mfm_status mfm__validation_metric(const mfm_model *m, const mfm_csr *v, double *out, int *higher_better, mfm_error *err) {
     mfm_metrics met;
     mfm_status st = mfm__evaluate(m, v, &met, 0, err);
-    *out = mfm__metric_of(m, &met, higher_better);
+    *out = mfm_metrics_value(&met, m->params.metric, higher_better);
     return st;
 }
 
@@ -9108,7 +9111,7 @@ static mfm_status mfm__gpu_fit_metric(mfm__gpu_trainer *g, const mfm_csr *valid,
         (r = mfm__cuda.cu.cuStreamSynchronize(g->stream)) != 0)
         st = mfm__cu_fail(err, r, "scoring the validation rows on the GPU");
     mfm__gpu_leave(saved);
-    if (st == MFM_OK && (st = mfm__score_metrics(g->m, valid, g->valid_scores, &met, err)) == MFM_OK) *metric = mfm__metric_of(g->m, &met, higher_better);
+    if (st == MFM_OK && (st = mfm__score_metrics(g->m, valid, g->valid_scores, &met, err)) == MFM_OK) *metric = mfm_metrics_value(&met, g->m->params.metric, higher_better);
     return st;
 }
 

@@ -201,7 +201,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(f, "--epochs")) ok = ok && (o.epochs = atoi(v)) > 0;
         else if (!strcmp(f, "--patience")) ok = ok && (o.patience = atoi(v)) > 0;
         else if (!strcmp(f, "--threads")) ok = ok && (o.threads = atoi(v)) >= 0;
-        else if (!strcmp(f, "--backend")) ok = ok && (!strcmp(v, "cpu") || !strcmp(v, "cuda")) && (o.backend = !strcmp(v, "cuda") ? MFM_BACKEND_CUDA : MFM_BACKEND_CPU, 1);
+        else if (!strcmp(f, "--backend")) {
+            o.backend = !strcmp(v, "cuda") ? MFM_BACKEND_CUDA : MFM_BACKEND_CPU;
+            ok = ok && (!strcmp(v, "cpu") || !strcmp(v, "cuda"));
+        }
         else if (!strcmp(f, "--base-rate")) ok = ok && (o.base_rate = atof(v)) > 0 && o.base_rate < 1;
         else if (!strcmp(f, "--write")) o.write_dir = v;
         else if (!strcmp(f, "--seed")) ok = ok && (o.seed = strtoull(v, NULL, 10), 1);

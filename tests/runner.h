@@ -50,6 +50,7 @@
     X(test_metric_auc)                      \
     X(test_metric_logloss_rmse)             \
     X(test_evaluate_matches_metrics)        \
+    X(test_metrics_value)                   \
     X(test_invalid_params)                  \
     X(test_invalid_data_at_fit)             \
     X(test_invalid_data_at_predict)         \

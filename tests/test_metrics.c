@@ -173,3 +173,17 @@ void test_evaluate_matches_metrics(void) {
         data_free(&td);
     }
 }
+
+/* mfm_metrics_value picks the early-stopping metric out of the metrics (half MSE = RMSE^2 / 2)
+   and says which way improves: AUC up, the losses down. */
+void test_metrics_value(void) {
+    mfm_metrics met;
+    int higher = -1;
+    memset(&met, 0, sizeof met);
+    met.logloss = 0.25, met.auc = 0.75, met.accuracy = 0.5, met.rmse = 3;
+    CHECK(mfm_metrics_value(&met, MFM_METRIC_LOGLOSS, &higher) == 0.25 && higher == 0, "logloss: %g, higher %d", mfm_metrics_value(&met, MFM_METRIC_LOGLOSS, NULL), higher);
+    CHECK(mfm_metrics_value(&met, MFM_METRIC_CROSS_ENTROPY, &higher) == 0.25 && higher == 0, "cross-entropy: higher %d", higher);
+    CHECK(mfm_metrics_value(&met, MFM_METRIC_AUC, &higher) == 0.75 && higher == 1, "AUC: higher %d", higher);
+    CHECK(mfm_metrics_value(&met, MFM_METRIC_RMSE, &higher) == 3 && higher == 0, "RMSE: higher %d", higher);
+    CHECK(mfm_metrics_value(&met, MFM_METRIC_HALF_MSE, NULL) == 4.5, "half MSE: %g, expected 3^2 / 2", mfm_metrics_value(&met, MFM_METRIC_HALF_MSE, NULL));
+}

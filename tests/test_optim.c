@@ -93,21 +93,15 @@ void test_optimizer_first_step_sgd(void) {
 void test_optimizer_first_step_adagrad(void) {
     static const small_tensors want = {0.2, {0.3, -0.2}, {0.6, 0.5}};
     static const small_tensors want_g = {0.81, {0.806404, 3.250809}, {0.5041, 0.795664}};
-    static const double start[5] = {0.1, 0.2, -0.3, 0.5, 0.4}, gabs[5] = {0.9, 0.898, 1.803, 0.71, 0.892};
-    small_tensors from_one, from_one_g;
-    double *theta[5], *g[5];
-    int i;
+#define FROM_ONE(start, gabs) ((start) + 0.1 * (gabs) / sqrt(1 + (gabs) * (gabs)))
+    const small_tensors from_one = {FROM_ONE(0.1, 0.9), {FROM_ONE(0.2, 0.898), FROM_ONE(-0.3, 1.803)}, {FROM_ONE(0.5, 0.71), FROM_ONE(0.4, 0.892)}};
+    const small_tensors from_one_g = {1 + 0.81, {1 + 0.806404, 1 + 3.250809}, {1 + 0.5041, 1 + 0.795664}};
+#undef FROM_ONE
     mfm_model *m = first_step(MFM_OPTIMIZER_ADAGRAD, 0, 0, 0.01, 0.02);
     if (!m) return;
     check_small(m, 0, &want, "AdaGrad");
     check_small(m, 1, &want_g, "AdaGrad G");
     mfm_model_free(m);
-    theta[0] = &from_one.w0, theta[1] = &from_one.w[0], theta[2] = &from_one.w[1], theta[3] = &from_one.v[0], theta[4] = &from_one.v[1];
-    g[0] = &from_one_g.w0, g[1] = &from_one_g.w[0], g[2] = &from_one_g.w[1], g[3] = &from_one_g.v[0], g[4] = &from_one_g.v[1];
-    for (i = 0; i < 5; i++) {
-        *g[i] = 1 + gabs[i] * gabs[i];
-        *theta[i] = start[i] + 0.1 * gabs[i] / sqrt(*g[i]);
-    }
     m = first_step_from(MFM_OPTIMIZER_ADAGRAD, 0.01, 0.02, 0);
     if (!m) return;
     check_small(m, 0, &from_one, "AdaGrad from G = 1");

@@ -866,20 +866,14 @@ static mfm_status make_holdout(const mfm_model *m, const mfm_csr *train, const m
     return MFM_OK;
 }
 
-/* The model's early-stopping metric on rows (unweighted, as early stopping computes it). */
-static mfm_status metric_on(const mfm_model *m, const mfm_csr *rows, double *out, mfm_error *err) {
+/* The model's early-stopping metric on rows (unweighted, as early stopping computes it);
+   *higher_is_better says which way improves. */
+static mfm_status metric_on(const mfm_model *m, const mfm_csr *rows, double *out, int *higher_is_better, mfm_error *err) {
     mfm_metrics met;
     mfm_status st = mfm_evaluate(m, rows, &met, err);
-    switch (mfm_model_params(m)->metric) {
-    case MFM_METRIC_AUC: *out = met.auc; break;
-    case MFM_METRIC_RMSE: *out = met.rmse; break;
-    case MFM_METRIC_HALF_MSE: *out = 0.5 * met.rmse * met.rmse; break;
-    default: *out = met.logloss; break; /* logloss, cross-entropy */
-    }
+    *out = mfm_metrics_value(&met, mfm_model_params(m)->metric, higher_is_better);
     return st;
 }
-
-static int higher_is_better(const mfm_model *m) { return mfm_model_params(m)->metric == MFM_METRIC_AUC; }
 
 static double clip_probability(double p) { return p < 1e-15 ? 1e-15 : p > 1 - 1e-15 ? 1 - 1e-15 : p; }
 
@@ -932,16 +926,14 @@ static double shown(double x) { return x == 0 ? 0.0 : x; }
    learned nothing useful, and usually diverged or overfit; a warning says so and what to try
    (the exit status stays). Nothing is said without validation rows, or when a number cannot
    be had. */
-static void warn_if_worse_than_constant(const mfm_model *m, const mfm_csr *train, const mfm_csr *valid_file, int early_stopping) {
+static void warn_if_worse_than_constant(const mfm_model *m, const mfm_csr *train, const holdout *h, int early_stopping) {
     const mfm_params *p = mfm_model_params(m);
     char what[128], tips[512];
-    double model_value, constant_value;
+    double model_value, constant_value = constant_metric(m, train, h, what, sizeof what);
+    int higher_is_better;
     size_t used = 0;
-    holdout h;
-    if (make_holdout(m, train, valid_file, &h, NULL) != MFM_OK) return;
-    constant_value = constant_metric(m, train, &h, what, sizeof what);
-    if (h.valid.n_rows && metric_on(m, &h.valid, &model_value, NULL) == MFM_OK && model_value == model_value && constant_value == constant_value &&
-        (higher_is_better(m) ? model_value < constant_value : model_value > constant_value)) {
+    if (h->valid.n_rows && metric_on(m, &h->valid, &model_value, &higher_is_better, NULL) == MFM_OK && model_value == model_value &&
+        constant_value == constant_value && (higher_is_better ? model_value < constant_value : model_value > constant_value)) {
         used += (size_t)snprintf(tips + used, sizeof tips - used, "a smaller learning rate (-r, now %g)", shown(p->learning_rate));
         if (!early_stopping) used += (size_t)snprintf(tips + used, sizeof tips - used, ", fewer epochs (-t) or early stopping (-p FILE --auto-stop)");
         if (p->optimizer == MFM_OPTIMIZER_ADAGRAD && p->adagrad_init == 0)
@@ -950,7 +942,6 @@ static void warn_if_worse_than_constant(const mfm_model *m, const mfm_csr *train
         say("warning: the model's validation %s %.6f is worse than the constant predictor's %.6f (%s); try %s",
             name_of(&metric_set, p->metric), model_value, constant_value, what, tips);
     }
-    free_holdout(&h);
 }
 
 static int cmd_train(const settings *s, job *j) {
@@ -984,7 +975,9 @@ static int cmd_train(const settings *s, job *j) {
     {
         const mfm_csr train = mfm_dataset_csr(j->data);
         const int early_stopping = j->valid ? s->auto_stop : mfm_model_params(j->model)->validation_fraction > 0;
-        warn_if_worse_than_constant(j->model, &train, j->valid ? &t.valid : NULL, early_stopping);
+        holdout h;
+        if (make_holdout(j->model, &train, j->valid ? &t.valid : NULL, &h, NULL) == MFM_OK) warn_if_worse_than_constant(j->model, &train, &h, early_stopping);
+        free_holdout(&h);
     }
     return 0;
 }
@@ -1082,7 +1075,7 @@ static int cmd_tune(const settings *s, job *j) {
     mfm_csr csr;
     mfm_error e;
     double fraction = 0, best_value = 0;
-    int rc, a, b, best_a = -1, best_b = -1, best_epoch = 0, n_runs = 0, need_fields;
+    int rc, a, b, best_a = -1, best_b = -1, best_epoch = 0, n_runs = 0, need_fields, higher_is_better = 0;
     memset(&h, 0, sizeof h);
     quiet.quiet = 1; /* a line per run, not per epoch */
     if ((rc = parse_grid("--lr-grid", s->lr_grid ? s->lr_grid : "0.02,0.05,0.1", 1, &lr)) != 0) return rc;
@@ -1146,13 +1139,13 @@ static int cmd_tune(const settings *s, job *j) {
                 printf("%10s %10s %10s %14s\n", lr.text[a], l2.text[b], "-", "diverged");
                 continue;
             }
-            if (st != MFM_OK || metric_on(j->model, &h.valid, &value, &e) != MFM_OK) {
+            if (st != MFM_OK || metric_on(j->model, &h.valid, &value, &higher_is_better, &e) != MFM_OK) {
                 rc = fail("%s: %s", s->args[0], e.message);
                 goto done;
             }
             printf("%10s %10s %10d %14.6f\n", lr.text[a], l2.text[b], t.best_epoch, value);
             fflush(stdout);
-            if (value == value && (best_a < 0 || (higher_is_better(j->model) ? value > best_value : value < best_value))) {
+            if (value == value && (best_a < 0 || (higher_is_better ? value > best_value : value < best_value))) {
                 best_a = a, best_b = b, best_value = value, best_epoch = t.best_epoch;
                 mfm_model_free(j->best);
                 j->best = j->model;
@@ -1178,7 +1171,7 @@ static int cmd_tune(const settings *s, job *j) {
         }
         printf("saved the best run's model to %s\n", j->model_path);
     }
-    warn_if_worse_than_constant(j->best, &csr, j->valid ? &t.valid : NULL, 1);
+    warn_if_worse_than_constant(j->best, &csr, &h, 1);
 done:
     free_holdout(&h);
     return rc;
