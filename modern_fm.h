@@ -4563,6 +4563,10 @@ typedef struct mfm__trainer {
     const uint64_t *rows; /* the current batch */
     uint64_t n_batch;
     float *dlds;          /* batch x C: each row's weight * dL/ds per class */
+    int line;             /* AdaGrad at batch_size > 1: the linear terms' line search (mfm__line_alpha) */
+    float *scores;        /* with line: batch x C, each row's scores against the frozen parameters */
+    double *along;        /* with line: batch x 2, each row's loss's slope and curvature along the linear terms' steps */
+    double alpha;         /* with line: the fraction of the linear terms' steps the batch takes */
     float *sums;          /* batch x C x k: FM's per-row sums, where it keeps no terms */
     float *terms;         /* batch x C x terms_row: what each row's score left for the owners to add up (FM: mfm__fm_keep_terms;
                              FwFM's dense rows: mfm__fwfm_keep_terms), or NULL */
@@ -5086,15 +5090,18 @@ static void mfm__gradient_row(const mfm__trainer *tr, mfm__worker *wk, int me, u
     const uint32_t F = m->n_fields, C = m->n_classes, stamp = tr->stamp_batch;
     uint32_t a, b, i;
     float *gc;
+    const uint64_t L = tr->line ? 2 * (uint64_t)C : C; /* the linear terms' sums, then (line search) the squares of their terms */
     if (me == 0) { /* pairs_only: w0 and w are touched with zero gradients: they stay 0 */
-        gc = mfm__own(&wk->own[MFM_TENSOR_W0], 0, stamp, C);
+        gc = mfm__own(&wk->own[MFM_TENSOR_W0], 0, stamp, L);
         if (!pairs_only) gc[c] += g;
+        if (tr->line) gc[C + c] += g * g;
     }
     for (i = 0; i < n_owned; i++) {
-        a = owned[i];
-        gc = mfm__own(&wk->own[MFM_TENSOR_W], row->feat[a], stamp, C);
+        const float term = g * row->x[a = owned[i]];
+        gc = mfm__own(&wk->own[MFM_TENSOR_W], row->feat[a], stamp, L);
         wk->entry[i] = wk->own[MFM_TENSOR_W].last;
-        if (!pairs_only) gc[c] += g * row->x[a];
+        if (!pairs_only) gc[c] += term;
+        if (tr->line) gc[C + c] += term * term;
     }
     if (m->params.linear_only) return;
     if (terms) { /* the terms the row's score left (mfm__keeps_terms): v_a's, then FwFM's r. Adding a
@@ -5353,17 +5360,20 @@ static int mfm__row_is_simple(mfm__trainer *tr, const mfm__row *row) {
     return 1;
 }
 
+/* Row r's weight: its sample weight times its class's weight (docs/SPEC.md section 3). */
+static float mfm__row_weight(const mfm__trainer *tr, uint64_t r) {
+    const float weight = tr->d->weights ? tr->d->weights[r] : 1.0f;
+    return tr->class_weights ? weight * tr->class_weights[(uint32_t)tr->d->labels[r]] : weight;
+}
+
 /* Scores one row for every class, adds its loss to the worker, and writes weight * dL/ds of
    every class to dlds (C values) and, for FM, the row's sums to sums (C x k). */
 static void mfm__row_loss(const mfm__trainer *tr, mfm__worker *wk, uint64_t r, const mfm__row *row, float *dlds, float *sums, float *keep) {
     const mfm_model *m = tr->m;
-    const mfm_csr *d = tr->d;
     const uint32_t C = m->n_classes;
-    const float eps = tr->smoothing, y = d->labels[r];
-    float weight = d->weights ? d->weights[r] : 1.0f;
+    const float eps = tr->smoothing, y = tr->d->labels[r], weight = mfm__row_weight(tr, r);
     double loss;
     uint32_t c;
-    if (tr->class_weights) weight *= tr->class_weights[(uint32_t)y];
     for (c = 0; c < C; c++) wk->score[c] = mfm__score(m, c, row, sums + (uint64_t)c * m->k, keep ? keep + c * mfm__kept_floats(row->z, m->k) : NULL, NULL);
     if (m->params.task == MFM_TASK_MULTICLASS) {
         double lse = mfm__softmax(wk->score, C, wk->prob);
@@ -5443,6 +5453,7 @@ static void mfm__score_task(void *ctx, int index) {
         mfm__prefetch_ahead(tr, tr->rows, q, hi);
         if (tr->n_workers > 1 && (wk->failed = !mfm__group_by_owner(tr, wk, q, &row)) != 0) return;
         mfm__row_loss(tr, wk, tr->rows[q], &row, tr->dlds + q * C, tr->sums ? tr->sums + q * C * k : wk->sum, fwfm_keeps ? wk->pair_keep : NULL);
+        if (tr->line) memcpy(tr->scores + q * C, wk->score, C * sizeof(float));
         if (keeps && !fwfm_keeps) mfm__fm_keep_terms(tr, q, &row, wk->sum);
 #if defined(MFM__AVX)
         if (fwfm_keeps) mfm__fwfm_keep_terms(tr, wk, q, &row);
@@ -5456,8 +5467,9 @@ static int mfm__gradient_room(const mfm__trainer *tr, mfm__worker *wk, const mfm
     const mfm_model *m = tr->m;
     const uint64_t C = m->n_classes, k = (uint64_t)m->k, F = m->n_fields, z = row->z;
     const uint32_t stamp = tr->stamp_batch;
+    const uint64_t L = tr->line ? 2 * C : C; /* mfm__gradient_row */
     mfm__coords *v = &wk->own[MFM_TENSOR_V];
-    if (!mfm__coords_room(&wk->own[MFM_TENSOR_W0], 1, C, stamp) || !mfm__coords_room(&wk->own[MFM_TENSOR_W], n_owned, C, stamp)) return 0;
+    if (!mfm__coords_room(&wk->own[MFM_TENSOR_W0], 1, L, stamp) || !mfm__coords_room(&wk->own[MFM_TENSOR_W], n_owned, L, stamp)) return 0;
     if (m->params.linear_only) return 1;
     switch (m->params.model) {
     case MFM_MODEL_FFM: /* keyed by feature (all of its slots in one entry), or by slot */
@@ -5565,8 +5577,34 @@ static void mfm__apply_adagrad(const mfm__trainer *tr, const mfm__coords *o, mfm
     if (n) mfm__adagrad_blocks(&tr->opt, blk, mean, n, len, l2);
 }
 
+/* AdaGrad's steps of the linear terms w0 and w at batch_size > 1 (docs/SPEC.md section 5). The
+   accumulator adds the squares of the batch's terms, as the rows would add them one at a time,
+   not the square of their sum: the frequent features then move about as far in a batch as in
+   its rows at batch 1, where the square of the sum holds them to about one learning rate a
+   batch (with 25 batches an epoch, 0.006 logloss behind batch 1; docs/DEFAULTS.md). But it adds
+   at least the square of the sum over MFM__LINEAR_ROWS, so that a step is at most sqrt(32) times
+   the sum's: without that bound, at batch 65536 the frequent features and w0 swung from batch to
+   batch and FFM ended its second epoch worse than the constant predictor. A batch's features
+   move together and would overshoot, so the steps are not taken yet: each one is left in its
+   sum's place for the line search (mfm__line_alpha), which scales them all. The kernels
+   (mfm_line_step) step the same way. */
+#define MFM__LINEAR_ROWS 32
+static void mfm__apply_linear(const mfm__trainer *tr, const mfm__coords *o, mfm_tensor t, float l2) {
+    const uint32_t C = tr->m->n_classes;
+    uint64_t j;
+    uint32_t c;
+    for (j = 0; j < o->n; j++)
+        for (c = 0; c < C; c++) {
+            float *blk = mfm__block(tr->m, t, c, o->ids[j]), *sums = o->g + j * 2 * C; /* [theta, G]; sums, then squares */
+            const float reg = l2 * blk[0], g = sums[c] + reg, floor = sums[c] * sums[c] * (1.0f / MFM__LINEAR_ROWS);
+            blk[1] += (sums[C + c] > floor ? sums[C + c] : floor) + reg * reg;
+            sums[c] = -tr->opt.lr * g / sqrtf(blk[1] + 1e-10f);
+            sums[C + c] = 0;
+        }
+}
+
 /* Step 3: one step per owned coordinate with the batch's mean gradient; AdaGrad's with their
-   sum (MFM__BATCH_ROWS). */
+   sum (MFM__BATCH_ROWS), the linear terms' as mfm__apply_linear says. */
 static void mfm__apply_task(void *ctx, int index) {
     const mfm__trainer *tr = (const mfm__trainer *)ctx;
     mfm_model *m = tr->m;
@@ -5582,6 +5620,10 @@ static void mfm__apply_task(void *ctx, int index) {
         const mfm__coords *o = &wk->own[t];
         const uint32_t len = m->t[t].len, parts = o->parts ? o->parts : 1; /* FFM by feature: its touched slots */
         uint32_t f;
+        if (tr->line && (t == MFM_TENSOR_W0 || t == MFM_TENSOR_W)) {
+            mfm__apply_linear(tr, o, (mfm_tensor)t, l2[t]);
+            continue;
+        }
         if (tr->opt.kind == MFM_OPTIMIZER_ADAGRAD && m->n_classes == 1 && len <= MFM__APPLY_FLOATS) {
             mfm__apply_adagrad(tr, o, (mfm_tensor)t, rows, l2[t]);
             continue;
@@ -5599,6 +5641,89 @@ static void mfm__apply_task(void *ctx, int index) {
                     }
             mfm__coords_zero(o, j, 1, (uint64_t)parts * m->n_classes * len);
         }
+    }
+}
+
+/* The line search of the linear terms' steps (tr->line): the steps mfm__apply_linear left
+   move row q's scores by delta_q, and the batch takes the fraction alpha of them that one Newton
+   step on the batch's loss along them gives, from the slope and curvature at the frozen scores:
+   alpha = min(1, -slope / curvature). A fraction above 1 would fit the batch's rare features to
+   its rows, so 1 is the most, which the batches take once the first few have found the scale of
+   the labels. One step, not the exact minimum, so that a batch costs one pass over its rows: on
+   Criteo-shaped data the exact minimum (found by regula falsi) was no better (docs/DEFAULTS.md). */
+
+/* Where coordinate id's sums lie in a table this batch touched it in. */
+static uint64_t mfm__entry_of(const mfm__coords *o, uint64_t id, uint32_t stamp) {
+    uint64_t h;
+    for (h = mfm__mix(id) & o->mask; o->slots[h].stamp != stamp || o->slots[h].id != id; h = (h + 1) & o->mask) {}
+    return o->slots[h].index;
+}
+
+/* weight * delta' H delta: the curvature along delta of a row's loss at its scores s, H the
+   loss's second derivative in the scores. prob: C doubles of scratch. */
+static double mfm__curvature(const mfm_model *m, const float *s, const double *delta, double *prob, float weight) {
+    const uint32_t C = m->n_classes;
+    const double p = mfm__sigmoid(s[0]);
+    double mean = 0, square = 0;
+    uint32_t c;
+    if (m->params.task == MFM_TASK_REGRESSION) return weight * delta[0] * delta[0];
+    if (m->params.task != MFM_TASK_MULTICLASS) return weight * p * (1 - p) * delta[0] * delta[0];
+    mfm__softmax(s, C, prob);
+    for (c = 0; c < C; c++) mean += prob[c] * delta[c], square += prob[c] * delta[c] * delta[c];
+    return weight * (square - mean * mean);
+}
+
+/* Step 4 (tr->line): for the worker's share of the batch's rows, delta (the steps added up in the
+   row's order, so that it does not depend on the number of workers), then the slope and the
+   curvature of the row's loss along it. */
+static void mfm__line_task(void *ctx, int index) {
+    const mfm__trainer *tr = (const mfm__trainer *)ctx;
+    mfm__worker *wk = &tr->workers[index];
+    const uint32_t C = tr->m->n_classes, stamp = tr->stamp_batch;
+    const float *step_w0 = tr->workers[0].own[MFM_TENSOR_W0].g; /* one entry, w0 of every class */
+    double *delta = wk->prob + C; /* C doubles after the scratch of mfm__curvature */
+    uint64_t q, lo, hi;
+    uint32_t a, c;
+    mfm__share(tr->n_batch, tr->n_workers, index, &lo, &hi);
+    for (q = lo; q < hi; q++) {
+        const mfm__row row = mfm__get_row(tr->m, tr->d, tr->rows[q], tr->ones, wk->scaled);
+        double slope = 0;
+        for (c = 0; c < C; c++) delta[c] = step_w0[c];
+        for (a = 0; a < row.z; a++) {
+            const mfm__coords *o = &tr->workers[mfm__owner(row.feat[a], tr->n_workers)].own[MFM_TENSOR_W];
+            const float *step = o->g + mfm__entry_of(o, row.feat[a], stamp) * 2 * C;
+            for (c = 0; c < C; c++) delta[c] += (double)row.x[a] * step[c];
+        }
+        for (c = 0; c < C; c++) slope += (double)tr->dlds[q * C + c] * delta[c];
+        tr->along[2 * q] = slope;
+        tr->along[2 * q + 1] = mfm__curvature(tr->m, tr->scores + q * C, delta, wk->prob, mfm__row_weight(tr, tr->rows[q]));
+    }
+}
+
+/* The fraction alpha from the rows' slopes and curvatures, added up in the batch's order: 1
+   where the loss does not fall along the steps (they are L2's) or is flat in them. */
+static double mfm__line_alpha(const mfm__trainer *tr) {
+    double slope = 0, curvature = 0;
+    uint64_t q;
+    for (q = 0; q < tr->n_batch; q++) slope += tr->along[2 * q], curvature += tr->along[2 * q + 1];
+    return slope < 0 && curvature > 0 && -slope < curvature ? -slope / curvature : 1;
+}
+
+/* Step 5 (tr->line): the fraction alpha of each owned linear step, and the sums back to zero. */
+static void mfm__settle_task(void *ctx, int index) {
+    const mfm__trainer *tr = (const mfm__trainer *)ctx;
+    const mfm__worker *wk = &tr->workers[index];
+    const uint32_t C = tr->m->n_classes;
+    const float alpha = (float)tr->alpha;
+    uint64_t j;
+    uint32_t c;
+    int t;
+    for (t = MFM_TENSOR_W0; t <= MFM_TENSOR_W; t++) {
+        const mfm__coords *o = &wk->own[t];
+        if (!o->n) continue; /* w0 is worker 0's; a worker may own no w of a small batch */
+        for (j = 0; j < o->n; j++)
+            for (c = 0; c < C; c++) mfm__block(tr->m, (mfm_tensor)t, c, o->ids[j])[0] += alpha * o->g[j * 2 * C + c];
+        mfm__coords_zero(o, 0, o->n, 2 * (uint64_t)C);
     }
 }
 
@@ -5636,6 +5761,8 @@ static void mfm__trainer_free(mfm__trainer *tr) {
     }
     MFM_FREE(tr->workers);
     MFM_FREE(tr->dlds);
+    MFM_FREE(tr->scores);
+    MFM_FREE(tr->along);
     MFM_FREE(tr->sums);
     MFM_FREE(tr->terms);
     MFM_FREE(tr->kept);
@@ -5693,6 +5820,12 @@ static int mfm__trainer_init(mfm__trainer *tr, mfm_model *m, const mfm_csr *d, c
         tr->dlds = (float *)mfm__alloc(rows * C, sizeof(float));
         tr->kept = (unsigned char *)mfm__alloc(rows, 1);
         if (!tr->dlds || !tr->kept) return 0;
+        tr->line = p->optimizer == MFM_OPTIMIZER_ADAGRAD && p->batch_size > 1 && !p->pairs_only;
+        if (tr->line) {
+            tr->scores = (float *)mfm__alloc(rows * C, sizeof(float));
+            tr->along = (double *)mfm__alloc(rows * 2, sizeof(double));
+            if (!tr->scores || !tr->along) return 0;
+        }
         if (p->model == MFM_MODEL_FM && !p->linear_only && p->batch_size > 1) { /* mfm__fm_keep_terms, or else each row's sums */
             tr->terms_row = info->max_row_nnz * (uint64_t)m->k;
             if (rows * C * tr->terms_row <= MFM__TERMS_FLOATS) tr->terms = (float *)mfm__alloc(rows * C * tr->terms_row, sizeof(float));
@@ -5731,7 +5864,7 @@ static int mfm__trainer_init(mfm__trainer *tr, mfm_model *m, const mfm_csr *d, c
         /* FFM with few fields keys its slots by feature: one table entry per feature, not per slot */
         if (p->model == MFM_MODEL_FFM && (uint64_t)m->n_fields * C * m->k <= MFM__FFM_DENSE_FLOATS) wk->own[MFM_TENSOR_V].parts = m->n_fields;
         wk->own[MFM_TENSOR_V].like_w = p->model != MFM_MODEL_FFM;
-        wk->prob = (double *)mfm__alloc(C, sizeof(double));
+        wk->prob = (double *)mfm__alloc(2 * (uint64_t)C, sizeof(double)); /* and, with tr->line, C more for mfm__line_task */
         wk->scaled = (float *)mfm__alloc(info->max_row_nnz, sizeof(float));
         wk->row_g = (float *)mfm__alloc(((uint64_t)info->max_row_nnz + 2) * m->k, sizeof(float));
         if (p->model == MFM_MODEL_FWFM) {
@@ -5939,6 +6072,11 @@ static mfm_status mfm__pass(mfm__trainer *tr, mfm__pool *pool, const uint64_t *r
             if (tr->workers[w].failed)
                 return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for the gradient buffers; the model holds the updates of the batches before it");
         mfm__pool_run(pool, mfm__apply_task, tr);
+        if (tr->line) {
+            mfm__pool_run(pool, mfm__line_task, tr);
+            tr->alpha = mfm__line_alpha(tr);
+            mfm__pool_run(pool, mfm__settle_task, tr);
+        }
     }
     return MFM_OK;
 }
@@ -7219,6 +7357,7 @@ typedef struct mfm__gpu_device {
     mfm__cu_function train_rows[2][4];     /* [fast, exact][any k, k = 4, 8, 16] (kernels/train.cu) */
     mfm__cu_function train_apply[2][4][2]; /* [fast, exact][SGD, AdaGrad, Adam, FTRL][k a multiple of 8: the _wide kernel] */
     mfm__cu_function train_list;           /* lists a large batch's features from a sweep of their marks */
+    mfm__cu_function line[3];              /* the linear terms' line search: delta, alpha, settle */
     mfm__cu_function ffm_starts, ffm_place, ffm_gather[4]; /* deterministic FFM's gathered sums: gather [any k, k = 4, 8, 16] */
     int cc, sm_count;
     double context_seconds; /* cuDevicePrimaryCtxRetain: the first use of the GPU */
@@ -8118,6 +8257,10 @@ static mfm_status mfm__gpu_device_ready_locked(int d, mfm_error *err) {
             if ((r = cu->cuModuleGetFunction(f, dev->module, name)) != 0) st = mfm__cu_fail(err, r, name);
         }
         if (st == MFM_OK && (r = cu->cuModuleGetFunction(&dev->train_list, dev->module, "mfm_train_list")) != 0) st = mfm__cu_fail(err, r, "mfm_train_list");
+        for (i = 0; i < 3 && st == MFM_OK; i++) {
+            static const char *const line[3] = {"mfm_train_line_delta", "mfm_train_line_alpha", "mfm_train_line_settle"};
+            if ((r = cu->cuModuleGetFunction(&dev->line[i], dev->module, line[i])) != 0) st = mfm__cu_fail(err, r, line[i]);
+        }
         dev->ready = st == MFM_OK;
     }
     cu->cuCtxSetCurrent(saved);
@@ -8673,21 +8816,23 @@ typedef struct mfm__train_args {
     mfm__cu_ptr table[4], grad[4], mark[2], list[2], field_mask;
     mfm__cu_ptr occ, occ_start, occ_count, chunk_owner, tally, occ_list, batch_rows, spill;
     mfm__cu_ptr count, dlds, scores, sums, row_loss, totals, class_weights;
+    mfm__cu_ptr grad_sq, line_step[2], line_delta, line_alpha, line_parts;
     uint64_t first, n_batch, offset_base;
     uint64_t n_blocks[4];
     double beta1, beta2, eps;
     uint32_t stride[4], len[4];
     float l1[4], l2[4];
     float lr, ftrl_beta, smoothing;
-    uint32_t n_fields, n_classes, k, group, stamp, parity, mask_words, r_shared, sweep, gather, chunk;
+    uint32_t n_fields, n_classes, k, group, stamp, parity, mask_words, r_shared, sweep, line_blocks, gather, chunk;
     int32_t model, task, optimizer, linear_only, pairs_only, normalize, score_only;
+    int32_t line;
 } mfm__train_args;
 
 struct mfm__gpu_trainer {
     mfm_model *m;
     mfm__gpu_device *dev;
     mfm__train_args a;            /* the launches' record; per batch only its rows change */
-    mfm__cu_ptr owned[48];        /* every device allocation, freed together */
+    mfm__cu_ptr owned[64];        /* every device allocation, freed together */
     int n_owned, streaming;
     uint64_t free_bytes;          /* what the fit may still take on the device */
     mfm__cu_ptr best[4];          /* early stopping: the best epoch's tables */
@@ -8860,6 +9005,16 @@ static mfm_status mfm__gpu_fit_start(mfm__gpu_trainer **out, mfm_model *m, const
     if (st == MFM_OK && p->model == MFM_MODEL_FM && !p->linear_only) st = mfm__gpu_take(g, &a->sums, g->batch_rows * C * (uint64_t)m->k * 4, "a batch's FM sums", err);
     if (st == MFM_OK && class_weights)
         st = mfm__gpu_put(g, &a->class_weights, class_weights, (p->task == MFM_TASK_BINARY ? 2 : C) * sizeof(float), "the class weights", err);
+    a->line = p->optimizer == MFM_OPTIMIZER_ADAGRAD && p->batch_size > 1 && !p->pairs_only; /* the CPU's tr->line */
+    if (st == MFM_OK && a->line) {
+        const uint64_t w_sums = m->t[MFM_TENSOR_W].n_blocks * C;
+        st = mfm__gpu_put(g, &a->grad_sq, NULL, w_sums * gsize, "the linear terms' line search", err);
+        if (st == MFM_OK) st = mfm__gpu_put(g, &a->line_step[0], NULL, C * 4, "the linear terms' line search", err);
+        if (st == MFM_OK) st = mfm__gpu_put(g, &a->line_step[1], NULL, w_sums * 4, "the linear terms' line search", err);
+        if (st == MFM_OK) st = mfm__gpu_take(g, &a->line_delta, g->batch_rows * C * 8, "the linear terms' line search", err);
+        if (st == MFM_OK) st = mfm__gpu_take(g, &a->line_alpha, 8, "the linear terms' line search", err);
+        if (st == MFM_OK) st = mfm__gpu_take(g, &a->line_parts, (uint64_t)g->dev->sm_count * 8 * 2 * 8, "the linear terms' line search", err);
+    }
     if (st == MFM_OK && valid) { /* validation rows stay on the device */
         const uint64_t vnnz = valid->row_offsets[valid->n_rows];
         st = mfm__gpu_put(g, &g->valid_offsets, valid->row_offsets, (valid->n_rows + 1) * 8, "the validation rows", err);
@@ -8974,6 +9129,11 @@ static mfm_status mfm__gpu_batch(mfm__gpu_trainer *g, mfm_error *err) {
         return mfm__cu_fail(err, r, "cuLaunchKernel (FFM's pair sums by feature)");
     if ((r = mfm__cuda.cu.cuLaunchKernel(g->apply, g->apply_blocks, 1, 1, 256, 1, 1, 0, g->stream, params, NULL)) != 0)
         return mfm__cu_fail(err, r, "cuLaunchKernel (optimizer steps)");
+    a->line_blocks = (uint32_t)((a->n_batch + 255) / 256 < g->max_blocks ? (a->n_batch + 255) / 256 : g->max_blocks); /* mfm_train_line_delta's */
+    if (a->line && ((r = mfm__cuda.cu.cuLaunchKernel(g->dev->line[0], a->line_blocks, 1, 1, 256, 1, 1, 0, g->stream, params, NULL)) != 0 ||
+                    (r = mfm__cuda.cu.cuLaunchKernel(g->dev->line[1], 1, 1, 1, 256, 1, 1, 0, g->stream, params, NULL)) != 0 ||
+                    (r = mfm__cuda.cu.cuLaunchKernel(g->dev->line[2], g->max_blocks, 1, 1, 256, 1, 1, 0, g->stream, params, NULL)) != 0))
+        return mfm__cu_fail(err, r, "cuLaunchKernel (the linear terms' line search)");
     return MFM_OK;
 }
 

@@ -12,6 +12,9 @@
                          zero (and FFM's field masks). Blocks 0 .. C-1 step w0 of each class
                          from the rows' dL/ds, added in a fixed order; block C adds the rows'
                          losses to the epoch's.
+     mfm_train_line_*    AdaGrad at batch > 1: the linear terms' steps wait while three short
+                         kernels find the fraction of them the batch takes (docs/SPEC.md section
+                         5, item 4) and apply it.
    The tables keep the CPU's layout (modern_fm.h, >>model): a block is `len` parameters, then
    their optimizer state slot by slot, and class c's blocks follow class c-1's. Gradient sums
    come in two kinds, the _fast and the _exact kernels:
@@ -74,6 +77,11 @@ struct mfm_train_args {
     double *row_loss;            /* n_batch x 2: weight * loss, weight */
     double *totals;              /* the epoch's weighted loss and weight so far */
     const float *class_weights;  /* one per class, or 0 */
+    void *grad_sq;               /* line: W's sums of its terms' squares, as grad[MFM_W] */
+    float *line_step[2];         /* line: the steps of w0 (C) and W ([class][block]) the line search scales */
+    double *line_delta;          /* line: n_batch x C, how much those steps move each row's scores */
+    double *line_alpha;          /* line: the fraction of them the batch takes */
+    double *line_parts;          /* line: per block of mfm_train_line_delta, its rows' slopes and curvatures */
     mfm_u64 first, n_batch, offset_base;
     mfm_u64 n_blocks[4];         /* per class */
     double beta1, beta2, eps;    /* Adam */
@@ -83,8 +91,10 @@ struct mfm_train_args {
     mfm_u32 n_fields, n_classes, k, group, stamp, parity, mask_words;
     mfm_u32 r_shared;            /* FwFM: R's sums of a block go through shared memory first */
     mfm_u32 sweep;               /* the features are listed by mfm_train_list, not on their first touch */
+    mfm_u32 line_blocks;         /* line: the blocks mfm_train_line_delta runs in */
     mfm_u32 gather, chunk;       /* deterministic FFM: the pairs' sums are gathered by feature (the top of this file), in chunks of `chunk` non-zeros */
     int model, task, optimizer, linear_only, pairs_only, normalize, score_only;
+    int line;                    /* AdaGrad at batch_size > 1: the linear terms' squares and line search (mfm_train_line_*) */
 };
 
 /* ---- the two kinds of gradient sums ---- */
@@ -245,6 +255,18 @@ __device__ __forceinline__ mfm_sums mfm_sums_of(const mfm_train_args &a, int t) 
     return s;
 }
 
+/* Row r's weight: its sample weight times its class's weight (modern_fm.h, mfm__row_weight). */
+__device__ __forceinline__ float mfm_row_weight(const mfm_train_args &a, mfm_u64 r) {
+    const float weight = a.weights ? a.weights[r] : 1.0f;
+    return a.class_weights ? weight * a.class_weights[(mfm_u32)a.labels[r]] : weight;
+}
+
+/* W's sums of its terms' squares (line), laid out as its gradient sums. */
+__device__ __forceinline__ mfm_sums mfm_sums_sq(const mfm_train_args &a) {
+    const mfm_sums s = {a.grad_sq, (mfm_u64)a.n_classes * a.n_blocks[MFM_W]};
+    return s;
+}
+
 /* Lists feature or entry x (what: MFM_FEATURES, MFM_PAIRS) on its first touch in this batch.
    The lanes that list together take their places with one atomic: the counter is one address
    that every first touch of the batch goes to. A sweep's features are only stamped. */
@@ -341,11 +363,9 @@ __device__ float mfm_train_score(const mfm_train_args &a, mfm_u32 c, const mfm_r
    CPU's arithmetic, modern_fm.h mfm__row_loss). */
 __device__ void mfm_train_loss(const mfm_train_args &a, mfm_u64 q, mfm_u64 r) {
     const mfm_u32 C = a.n_classes;
-    const float y = a.labels[r], eps = a.smoothing;
+    const float y = a.labels[r], eps = a.smoothing, weight = mfm_row_weight(a, r);
     const float *s = a.scores + q * C;
-    float weight = a.weights ? a.weights[r] : 1.0f;
     double loss;
-    if (a.class_weights) weight *= a.class_weights[(mfm_u32)y];
     if (a.task == MFM_MULTICLASS) {
         double top = -1e308, total = 0, lse;
         for (mfm_u32 c = 0; c < C; c++) top = s[c] > top ? s[c] : top;
@@ -410,7 +430,9 @@ __device__ void mfm_train_gradients(const mfm_train_args &a, mfm_u32 c, const mf
     }
     for (mfm_u32 i = lane; i < row.z; i += a.group) { /* pairs_only: w is touched, its gradient is 0 */
         const mfm_u32 f = a.features[row.lo + i];
-        mfm_add<EXACT>(mfm_sums_of(a, MFM_W), mfm_grad_at(a, MFM_W, c, f, 0), a.pairs_only ? 0.0f : g * mfm_x(a, row.lo + i, row.scale));
+        const float term = a.pairs_only ? 0.0f : g * mfm_x(a, row.lo + i, row.scale);
+        mfm_add<EXACT>(mfm_sums_of(a, MFM_W), mfm_grad_at(a, MFM_W, c, f, 0), term);
+        if (a.line) mfm_add<EXACT>(mfm_sums_sq(a), mfm_grad_at(a, MFM_W, c, f, 0), term * term);
         if (first_class) mfm_touch(a, MFM_FEATURES, f);
         if (EXACT && first_class && a.gather) atomicAdd(a.occ + f, 1u);
     }
@@ -881,9 +903,24 @@ __device__ __forceinline__ void mfm_step_run(const mfm_train_args &a, int t, flo
    reads once, not twice (a block's stores come before the next four's reads, which the
    compiler must then keep after them). WIDE takes more registers, so fewer threads run on a
    multiprocessor: it pays where k is a multiple of 8, not at k = 4, and the host chooses. */
+/* AdaGrad's step of a linear term (w0 or w: theta, then G) at batch_size > 1 from its gradient
+   sum and the sum of its terms' squares (modern_fm.h, mfm__apply_linear): the accumulator moves,
+   the step waits in `step` for the line search. */
+__device__ __forceinline__ void mfm_line_step(const mfm_train_args &a, int t, float *blk, float gsum, float squares, float *step) {
+    const float reg = a.l2[t] * blk[0], g = gsum + reg, floor = gsum * gsum * (1.0f / 32); /* MFM__LINEAR_ROWS */
+    blk[1] += (squares > floor ? squares : floor) + reg * reg;
+    *step = -a.lr * g / sqrtf(blk[1] + 1e-10f);
+}
+
 template <bool EXACT, int OPT, bool WIDE>
 __device__ __forceinline__ void mfm_step_block(const mfm_train_args &a, int t, mfm_u32 c, mfm_u64 b, float rows) {
     const mfm_u32 len = a.len[t];
+    if (OPT == MFM_ADAGRAD && a.line && t == MFM_W) { /* len 1 */
+        const mfm_u64 at = mfm_grad_at(a, t, c, b, 0);
+        const float gsum = mfm_take<EXACT>(mfm_sums_of(a, t), at), squares = mfm_take<EXACT>(mfm_sums_sq(a), at);
+        mfm_line_step(a, t, mfm_block(a, t, c, b), gsum, squares, a.line_step[1] + at);
+        return;
+    }
     float *blk = mfm_block(a, t, c, b), g[8];
     const mfm_u64 at = mfm_grad_at(a, t, c, b, 0);
     const mfm_sums sums = mfm_sums_of(a, t);
@@ -1030,6 +1067,12 @@ __device__ void mfm_train_apply(const mfm_train_args &a) {
         const mfm_u32 c = blockIdx.x;
         const float *dlds = a.dlds;
         float sum = mfm_block_sum(reinterpret_cast<float *>(shared), a.n_batch, [=](mfm_u64 q) { return dlds[q * C + c]; });
+        if (OPT == MFM_ADAGRAD && a.line) {
+            __syncthreads();
+            const float squares = mfm_block_sum(reinterpret_cast<float *>(shared), a.n_batch, [=](mfm_u64 q) { return dlds[q * C + c] * dlds[q * C + c]; });
+            if (threadIdx.x == 0) mfm_line_step(a, MFM_W0, mfm_block(a, MFM_W0, c, 0), sum, squares, a.line_step[0] + c);
+            return;
+        }
         if (threadIdx.x == 0) {
             if (a.pairs_only) sum = 0;
             mfm_step_run<1, OPT>(a, MFM_W0, mfm_block(a, MFM_W0, c, 0), 1, 0, &sum, rows);
@@ -1072,6 +1115,96 @@ __device__ void mfm_train_apply(const mfm_train_args &a) {
         if (all.ffm) mfm_clear_fields(now.word, go && now.word ? 1ull << (now.field % 64) : 0); /* for the next batch */
         now = soon;
         soon = later;
+    }
+}
+
+/* ---- the line search of the linear terms' steps (line; modern_fm.h, mfm__line_alpha) ---- */
+
+/* weight * delta' H delta: the curvature along delta of row q's loss at its scores, H the loss's
+   second derivative in the scores (modern_fm.h, mfm__curvature). */
+__device__ double mfm_line_curvature(const mfm_train_args &a, mfm_u64 q, const double *delta, float weight) {
+    const mfm_u32 C = a.n_classes;
+    const float *s = a.scores + q * C;
+    if (a.task == MFM_REGRESSION) return weight * delta[0] * delta[0];
+    if (a.task != MFM_MULTICLASS) {
+        const double x = s[0], p = x >= 0 ? 1.0 / (1.0 + exp(-x)) : exp(x) / (1.0 + exp(x));
+        return weight * p * (1 - p) * delta[0] * delta[0];
+    }
+    double top = -1e308, total = 0, mean = 0, square = 0;
+    for (mfm_u32 c = 0; c < C; c++) top = s[c] > top ? s[c] : top;
+    for (mfm_u32 c = 0; c < C; c++) total += exp((double)s[c] - top);
+    for (mfm_u32 c = 0; c < C; c++) {
+        const double p = exp((double)s[c] - top) / total;
+        mean += p * delta[c], square += p * delta[c] * delta[c];
+    }
+    return weight * (square - mean * mean);
+}
+
+/* How much the linear steps move each row's scores (a thread a row, the steps added in the
+   row's order), and the slope and curvature of the row's loss along them, summed by each block
+   into line_parts. */
+extern "C" __global__ void __launch_bounds__(256) mfm_train_line_delta(const mfm_train_args a) {
+    __shared__ double shared[256];
+    const mfm_u32 C = a.n_classes;
+    const mfm_u64 n_threads = (mfm_u64)gridDim.x * blockDim.x;
+    double slope = 0, curvature = 0;
+    for (mfm_u64 q = (mfm_u64)blockIdx.x * blockDim.x + threadIdx.x; q < a.n_batch; q += n_threads) {
+        const mfm_u64 r = a.rows ? a.rows[q] : a.first + q;
+        mfm_row row = {a.offsets[r] - a.offset_base, (mfm_u32)(a.offsets[r + 1] - a.offsets[r]), 1.0f};
+        double *delta = a.line_delta + q * C;
+        if (a.normalize) { /* mfm_row_at's scale, one lane */
+            double squares = 0;
+            for (mfm_u32 i = 0; i < row.z; i++) squares += a.values ? (double)a.values[row.lo + i] * a.values[row.lo + i] : 1.0;
+            if (squares > 0) row.scale = (float)(1.0 / sqrt(squares));
+        }
+        for (mfm_u32 c = 0; c < C; c++) {
+            double d = a.line_step[0][c];
+            for (mfm_u32 i = 0; i < row.z; i++) d += (double)mfm_x(a, row.lo + i, row.scale) * a.line_step[1][mfm_grad_at(a, MFM_W, c, a.features[row.lo + i], 0)];
+            delta[c] = d;
+            slope += (double)a.dlds[q * C + c] * d;
+        }
+        curvature += mfm_line_curvature(a, q, delta, mfm_row_weight(a, r));
+    }
+    const double *parts[2] = {&slope, &curvature};
+    for (int j = 0; j < 2; j++) {
+        shared[threadIdx.x] = *parts[j];
+        __syncthreads();
+        for (mfm_u32 half = blockDim.x / 2; half > 0; half /= 2) {
+            if (threadIdx.x < half) shared[threadIdx.x] += shared[threadIdx.x + half];
+            __syncthreads();
+        }
+        if (threadIdx.x == 0) a.line_parts[2 * blockIdx.x + j] = shared[0];
+        __syncthreads();
+    }
+}
+
+/* The fraction alpha = min(1, -slope / curvature) of the batch's sums (one block, a fixed
+   order); 1 where the loss does not fall along the steps or is flat in them. */
+extern "C" __global__ void __launch_bounds__(256) mfm_train_line_alpha(const mfm_train_args a) {
+    __shared__ double shared[256];
+    const double *parts = a.line_parts;
+    const double slope = mfm_block_sum(shared, a.line_blocks, [=](mfm_u64 b) { return parts[2 * b]; });
+    __syncthreads();
+    const double curvature = mfm_block_sum(shared, a.line_blocks, [=](mfm_u64 b) { return parts[2 * b + 1]; });
+    if (threadIdx.x == 0) *a.line_alpha = slope < 0 && curvature > 0 && -slope < curvature ? -slope / curvature : 1.0;
+}
+
+/* Every listed feature's w (and w0) takes alpha of its step; the steps go back to zero. */
+extern "C" __global__ void __launch_bounds__(256) mfm_train_line_settle(const mfm_train_args a) {
+    const mfm_u32 C = a.n_classes;
+    const mfm_u64 n = a.count[2 * a.parity + MFM_FEATURES] * C, n_threads = (mfm_u64)gridDim.x * blockDim.x;
+    const float alpha = (float)*a.line_alpha;
+    const mfm_u64 first = (mfm_u64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (first < C) {
+        *mfm_block(a, MFM_W0, (mfm_u32)first, 0) += alpha * a.line_step[0][first];
+        a.line_step[0][first] = 0;
+    }
+    for (mfm_u64 i = first; i < n; i += n_threads) {
+        const mfm_u64 f = a.list[MFM_FEATURES][i / C];
+        const mfm_u32 c = (mfm_u32)(i % C);
+        float *step = a.line_step[1] + mfm_grad_at(a, MFM_W, c, f, 0);
+        *mfm_block(a, MFM_W, c, f) += alpha * *step;
+        *step = 0;
     }
 }
 

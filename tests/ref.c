@@ -235,6 +235,7 @@ ref_opt ref_opt_from_params(const mfm_params *p) {
     o.l2[MFM_TENSOR_W] = p->l2_linear;
     o.l1[MFM_TENSOR_V] = o.l1[MFM_TENSOR_R] = p->l1_factors;
     o.l2[MFM_TENSOR_V] = o.l2[MFM_TENSOR_R] = p->l2_factors;
+    o.linear_line = o.kind == MFM_OPTIMIZER_ADAGRAD && p->batch_size > 1 && !p->pairs_only;
     return o; /* W0: l1 = l2 = 0, never regularized */
 }
 
@@ -272,17 +273,95 @@ void ref_opt_step(const ref_opt *o, double *theta, double *s1, double *s2, doubl
     }
 }
 
+double ref_last_alpha;
+
+/* The batch's loss with the linear terms (W0, W) at start + alpha * step and the rest at start. */
+static double loss_along(const ref_model *start, ref_model *trial, double *const step[MFM_TENSOR_COUNT], double alpha, const mfm_csr *d,
+                         const uint64_t *rows, size_t n_rows, const double *weights, double eps) {
+    int t;
+    size_t i;
+    for (t = MFM_TENSOR_W0; t <= MFM_TENSOR_W; t++)
+        for (i = 0; i < start->size[t] * start->n_classes; i++) trial->t[0][t][i] = start->t[0][t][i] + alpha * step[t][i];
+    return batch_loss(trial, d, rows, n_rows, weights, eps);
+}
+
+/* Section 5, AdaGrad at batch_size > 1: the linear terms' accumulator adds the squares of the
+   batch's terms (row weight * dL/ds, found by finite differences in w0 on the row alone, times
+   the value), but at least the square of their sum over 32, and the batch takes the fraction alpha = min(1, -f'(0) / f''(0)) of their steps,
+   f(alpha) the batch's loss with the linear terms at start + alpha step and everything else as the
+   batch found it (one Newton step; 1 where f does not fall at 0). r holds the other tensors'
+   steps already; start is r as the batch found it. */
+static void linear_line_steps(ref_model *r, const ref_model *start, const ref_opt *o, const mfm_csr *d, const uint64_t *rows, size_t n_rows,
+                              const double *weights, double eps, double *const grad[MFM_TENSOR_COUNT], unsigned char *const mask[MFM_TENSOR_COUNT]) {
+    const uint32_t C = r->n_classes;
+    double *squares[MFM_TENSOR_COUNT] = {NULL, NULL, NULL, NULL}, *step[MFM_TENSOR_COUNT] = {NULL, NULL, NULL, NULL};
+    double alpha = 1;
+    ref_model trial;
+    size_t q, i;
+    uint32_t c;
+    int t;
+    ref_copy(&trial, start);
+    for (t = MFM_TENSOR_W0; t <= MFM_TENSOR_W; t++) {
+        squares[t] = (double *)xcalloc(r->size[t] * C, sizeof(double));
+        step[t] = (double *)xcalloc(r->size[t] * C, sizeof(double));
+    }
+    for (q = 0; q < n_rows; q++)
+        for (c = 0; c < C; c++) { /* the row's weight * dL/ds of class c: its loss's slope in w0 */
+            double *w0 = &trial.t[0][MFM_TENSOR_W0][c], keep = *w0, up, down, g;
+            const double wq = weights ? weights[q] : 1.0;
+            uint64_t a;
+            *w0 = keep + REF_FD_STEP;
+            up = ref_row_loss(&trial, d, rows[q], eps);
+            *w0 = keep - REF_FD_STEP;
+            down = ref_row_loss(&trial, d, rows[q], eps);
+            *w0 = keep;
+            g = wq * (up - down) / (2 * REF_FD_STEP);
+            squares[MFM_TENSOR_W0][c] += g * g;
+            for (a = d->row_offsets[rows[q]]; a < d->row_offsets[rows[q] + 1]; a++) {
+                const double term = g * value_at(d, a);
+                squares[MFM_TENSOR_W][c * r->size[MFM_TENSOR_W] + d->features[a]] += term * term;
+            }
+        }
+    for (t = MFM_TENSOR_W0; t <= MFM_TENSOR_W; t++)
+        for (i = 0; i < r->size[t] * C; i++) {
+            double theta, gp, floor;
+            if (!mask[t][i % r->size[t]]) continue;
+            theta = start->t[0][t][i];
+            gp = grad[t][i] + o->l2[t] * theta;
+            floor = grad[t][i] * grad[t][i] / 32; /* at least the square of the sum over 32 rows */
+            r->t[1][t][i] += (squares[t][i] > floor ? squares[t][i] : floor) + (o->l2[t] * theta) * (o->l2[t] * theta);
+            step[t][i] = -o->lr * gp / sqrt(r->t[1][t][i] + 1e-10);
+        }
+    { /* one Newton step on the batch's loss f(alpha) along the steps, its derivatives by central differences */
+        const double h = 1e-4, f0 = loss_along(start, &trial, step, 0, d, rows, n_rows, weights, eps);
+        const double up = loss_along(start, &trial, step, h, d, rows, n_rows, weights, eps), down = loss_along(start, &trial, step, -h, d, rows, n_rows, weights, eps);
+        const double slope = (up - down) / (2 * h), curvature = (up - 2 * f0 + down) / (h * h);
+        if (slope < 0 && curvature > 0 && -slope < curvature) alpha = -slope / curvature;
+    }
+    ref_last_alpha = alpha;
+    for (t = MFM_TENSOR_W0; t <= MFM_TENSOR_W; t++) {
+        for (i = 0; i < r->size[t] * C; i++)
+            if (mask[t][i % r->size[t]]) r->t[0][t][i] = start->t[0][t][i] + alpha * step[t][i];
+        free(squares[t]);
+        free(step[t]);
+    }
+    ref_free(&trial);
+}
+
 void ref_apply_batch(ref_model *r, const ref_opt *o, const mfm_csr *d, const uint64_t *rows, size_t n_rows, const double *weights,
                      double eps) {
     double *grad[MFM_TENSOR_COUNT];
     unsigned char *mask[MFM_TENSOR_COUNT];
+    ref_model start;
     int t;
     uint32_t c;
     ref_fd_grad(r, d, rows, n_rows, weights, eps, grad); /* against the parameters at batch start */
     ref_touched(r, d, rows, n_rows, mask);
+    ref_copy(&start, r);
     for (t = 0; t < MFM_TENSOR_COUNT; t++)
         for (c = 0; c < r->n_classes; c++) {
             size_t i;
+            if (o->linear_line && t <= MFM_TENSOR_W) continue;
             for (i = 0; i < r->size[t]; i++) {
                 size_t at = c * r->size[t] + i;
                 double *state[REF_MAX_SLOTS] = {NULL, NULL, NULL, NULL};
@@ -294,6 +373,8 @@ void ref_apply_batch(ref_model *r, const ref_opt *o, const mfm_csr *d, const uin
                 ref_opt_step(o, &r->t[0][t][at], state[1], state[2], state[3], grad[t][at] / divisor, o->l1[t], o->l2[t]);
             }
         }
+    if (o->linear_line) linear_line_steps(r, &start, o, d, rows, n_rows, weights, eps, grad, mask);
+    ref_free(&start);
     ref_grad_free(grad);
     ref_mask_free(mask);
 }

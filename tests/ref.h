@@ -66,6 +66,7 @@ typedef struct ref_opt {
     mfm_optimizer kind; /* resolved */
     double lr, beta1, beta2, eps, ftrl_beta;
     double l1[MFM_TENSOR_COUNT], l2[MFM_TENSOR_COUNT]; /* per tensor: W0 none, W linear, V/R factors */
+    int linear_line; /* AdaGrad at batch_size > 1: the linear terms' squares and line search (section 5) */
 } ref_opt;
 
 ref_opt ref_opt_from_params(const mfm_params *p);
@@ -75,10 +76,12 @@ ref_opt ref_opt_from_params(const mfm_params *p);
 void ref_opt_step(const ref_opt *o, double *theta, double *s1, double *s2, double *s3, double g, double l1, double l2);
 
 /* One batch of section 5 applied to r (parameters and state): the FD gradient of the weighted
-   loss against the parameters at batch start, divided by the batch's row count, one step per
-   touched coordinate, nothing else moves. */
+   loss against the parameters at batch start, divided by the batch's row count (AdaGrad: not
+   divided), one step per touched coordinate, nothing else moves; with o->linear_line the linear
+   terms' steps of section 5's line search. */
 void ref_apply_batch(ref_model *r, const ref_opt *o, const mfm_csr *d, const uint64_t *rows, size_t n_rows, const double *weights,
                      double eps);
+extern double ref_last_alpha; /* the fraction the last linear line search found */
 
 /* Row weight = sample weight x class weight (section 3) for every row of d under params p
    (class count C for multiclass; binary counts 2 classes). */

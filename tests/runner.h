@@ -36,6 +36,7 @@
     X(test_inplace_equals_batched)          \
     X(test_simd_widths_agree)               \
     X(test_fwfm_kept_terms_equal_pairs)     \
+    X(test_batch_linear_line_search)        \
     X(test_batch_ffm_single_nonzero_row)    \
     X(test_row_weight_scales_step)          \
     X(test_class_weight_balanced)           \

@@ -30,12 +30,13 @@ static void check_full_batch(const mfm_params *params, const mfm_csr *d, uint32_
     unsigned char *mask[MFM_TENSOR_COUNT];
     uint64_t *rows = (uint64_t *)malloc(d->n_rows * sizeof(uint64_t)), r;
     double *w = (double *)malloc(d->n_rows * sizeof(double));
-    ref_opt opt = ref_opt_from_params(&p);
+    ref_opt opt;
     mfm_error e;
     mfm_status st;
     size_t i;
     p.n_epochs = 1;
     p.batch_size = (int)d->n_rows;
+    opt = ref_opt_from_params(&p);
     m = make_model(&p, n_features, n_fields, n_classes);
     if (!m) {
         free(rows), free(w);
@@ -128,6 +129,41 @@ void test_batch_step_matches_reference(void) {
         check_full_batch(&p, &td.csr, 15, 4, 3, NULL, 74 + mi, what, NULL, NULL);
     }
     data_free(&td);
+}
+
+/* AdaGrad at batch_size > 1 (section 5): the linear terms' accumulator adds the squares of the
+   batch's terms and their steps are scaled by the line search. A learning rate of 2 makes the
+   steps overshoot, so that the fraction the reference finds lies inside (0, 1); every task, every
+   model, row weights, values and L2, against the reference's Newton step on the loss itself. */
+void test_batch_linear_line_search(void) {
+    static const mfm_model_type models[] = {MFM_MODEL_FM, MFM_MODEL_FFM, MFM_MODEL_FWFM};
+    static const mfm_task tasks[] = {MFM_TASK_BINARY, MFM_TASK_REGRESSION, MFM_TASK_MULTICLASS};
+    size_t ti, mi;
+    for (ti = 0; ti < 3; ti++) {
+        const uint32_t C = tasks[ti] == MFM_TASK_MULTICLASS ? 3 : 1;
+        data_spec spec = batch_data(tasks[ti], tasks[ti] == MFM_TASK_MULTICLASS ? 3 : 0, 91 + ti);
+        test_data td;
+        spec.n_rows = 24;
+        data_random(&td, &spec);
+        for (mi = 0; mi < 3; mi++) {
+            mfm_params p;
+            char what[96];
+            memset(&p, 0, sizeof p);
+            p.model = models[mi];
+            p.task = tasks[ti];
+            p.optimizer = MFM_OPTIMIZER_ADAGRAD;
+            p.k = 3;
+            p.learning_rate = 2;
+            p.l2_linear = 0.05;
+            p.l2_factors = 0.1;
+            snprintf(what, sizeof what, "line search, %s, %s", mfm_task_name(tasks[ti]), model_name(models[mi]));
+            ref_last_alpha = -1;
+            check_full_batch(&p, &td.csr, 15, 4, C, NULL, 95 + ti * 3 + mi, what, NULL, NULL);
+            CHECK(ref_last_alpha > 0.01 && ref_last_alpha < 0.99, "%s: the reference's fraction is %g: the test should make the steps overshoot", what,
+                  ref_last_alpha);
+        }
+        data_free(&td);
+    }
 }
 
 /* FFM: a row with one non-zero has no pair, so it touches no V slot: with L2 > 0 on SGD and
