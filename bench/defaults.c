@@ -37,7 +37,7 @@ typedef struct dlist {
 typedef struct options {
     dlist rows, features, zipf, signal;
     dlist models, k, lr, init, l2, init_scale, batch, rule;
-    int fields, hidden_k, epochs, patience, threads, backend;
+    int fields, hidden_k, epochs, patience, threads, backend, normalize;
     double base_rate;
     uint64_t seed;
     const char *write_dir; /* --write: each shape's splits as libffm text, for other tools */
@@ -98,6 +98,7 @@ static void usage(void) {
            "training:\n"
            "  --epochs N         at most (30); --patience N (2); --threads N (1); --seed N (1)\n"
 "  --write DIR        also write each shape's splits as DIR/R_F_Z_S_{train,valid,test}.ffm (libffm text)\n"
+           "  --normalize        every run scales its rows to sum x^2 = 1 (normalize_rows, as LIBFFM and xLearn)\n"
            "  --quick            10^4 rows, 10^4 features, FFM, k 4, lr 0.05,0.2, init 0,1, l2 2e-5\n");
 }
 
@@ -141,6 +142,7 @@ static void run_setting(const options *o, const double *shape, const synth_data 
     p.l2_linear = p.l2_factors = l2 == 0 ? MFM_ZERO : l2;
     p.backend = (mfm_backend)o->backend;
     p.init_scale = iscale;
+    p.normalize_rows = o->normalize;
     p.batch_size = batch;
     p.n_epochs = o->epochs;
     p.patience = o->patience;
@@ -180,6 +182,9 @@ int main(int argc, char **argv) {
         if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
             usage();
             return 0;
+        } else if (!strcmp(f, "--normalize")) {
+            o.normalize = 1;
+            continue;
         } else if (!strcmp(f, "--quick")) {
             set_list(&o.rows, 1, d_rows), o.features.v[0] = 1e4, o.features.n = 1, set_list(&o.models, 1, d_models);
             set_list(&o.k, 1, q_k), set_list(&o.lr, 2, q_lr), set_list(&o.init, 2, q_init), set_list(&o.l2, 1, q_l2);
@@ -216,10 +221,10 @@ int main(int argc, char **argv) {
         i++;
     }
     printf("# modern_fm %s: Criteo-shaped data (bench/synth.h), %d fields, planted rank %d, click rate %.2f; AdaGrad, binary,\n"
-           "# early stopping on the validation rows (at most %d epochs, patience %d), %d thread(s), seed %" PRIu64 ".\n"
+           "# early stopping on the validation rows (at most %d epochs, patience %d), %d thread(s), seed %" PRIu64 "%s.\n"
            "# test_ll and auc: the restored best epoch on the test rows; const: the training click rate's logloss there.\n"
            "#   rows  features zipf  sig  model k     lr   init      l2 iscale batch rule   ep valid_ll test_ll    auc   const  vs_const   secs\n",
-           mfm_version_string(), o.fields, o.hidden_k, o.base_rate, o.epochs, o.patience, o.threads, o.seed);
+           mfm_version_string(), o.fields, o.hidden_k, o.base_rate, o.epochs, o.patience, o.threads, o.seed, o.normalize ? ", rows normalized" : "");
     for (a[0] = 0; a[0] < o.rows.n; a[0]++)
         for (a[1] = 0; a[1] < o.features.n; a[1]++)
             for (a[2] = 0; a[2] < o.zipf.n; a[2]++)

@@ -189,36 +189,50 @@ void test_cli_train_predict_eval(void) {
     scratch_clean();
 }
 
-/* Per-epoch lines with validation metrics; --auto-stop keeps the best epoch's model. */
+/* Per-epoch lines with validation metrics; early stopping on -p FILE keeps the best epoch's
+   model: with --auto-stop, and by default; --no-auto-stop trains every epoch and keeps the last. */
 void test_cli_epoch_lines_and_auto_stop(void) {
+    static const char *const flags[3] = {"--auto-stop", "", "--no-auto-stop"};
     char model_path[512], cmd[1200], out[8192], errs[4096];
-    const char *line;
-    int rc, lines = 0, best = 0;
+    int rc, f;
     REQUIRE(cli_data(), "cannot write the data files");
     scratch_path(model_path, sizeof model_path, "stop.model");
-    /* 200 rows of ~10,000 mostly rare features: FFM learns the signal in an epoch or two,
-       then memorizes the rows and the validation loss rises */
-    snprintf(cmd, sizeof cmd, "%s train --model ffm -k 4 -t 30 -r 0.1 -p %s --auto-stop %s %s", MFM_TOOL, FFM_TEST, FFM_TRAIN, model_path);
-    rc = run_tool(cmd, out, sizeof out, errs, sizeof errs);
-    REQUIRE(rc == 0, "'%s' exited with %d: %s", cmd, rc, errs);
-    for (line = out; (line = strchr(line, '\n')) != NULL; line++) {
-        int epoch;
-        if (sscanf(line + 1, "%d", &epoch) == 1 && epoch == lines + 1) lines++;
-    }
-    line = strstr(out, "using the model of epoch ");
-    if (CHECK(line != NULL, "no auto-stop line in:\n%s", out)) best = atoi(line + strlen("using the model of epoch "));
-    CHECK(lines >= 2 && lines < 30, "auto-stop should end before 30 epochs on 200 rows; %d epoch lines:\n%s", lines, out);
-    CHECK(best >= 1 && best < lines, "the kept epoch %d should come before the last (%d)", best, lines);
-    {
-        mfm_model *m = NULL;
-        mfm_model_info info;
-        mfm_error e;
-        if (CHECK(mfm_model_load(model_path, &m, &e) == MFM_OK, "%s", e.message)) {
-            mfm_model_get_info(m, &info);
-            CHECK(info.epochs_trained == (uint64_t)best, "the saved model trained %" PRIu64 " epochs, not the best epoch %d", info.epochs_trained, best);
+    for (f = 0; f < 3; f++) {
+        const int stops = f < 2;
+        const char *line;
+        int lines = 0, best = 30;
+        /* 200 rows of ~10,000 mostly rare features: FFM learns the signal in an epoch or two,
+           then memorizes the rows and the validation loss rises */
+        snprintf(cmd, sizeof cmd, "%s train --model ffm -k 4 -t 30 -r 0.1 -p %s %s %s %s", MFM_TOOL, FFM_TEST, flags[f], FFM_TRAIN, model_path);
+        rc = run_tool(cmd, out, sizeof out, errs, sizeof errs);
+        REQUIRE(rc == 0, "'%s' exited with %d: %s", cmd, rc, errs);
+        for (line = out; (line = strchr(line, '\n')) != NULL; line++) {
+            int epoch;
+            if (sscanf(line + 1, "%d", &epoch) == 1 && epoch == lines + 1) lines++;
         }
-        mfm_model_free(m);
+        line = strstr(out, "using the model of epoch ");
+        if (stops) {
+            if (CHECK(line != NULL, "'%s': no auto-stop line in:\n%s", cmd, out)) best = atoi(line + strlen("using the model of epoch "));
+            CHECK(lines >= 2 && lines < 30, "'%s': early stopping should end before 30 epochs on 200 rows; %d epoch lines:\n%s", cmd, lines, out);
+            CHECK(best >= 1 && best < lines, "'%s': the kept epoch %d should come before the last (%d)", cmd, best, lines);
+            CHECK((strstr(out, "early stopping on ") != NULL) == (f == 1), "'%s': the line that says -p FILE stops early should show without --auto-stop only:\n%s", cmd, out);
+        } else {
+            CHECK(line == NULL && lines == 30, "'%s': every epoch should train; %d epoch lines:\n%s", cmd, lines, out);
+        }
+        {
+            mfm_model *m = NULL;
+            mfm_model_info info;
+            mfm_error e;
+            if (CHECK(mfm_model_load(model_path, &m, &e) == MFM_OK, "%s", e.message)) {
+                mfm_model_get_info(m, &info);
+                CHECK(info.epochs_trained == (uint64_t)best, "'%s': the saved model trained %" PRIu64 " epochs, not %d", cmd, info.epochs_trained, best);
+            }
+            mfm_model_free(m);
+        }
     }
+    snprintf(cmd, sizeof cmd, "%s train --model ffm -p %s --auto-stop --no-auto-stop %s %s", MFM_TOOL, FFM_TEST, FFM_TRAIN, model_path);
+    rc = run_tool(cmd, out, sizeof out, errs, sizeof errs);
+    CHECK(rc == 2 && strstr(errs, "--auto-stop and --no-auto-stop") != NULL, "'%s': want a usage error naming both flags, got %d: %s", cmd, rc, errs);
     scratch_clean();
 }
 
