@@ -587,6 +587,16 @@ MFMDEF mfm_csr mfm_dataset_csr(const mfm_dataset *dataset);
 /* NULL dataset: *out is zeroed; NULL out: nothing happens. */
 MFMDEF void mfm_dataset_get_info(const mfm_dataset *dataset, mfm_dataset_info *out);
 MFMDEF void mfm_dataset_free(mfm_dataset *dataset); /* NULL is fine */
+/* A dataset of its own that holds rows[0 .. n) of data, in that order, with their labels and
+   weights: a copy, so data may go away. Its view keeps data's n_features and n_fields. A row
+   number that data does not have is an error. */
+MFMDEF mfm_status mfm_dataset_select(const mfm_csr *data, const uint64_t *rows, uint64_t n, mfm_dataset **out, mfm_error *err);
+/* The seeded split that training makes with params.validation_fraction (docs/SPEC.md section 7;
+   the seed and the fraction are all it reads): order[0 .. n_rows) gets a permutation of the row
+   numbers whose first *n_validation are the validation rows, the rest the training rows. A
+   fraction of 0 gives 0, 1, .. n_rows - 1 and no validation rows. With
+   mfm_dataset_select, the rows that mfm_fit validates on. */
+MFMDEF mfm_status mfm_validation_split(const mfm_params *params, uint64_t n_rows, uint64_t *order, uint64_t *n_validation, mfm_error *err);
 
 /* Writes data as libffm or libsvm text (path "-" = standard output) or as a binary dataset
    file. Text round-trips exactly: every float is printed with the fewest digits that read
@@ -6152,7 +6162,10 @@ static void mfm__subset_free(mfm__subset *s) {
     memset(s, 0, sizeof *s);
 }
 
-static int mfm__subset_make(mfm__subset *s, const mfm_csr *d, const uint64_t *rows, uint64_t n) {
+/* Rows rows[0 .. n) of d copied, in that order; their weights too when with_weights (early
+   stopping's validation rows go without: its metric is unweighted). 0 when memory is short. */
+static int mfm__subset_make(mfm__subset *s, const mfm_csr *d, const uint64_t *rows, uint64_t n, int with_weights) {
+    const int weights = with_weights && d->weights;
     uint64_t i, nnz = 0, at = 0;
     memset(s, 0, sizeof *s);
     for (i = 0; i < n; i++) nnz += d->row_offsets[rows[i] + 1] - d->row_offsets[rows[i]];
@@ -6160,15 +6173,18 @@ static int mfm__subset_make(mfm__subset *s, const mfm_csr *d, const uint64_t *ro
     s->features = (uint32_t *)mfm__alloc(nnz, sizeof(uint32_t));
     s->fields = d->fields ? (uint32_t *)mfm__alloc(nnz, sizeof(uint32_t)) : NULL;
     s->values = d->values ? (float *)mfm__alloc(nnz, sizeof(float)) : NULL;
-    s->labels = (float *)mfm__alloc(n, sizeof(float));
-    if (!s->offsets || !s->features || (d->fields && !s->fields) || (d->values && !s->values) || !s->labels) return 0;
+    s->labels = d->labels ? (float *)mfm__alloc(n, sizeof(float)) : NULL;
+    s->weights = weights ? (float *)mfm__alloc(n, sizeof(float)) : NULL;
+    if (!s->offsets || !s->features || (d->fields && !s->fields) || (d->values && !s->values) || (d->labels && !s->labels) || (weights && !s->weights))
+        return 0;
     s->offsets[0] = 0;
     for (i = 0; i < n; i++) {
         uint64_t lo = d->row_offsets[rows[i]], z = d->row_offsets[rows[i] + 1] - lo;
         memcpy(s->features + at, d->features + lo, (size_t)z * sizeof(uint32_t));
         if (s->fields) memcpy(s->fields + at, d->fields + lo, (size_t)z * sizeof(uint32_t));
         if (s->values) memcpy(s->values + at, d->values + lo, (size_t)z * sizeof(float));
-        s->labels[i] = d->labels[rows[i]];
+        if (s->labels) s->labels[i] = d->labels[rows[i]];
+        if (s->weights) s->weights[i] = d->weights[rows[i]];
         s->offsets[i + 1] = at += z;
     }
     s->csr.n_rows = n;
@@ -6177,7 +6193,42 @@ static int mfm__subset_make(mfm__subset *s, const mfm_csr *d, const uint64_t *ro
     s->csr.fields = s->fields;
     s->csr.values = s->values;
     s->csr.labels = s->labels;
+    s->csr.weights = s->weights;
     return 1;
+}
+
+MFMDEF mfm_status mfm_dataset_select(const mfm_csr *data, const uint64_t *rows, uint64_t n, mfm_dataset **out, mfm_error *err) {
+    mfm_dataset *ds;
+    mfm__subset s;
+    uint64_t i, j;
+    if (!out) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_dataset_select: out is NULL");
+    *out = NULL;
+    if (!data || !data->row_offsets || (n && !rows))
+        return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_dataset_select: %s is NULL", !data || !data->row_offsets ? "data" : "rows");
+    for (i = 0; i < n; i++)
+        if (rows[i] >= data->n_rows)
+            return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_dataset_select: rows[%" PRIu64 "] = %" PRIu64 " is not a row of the data, which has %" PRIu64 " (0 .. n_rows - 1)", i,
+                             rows[i], data->n_rows);
+    if (!(ds = (mfm_dataset *)mfm__calloc(1, sizeof *ds)) || !mfm__subset_make(&s, data, rows, n, 1)) {
+        if (ds) mfm__subset_free(&s);
+        MFM_FREE(ds);
+        return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for a selection of %" PRIu64 " rows", n);
+    }
+    ds->owned[0] = s.offsets, ds->owned[1] = s.labels, ds->owned[2] = s.weights; /* the order mfm_dataset keeps them in */
+    ds->owned[3] = s.features, ds->owned[4] = s.fields, ds->owned[5] = s.values;
+    ds->csr = s.csr;
+    ds->csr.n_features = data->n_features, ds->csr.n_fields = data->n_fields;
+    ds->info.format = data->origin ? data->origin->info.format : MFM_FORMAT_AUTO;
+    ds->info.labels_task = data->origin ? data->origin->info.labels_task : MFM_TASK_DEFAULT;
+    ds->info.n_rows = n, ds->info.nnz = s.offsets[n];
+    for (j = 0; j < ds->info.nnz; j++) {
+        if (s.features[j] >= ds->info.n_features) ds->info.n_features = s.features[j] + 1;
+        if (s.fields && s.fields[j] >= ds->info.n_fields) ds->info.n_fields = s.fields[j] + 1;
+    }
+    ds->info.has_labels = s.labels != NULL, ds->info.has_weights = s.weights != NULL;
+    ds->info.has_fields = s.fields != NULL, ds->info.has_values = s.values != NULL;
+    *out = ds;
+    return MFM_OK;
 }
 
 static mfm_status mfm__evaluate(const mfm_model *m, const mfm_csr *d, mfm_metrics *out, int allow_gpu, mfm_error *err);
@@ -6215,29 +6266,45 @@ static void mfm__snapshot_copy(mfm_model *m, mfm__snapshot *s, int restore) {
     else s->epochs_trained = m->epochs_trained, s->taken = 1;
 }
 
-/* The rows to train on (all, in order, for f = 0) and, with an internal split of a fraction f,
-   the validation rows (docs/SPEC.md section 7: a seeded permutation; its first max(1, round(f n)) rows
-   validate, the rest train in permuted order). */
-static mfm_status mfm__split(const mfm_model *m, const mfm_csr *d, double f, uint64_t **rows, uint64_t *n_train, mfm__subset *valid, mfm_error *err) {
-    uint64_t n = d->n_rows, n_val, r;
-    *rows = (uint64_t *)mfm__alloc(n, sizeof(uint64_t));
-    if (!*rows) return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for the row order (%" PRIu64 " rows)", n);
-    for (r = 0; r < n; r++) (*rows)[r] = r;
-    *n_train = n;
-    if (f <= 0) return MFM_OK;
-    n_val = (uint64_t)floor(f * (double)n + 0.5);
+MFMDEF mfm_status mfm_validation_split(const mfm_params *params, uint64_t n_rows, uint64_t *order, uint64_t *n_validation, mfm_error *err) {
+    const double f = params ? params->validation_fraction : 0;
+    uint64_t r, n_val;
+    if (!params || !n_validation || (n_rows && !order))
+        return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_validation_split: %s is NULL", !params ? "params" : !n_validation ? "n_validation" : "order");
+    *n_validation = 0;
+    if (!(f >= 0 && f < 1)) return mfm__fail(err, MFM_ERR_INVALID_PARAM, "params.validation_fraction = %g must be in [0, 1)", f);
+    for (r = 0; r < n_rows; r++) order[r] = r;
+    if (f == 0) return MFM_OK;
+    n_val = (uint64_t)floor(f * (double)n_rows + 0.5);
     if (n_val < 1) n_val = 1;
-    if (n_val >= n)
-        return mfm__fail(err, MFM_ERR_INVALID_PARAM, "params.validation_fraction = %g of %" PRIu64 " rows leaves no training rows", f, n);
+    if (n_val >= n_rows)
+        return mfm__fail(err, MFM_ERR_INVALID_PARAM, "params.validation_fraction = %g of %" PRIu64 " rows leaves no training rows", f, n_rows);
     {
-        mfm__rng rng = mfm__rng_seed(m->params.seed, MFM__STREAM_SPLIT, 0);
-        for (r = n - 1; r > 0; r--) {
-            uint64_t j = mfm__rng_below(&rng, r + 1), tmp = (*rows)[r];
-            (*rows)[r] = (*rows)[j];
-            (*rows)[j] = tmp;
+        mfm__rng rng = mfm__rng_seed(params->seed, MFM__STREAM_SPLIT, 0);
+        for (r = n_rows - 1; r > 0; r--) {
+            uint64_t j = mfm__rng_below(&rng, r + 1), tmp = order[r];
+            order[r] = order[j];
+            order[j] = tmp;
         }
     }
-    if (!mfm__subset_make(valid, d, *rows, n_val)) return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for %" PRIu64 " validation rows", n_val);
+    *n_validation = n_val;
+    return MFM_OK;
+}
+
+/* The rows to train on (all, in order, for f = 0) and, with an internal split of a fraction f,
+   the validation rows (mfm_validation_split: a seeded permutation; its first max(1, round(f n))
+   rows validate, the rest train in permuted order). */
+static mfm_status mfm__split(const mfm_model *m, const mfm_csr *d, double f, uint64_t **rows, uint64_t *n_train, mfm__subset *valid, mfm_error *err) {
+    const uint64_t n = d->n_rows;
+    mfm_params p = m->params;
+    uint64_t n_val;
+    mfm_status st;
+    *rows = (uint64_t *)mfm__alloc(n, sizeof(uint64_t));
+    if (!*rows) return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for the row order (%" PRIu64 " rows)", n);
+    p.validation_fraction = f > 0 ? f : 0;
+    *n_train = n;
+    if ((st = mfm_validation_split(&p, n, *rows, &n_val, err)) != MFM_OK || !n_val) return st;
+    if (!mfm__subset_make(valid, d, *rows, n_val, 0)) return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for %" PRIu64 " validation rows", n_val);
     memmove(*rows, *rows + n_val, (size_t)(n - n_val) * sizeof(uint64_t));
     *n_train = n - n_val;
     return MFM_OK;

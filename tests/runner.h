@@ -135,6 +135,7 @@
     X(test_lifecycle_early_stop_patience_min_delta) \
     X(test_lifecycle_early_stop_metrics) \
     X(test_lifecycle_validation_fraction) \
+    X(test_lifecycle_split_and_select)    \
     X(test_lifecycle_warm_start_equals_one_call) \
     X(test_lifecycle_warm_start_through_files) \
     X(test_lifecycle_partial_fit_chunks) \

@@ -916,9 +916,87 @@ void test_lifecycle_validation_fraction(void) {
             if (CHECK(mfm_evaluate(m, &vrows.csr, &met, NULL) == MFM_OK, "evaluate the untrained rows"))
                 CHECK_NEAR(rec.value[rec.n - 1], met.logloss, 1e-12, 0, "the split's validation logloss against the logloss of the rows it never trained on");
             data_free(&vrows);
+            { /* mfm_validation_split names those rows, and mfm_dataset_select copies them */
+                uint64_t order[ROWS], n_split = 0, i, seen = 0;
+                mfm_dataset *picked = NULL;
+                mfm_csr pc;
+                if (CHECK(mfm_validation_split(mfm_model_params(m), ROWS, order, &n_split, NULL) == MFM_OK && n_split == n_val,
+                          "mfm_validation_split: %llu validation rows, expected %lu", (unsigned long long)n_split, (unsigned long)n_val))
+                    for (i = 0; i < n_split; i++)
+                        if (w[order[i]] == 0) seen++;
+                CHECK(seen == n_val, "mfm_validation_split: %llu of its %llu validation rows are rows training never touched", (unsigned long long)seen,
+                      (unsigned long long)n_split);
+                if (CHECK(mfm_dataset_select(&d, order, n_split, &picked, NULL) == MFM_OK, "mfm_dataset_select")) {
+                    pc = mfm_dataset_csr(picked);
+                    for (i = 0; i < n_split; i++)
+                        CHECK(pc.row_offsets[i + 1] - pc.row_offsets[i] == 3 && memcmp(pc.features + pc.row_offsets[i], features + order[i] * 3, 3 * sizeof(uint32_t)) == 0 &&
+                                  pc.labels[i] == labels[order[i]],
+                              "selected row %llu is not row %llu", (unsigned long long)i, (unsigned long long)order[i]);
+                    if (CHECK(mfm_evaluate(m, &pc, &met, NULL) == MFM_OK, "evaluate the selection"))
+                        CHECK_NEAR(rec.value[rec.n - 1], met.logloss, 1e-12, 0, "the selected rows' logloss against the split's validation logloss");
+                }
+                mfm_dataset_free(picked);
+            }
         }
         mfm_model_free(m);
     }
+    data_free(&td);
+}
+
+/* mfm_validation_split and mfm_dataset_select: a fraction of 0 is every row in order; the split
+   is a permutation that depends on the seed alone; the selection keeps values, fields, labels and
+   weights; a row number the data lacks and a NULL argument (MFM_ERR_INVALID_ARGUMENT), and a
+   fraction out of [0, 1) (MFM_ERR_INVALID_PARAM), are refused with a sentence that names them. */
+void test_lifecycle_split_and_select(void) {
+    test_data td;
+    mfm_params p;
+    uint64_t order[40], again[40], n_val = 7, r, picks[3] = {5, 0, 39}, bad[2] = {3, 40};
+    unsigned char seen[40];
+    mfm_dataset *ds = NULL;
+    mfm_error e;
+    int i;
+    lc_data(&td, MFM_TASK_BINARY, 40, 78);
+    memset(&p, 0, sizeof p);
+    CHECK(mfm_validation_split(&p, 40, order, &n_val, &e) == MFM_OK && n_val == 0, "fraction 0: %llu validation rows", (unsigned long long)n_val);
+    for (r = 0; r < 40; r++) CHECK(order[r] == r, "fraction 0: order[%llu] = %llu", (unsigned long long)r, (unsigned long long)order[r]);
+    p.validation_fraction = 0.25;
+    p.seed = 3;
+    memset(seen, 0, sizeof seen);
+    if (CHECK(mfm_validation_split(&p, 40, order, &n_val, &e) == MFM_OK && n_val == 10, "0.25 of 40: %llu validation rows", (unsigned long long)n_val))
+        for (r = 0; r < 40; r++) seen[order[r] < 40 ? order[r] : 0]++;
+    for (r = 0; r < 40; r++) CHECK(seen[r] == 1, "the split is not a permutation: row %llu appears %d times", (unsigned long long)r, seen[r]);
+    CHECK(mfm_validation_split(&p, 40, again, &n_val, &e) == MFM_OK && memcmp(order, again, sizeof order) == 0, "the same seed gave another split");
+    p.seed = 4;
+    CHECK(mfm_validation_split(&p, 40, again, &n_val, &e) == MFM_OK && memcmp(order, again, sizeof order) != 0, "another seed gave the same split");
+    p.validation_fraction = 1;
+    CHECK(mfm_validation_split(&p, 40, order, &n_val, &e) == MFM_ERR_INVALID_PARAM && mentions_word(e.message, "validation_fraction"), "fraction 1: %s", e.message);
+    CHECK(mfm_validation_split(NULL, 40, order, &n_val, &e) == MFM_ERR_INVALID_ARGUMENT && mentions_word(e.message, "params"), "NULL params: %s", e.message);
+    td.csr.weights = NULL;
+    {
+        float weights[40];
+        for (r = 0; r < 40; r++) weights[r] = 0.5f + (float)r;
+        td.csr.weights = weights;
+        if (CHECK(mfm_dataset_select(&td.csr, picks, 3, &ds, &e) == MFM_OK, "select: %s", e.message)) {
+            const mfm_csr c = mfm_dataset_csr(ds);
+            mfm_dataset_info info;
+            mfm_dataset_get_info(ds, &info);
+            CHECK(c.n_rows == 3 && info.n_rows == 3 && info.has_weights && info.has_fields == (td.csr.fields != NULL), "select: %llu rows, info %llu rows",
+                  (unsigned long long)c.n_rows, (unsigned long long)info.n_rows);
+            for (i = 0; i < 3; i++) {
+                const uint64_t lo = td.csr.row_offsets[picks[i]], z = td.csr.row_offsets[picks[i] + 1] - lo, at = c.row_offsets[i];
+                CHECK(c.row_offsets[i + 1] - at == z && memcmp(c.features + at, td.csr.features + lo, (size_t)z * sizeof(uint32_t)) == 0 &&
+                          (!td.csr.fields || memcmp(c.fields + at, td.csr.fields + lo, (size_t)z * sizeof(uint32_t)) == 0) &&
+                          (!td.csr.values || memcmp(c.values + at, td.csr.values + lo, (size_t)z * sizeof(float)) == 0) && c.labels[i] == td.csr.labels[picks[i]] &&
+                          c.weights[i] == weights[picks[i]],
+                      "selected row %d differs from row %llu", i, (unsigned long long)picks[i]);
+            }
+        }
+        mfm_dataset_free(ds);
+        td.csr.weights = NULL;
+    }
+    ds = NULL;
+    CHECK(mfm_dataset_select(&td.csr, bad, 2, &ds, &e) == MFM_ERR_INVALID_ARGUMENT && !ds && strstr(e.message, "rows[1] = 40") != NULL, "row 40 of 40: %s", e.message);
+    CHECK(mfm_dataset_select(&td.csr, picks, 3, NULL, &e) == MFM_ERR_INVALID_ARGUMENT && mentions_word(e.message, "out"), "NULL out: %s", e.message);
     data_free(&td);
 }
 

@@ -849,30 +849,40 @@ static int fit_model(const settings *s, job *j, trainer *t) {
    ============================================================================================ */
 
 /* The rows early stopping (or -p FILE) validated on, and the rows trained on: -p FILE and
-   every row of TRAIN, or the library's seeded split of TRAIN (params.validation_fraction),
-   made by the library's own splitter so that they are exactly the rows training held out. */
+   every row of TRAIN, or the seeded split of TRAIN that training made
+   (params.validation_fraction), which mfm_validation_split gives again. */
 typedef struct holdout {
-    mfm_csr valid;        /* n_rows 0: none */
-    uint64_t *train_rows; /* NULL: every row of TRAIN */
+    mfm_csr valid;            /* n_rows 0: none; unweighted, as early stopping's metric */
+    const uint64_t *train_rows; /* NULL: every row of TRAIN */
     uint64_t n_train;
-    mfm__subset split;
+    uint64_t *order;          /* the split: validation rows, then training rows */
+    mfm_dataset *split;       /* the validation rows of the split */
 } holdout;
 
 static void free_holdout(holdout *h) {
-    mfm__subset_free(&h->split);
-    MFM_FREE(h->train_rows);
+    mfm_dataset_free(h->split);
+    free(h->order);
     memset(h, 0, sizeof *h);
 }
 
 static mfm_status make_holdout(const mfm_model *m, const mfm_csr *train, const mfm_csr *valid_file, holdout *h, mfm_error *err) {
-    double f = mfm_model_params(m)->validation_fraction;
+    const mfm_params *p = mfm_model_params(m);
+    uint64_t n_valid = 0;
     mfm_status st;
     memset(h, 0, sizeof *h);
     h->n_train = train->n_rows;
     if (valid_file) h->valid = *valid_file;
-    if (valid_file || !(f > 0)) return MFM_OK;
-    if ((st = mfm__split(m, train, f, &h->train_rows, &h->n_train, &h->split, err)) != MFM_OK) return free_holdout(h), st;
-    h->valid = h->split.csr;
+    if (valid_file || !(p->validation_fraction > 0)) return MFM_OK;
+    if (!(h->order = (uint64_t *)malloc((train->n_rows ? train->n_rows : 1) * sizeof(uint64_t)))) {
+        if (err) err->status = MFM_ERR_OUT_OF_MEMORY, snprintf(err->message, sizeof err->message, "out of memory for the order of %llu rows", (unsigned long long)train->n_rows);
+        return MFM_ERR_OUT_OF_MEMORY;
+    }
+    if ((st = mfm_validation_split(p, train->n_rows, h->order, &n_valid, err)) != MFM_OK || (st = mfm_dataset_select(train, h->order, n_valid, &h->split, err)) != MFM_OK)
+        return free_holdout(h), st;
+    h->valid = mfm_dataset_csr(h->split);
+    h->valid.weights = NULL;
+    h->train_rows = h->order + n_valid;
+    h->n_train = train->n_rows - n_valid;
     return MFM_OK;
 }
 
