@@ -588,8 +588,9 @@ MFMDEF mfm_csr mfm_dataset_csr(const mfm_dataset *dataset);
 MFMDEF void mfm_dataset_get_info(const mfm_dataset *dataset, mfm_dataset_info *out);
 MFMDEF void mfm_dataset_free(mfm_dataset *dataset); /* NULL is fine */
 /* A dataset of its own that holds rows[0 .. n) of data, in that order, with their labels and
-   weights: a copy, so data may go away. Its view keeps data's n_features and n_fields. A row
-   number that data does not have is an error. */
+   weights: a copy, so data may go away. Its view keeps data's n_features and n_fields (so that
+   it fits a model made for data); its info counts the selection's own ids. A row number that
+   data does not have is an error. */
 MFMDEF mfm_status mfm_dataset_select(const mfm_csr *data, const uint64_t *rows, uint64_t n, mfm_dataset **out, mfm_error *err);
 /* The seeded split that training makes with params.validation_fraction (docs/SPEC.md section 7;
    the seed and the fraction are all it reads): order[0 .. n_rows) gets a permutation of the row
@@ -5662,11 +5663,13 @@ static void mfm__apply_task(void *ctx, int index) {
    the labels. One step, not the exact minimum, so that a batch costs one pass over its rows: on
    Criteo-shaped data the exact minimum (found by regula falsi) was no better (docs/DEFAULTS.md). */
 
-/* Where coordinate id's sums lie in a table this batch touched it in. */
+/* Where coordinate id's sums lie in the table, UINT64_MAX where this batch did not touch it
+   (mfm__own's probe, which stops at the first slot of an older batch). */
 static uint64_t mfm__entry_of(const mfm__coords *o, uint64_t id, uint32_t stamp) {
     uint64_t h;
-    for (h = mfm__mix(id) & o->mask; o->slots[h].stamp != stamp || o->slots[h].id != id; h = (h + 1) & o->mask) {}
-    return o->slots[h].index;
+    for (h = mfm__mix(id) & o->mask; o->mask && o->slots[h].stamp == stamp; h = (h + 1) & o->mask)
+        if (o->slots[h].id == id) return o->slots[h].index;
+    return UINT64_MAX;
 }
 
 /* weight * delta' H delta: the curvature along delta of a row's loss at its scores s, H the
@@ -5701,8 +5704,9 @@ static void mfm__line_task(void *ctx, int index) {
         for (c = 0; c < C; c++) delta[c] = step_w0[c];
         for (a = 0; a < row.z; a++) {
             const mfm__coords *o = &tr->workers[mfm__owner(row.feat[a], tr->n_workers)].own[MFM_TENSOR_W];
-            const float *step = o->g + mfm__entry_of(o, row.feat[a], stamp) * 2 * C;
-            for (c = 0; c < C; c++) delta[c] += (double)row.x[a] * step[c];
+            const uint64_t entry = mfm__entry_of(o, row.feat[a], stamp);
+            if (entry == UINT64_MAX) continue; /* untouched: no step (every non-zero's w is touched today) */
+            for (c = 0; c < C; c++) delta[c] += (double)row.x[a] * o->g[entry * 2 * C + c];
         }
         for (c = 0; c < C; c++) slope += (double)tr->dlds[q * C + c] * delta[c];
         tr->along[2 * q] = slope;

@@ -873,7 +873,7 @@ static mfm_status make_holdout(const mfm_model *m, const mfm_csr *train, const m
     h->n_train = train->n_rows;
     if (valid_file) h->valid = *valid_file;
     if (valid_file || !(p->validation_fraction > 0)) return MFM_OK;
-    if (!(h->order = (uint64_t *)malloc((train->n_rows ? train->n_rows : 1) * sizeof(uint64_t)))) {
+    if (train->n_rows > SIZE_MAX / sizeof(uint64_t) || !(h->order = (uint64_t *)malloc((size_t)(train->n_rows ? train->n_rows : 1) * sizeof(uint64_t)))) {
         if (err) err->status = MFM_ERR_OUT_OF_MEMORY, snprintf(err->message, sizeof err->message, "out of memory for the order of %llu rows", (unsigned long long)train->n_rows);
         return MFM_ERR_OUT_OF_MEMORY;
     }
@@ -955,7 +955,7 @@ static void warn_if_worse_than_constant(const mfm_model *m, const mfm_csr *train
     if (h->valid.n_rows && metric_on(m, &h->valid, &model_value, &higher_is_better, NULL) == MFM_OK && model_value == model_value &&
         constant_value == constant_value && (higher_is_better ? model_value < constant_value : model_value > constant_value)) {
         used += (size_t)snprintf(tips + used, sizeof tips - used, "a smaller learning rate (-r, now %g)", shown(p->learning_rate));
-        if (!early_stopping) used += (size_t)snprintf(tips + used, sizeof tips - used, ", fewer epochs (-t) or early stopping (-p FILE --auto-stop)");
+        if (!early_stopping) used += (size_t)snprintf(tips + used, sizeof tips - used, ", fewer epochs (-t) or early stopping (-p FILE without --no-auto-stop; --auto-stop with --libffm)");
         if (p->optimizer == MFM_OPTIMIZER_ADAGRAD && p->adagrad_init == 0)
             used += (size_t)snprintf(tips + used, sizeof tips - used, ", --adagrad-init 1 (now 0: the first steps are as large as the learning rate)");
         if (used < sizeof tips) snprintf(tips + used, sizeof tips - used, ", or a larger L2 (--l2, now %g)", shown(p->l2_factors));
