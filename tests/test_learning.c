@@ -302,9 +302,11 @@ void test_learn_defaults_regression_multiclass(void) {
     }
 }
 
-/* AdaGrad steps on a batch's summed gradient, so large batches keep batch 1's accuracy: FM and
-   FwFM with the defaults at batch 4096 within 0.012 of batch 1 on 10^5 training rows
-   (measured here: 0.0068 and 0.0072; with the mean gradient, as before, about 0.04 behind). */
+/* AdaGrad at batch > 1 (docs/SPEC.md section 5: the summed gradient, and the linear terms'
+   squares and line search) keeps batch 1's accuracy: FM and FwFM with the defaults at batch
+   4096 within 0.004 of batch 1 on 10^5 training rows. Measured here: 0.0003 and 0.0005 better
+   than batch 1. Without the linear terms' rule they were 0.0068 and 0.0072 behind; with the
+   mean gradient, about 0.04. */
 void test_learn_defaults_large_batch(void) {
     static const mfm_model_type models[2] = {MFM_MODEL_FM, MFM_MODEL_FWFM};
     const synth_spec spec = defaults_spec(0, 100000 + 20000 + 20000, 48);
@@ -317,7 +319,7 @@ void test_learn_defaults_large_batch(void) {
         if (!defaults_fit(&p, &d, &one)) continue;
         p.batch_size = 4096;
         if (defaults_fit(&p, &d, &large))
-            CHECK(large.logloss <= one.logloss + 0.012, "default %s: test logloss %.4f at batch 4096, %.4f at batch 1 (%.4f apart > 0.012)", model_name(models[mi]),
+            CHECK(large.logloss <= one.logloss + 0.004, "default %s: test logloss %.4f at batch 4096, %.4f at batch 1 (%.4f apart > 0.004)", model_name(models[mi]),
                   large.logloss, one.logloss, large.logloss - one.logloss);
     }
     defaults_data_free(&d);
