@@ -243,15 +243,17 @@ typedef int (*mfm_epoch_fn)(void *user, const mfm_epoch_report *report);
 typedef void (*mfm_log_fn)(void *user, mfm_log_level level, const char *message);
 
 /* Zero in any field means its default, written next to it. Where a real field's default is not
-   zero, MFM_ZERO (minus zero) asks for a literal zero: p.l2_factors = MFM_ZERO. */
+   zero, MFM_ZERO (minus zero) asks for a literal zero: p.l2_factors = MFM_ZERO; where a switch's
+   default is on, MFM_OFF turns it off: p.normalize_rows = MFM_OFF. */
 #define MFM_ZERO (-0.0)
+#define MFM_OFF (-1)
 typedef struct mfm_params {
     mfm_model_type model;       /* FM */
     mfm_task task;              /* binary */
     mfm_optimizer optimizer;    /* AdaGrad */
     int k;                      /* 4: factors per vector */
     int n_classes;              /* multiclass only: 0 = max label + 1 of the training data */
-    int n_epochs;               /* 10 */
+    int n_epochs;               /* 10 (mfm train: 30 while early stopping watches) */
     int batch_size;             /* 1: per-row updates */
     int n_threads;              /* 0 = every core (counted when the work starts). The bits of a
                                    result depend neither on it nor on the machine (Hogwild aside) */
@@ -272,12 +274,14 @@ typedef struct mfm_params {
     uint64_t gpu_memory_limit;  /* 0: the bytes CUDA training may take on the device (0: what is
                                    free); rows that do not fit next to the model stream from
                                    host memory, chunk by chunk */
-    double learning_rate;       /* 0.05 (FTRL's alpha) */
+    double learning_rate;       /* AdaGrad on normalized rows: 0.2 FFM, 0.5 FM and FwFM; else 0.05
+                                   (FTRL's alpha). docs/DEFAULTS.md says why */
     double l2_linear;           /* 2e-5: L2 on w, applied to the coordinates a step touches */
     double l2_factors;          /* 2e-5: L2 on V (and R of FwFM), the same way */
     double l1_linear;           /* 0: L1 on w, FTRL only */
     double l1_factors;          /* 0: L1 on V and R, FTRL only */
-    double init_scale;          /* 0.01: FM/FwFM V ~ N(0, s); FFM V ~ U[0, s/sqrt(k)) */
+    double init_scale;          /* 0.01 (FFM on normalized rows: 0.1): FM/FwFM V ~ N(0, s); FFM
+                                   V ~ U[0, s/sqrt(k)) */
     double adam_beta1;          /* 0.9 */
     double adam_beta2;          /* 0.999 */
     double adam_epsilon;        /* 1e-8 */
@@ -289,7 +293,9 @@ typedef struct mfm_params {
     int linear_only;            /* 0: 1 switches the pair term off (a linear model) */
     /* LIBFFM compatibility (docs/SPEC.md section 10): with normalize_rows, pairs_only and adagrad_init = 1,
        init_scale = 1, an FFM trained with AdaGrad is the algorithm LIBFFM runs. */
-    int normalize_rows;         /* 0: 1 scales each row's values so that sum x^2 = 1 */
+    int normalize_rows;         /* on (0 or 1): each row's values are scaled so that sum x^2 = 1, in
+                                   training and prediction alike, as LIBFFM and xLearn do;
+                                   MFM_OFF: the values as given */
     int pairs_only;             /* 0: 1 drops the bias and the linear term (they stay 0) */
     double adagrad_init;        /* 1: AdaGrad's initial accumulator G (as LIBFFM); it keeps a new
                                    coordinate's first step small (docs/DEFAULTS.md) */
@@ -1948,10 +1954,17 @@ MFMDEF mfm_params mfm_params_resolve(const mfm_params *params) {
     if (p.k == 0) p.k = 4;
     if (p.n_epochs == 0) p.n_epochs = 10;
     if (p.batch_size == 0) p.batch_size = 1;
+    if (p.normalize_rows >= 0) p.normalize_rows = 1; /* MFM_OFF (any negative) stays off */
     /* Real fields: +0 means the default, MFM_ZERO (-0) a literal zero, which stays -0 so that
        resolving again changes nothing. Why these values: docs/DEFAULTS.md. */
 #define MFM__REAL_DEFAULT(field, value) \
     if (p.field == 0 && !signbit(p.field)) p.field = value;
+    /* On rows of unit length a step moves a score about sqrt(z) times less than on one-hot rows,
+       so AdaGrad's defaults there are larger; FFM's smaller one keeps its many vectors apart. */
+    if (p.optimizer == MFM_OPTIMIZER_ADAGRAD && p.normalize_rows > 0) {
+        MFM__REAL_DEFAULT(learning_rate, p.model == MFM_MODEL_FFM ? 0.2 : 0.5)
+        if (p.model == MFM_MODEL_FFM) MFM__REAL_DEFAULT(init_scale, 0.1)
+    }
     MFM__REAL_DEFAULT(learning_rate, 0.05)
     MFM__REAL_DEFAULT(l2_linear, 2e-5)
     MFM__REAL_DEFAULT(l2_factors, 2e-5)
@@ -1996,7 +2009,7 @@ static mfm_status mfm__validate_params(const mfm_params *p, uint32_t n_classes, 
         return mfm__fail(err, MFM_ERR_INVALID_PARAM,
                          "params.hogwild = 1 is a schedule of CPU threads and the backend is CUDA; the GPU's choice is params.deterministic");
     if (p->k < 1 || p->k > 4096)
-        return mfm__fail(err, MFM_ERR_INVALID_PARAM, "params.k = %d is out of range: it must be between 1 and 4096 (0 means 8)", p->k);
+        return mfm__fail(err, MFM_ERR_INVALID_PARAM, "params.k = %d is out of range: it must be between 1 and 4096 (0 means 4)", p->k);
     if (p->n_epochs < 1)
         return mfm__fail(err, MFM_ERR_INVALID_PARAM, "params.n_epochs = %d must be at least 1 (0 means 10)", p->n_epochs);
     if (p->batch_size < 1)
@@ -3857,7 +3870,7 @@ static mfm__row mfm__get_row(const mfm_model *m, const mfm_csr *d, uint64_t r, c
     row.feat = d->features + lo;
     row.field = d->fields ? d->fields + lo : NULL;
     row.x = d->values ? d->values + lo : ones;
-    if (m->params.normalize_rows && scaled && row.z) {
+    if (m->params.normalize_rows > 0 && scaled && row.z) {
         double squares = 0;
         float inv;
         uint32_t a;
@@ -7029,7 +7042,7 @@ static void mfm__header_from_model(const mfm_model *m, int with_state, mfm__mode
     h->l1_linear = p->l1_linear, h->l1_factors = p->l1_factors, h->init_scale = p->init_scale;
     h->adam_beta1 = p->adam_beta1, h->adam_beta2 = p->adam_beta2, h->adam_epsilon = p->adam_epsilon;
     h->ftrl_beta = p->ftrl_beta, h->label_smoothing = p->label_smoothing;
-    h->normalize_rows = (uint32_t)p->normalize_rows, h->pairs_only = (uint32_t)p->pairs_only, h->patience = (uint32_t)p->patience;
+    h->normalize_rows = p->normalize_rows > 0, h->pairs_only = (uint32_t)p->pairs_only, h->patience = (uint32_t)p->patience;
     h->metric = (uint32_t)p->metric, h->keep_last = (uint32_t)p->keep_last;
     h->adagrad_init = p->adagrad_init, h->validation_fraction = p->validation_fraction, h->min_delta = p->min_delta;
 }
@@ -7053,6 +7066,7 @@ static mfm_params mfm__params_from_header(const mfm__model_header *h) {
     if (p.l2_linear == 0) p.l2_linear = MFM_ZERO;
     if (p.l2_factors == 0) p.l2_factors = MFM_ZERO;
     if (p.adagrad_init == 0) p.adagrad_init = MFM_ZERO;
+    if (!p.normalize_rows) p.normalize_rows = MFM_OFF; /* the file holds 1 for on, 0 for off */
     return p;
 }
 
@@ -8536,7 +8550,7 @@ static mfm_status mfm__gpu_launch(mfm_gpu_model *gm, mfm__gpu_args *args, mfm__c
     args->group = mfm__gpu_group(gm);
     args->linear_only = m->params.linear_only;
     args->pairs_only = m->params.pairs_only;
-    args->normalize = m->params.normalize_rows;
+    args->normalize = m->params.normalize_rows > 0;
     if (m->params.model != MFM_MODEL_FM) f = dev->pairs[m->params.model == MFM_MODEL_FWFM][mfm__k_kernel(m->k)];
     if (m->params.model == MFM_MODEL_FWFM && (m->k == 4 || m->k == 8 || m->k == 16)) {
         /* rows up to 64 long go through shared memory, with every class's pair weights
@@ -9130,7 +9144,7 @@ static mfm_status mfm__gpu_fit_start(mfm__gpu_trainer **out, mfm_model *m, const
         }
     }
     a->model = (int32_t)p->model, a->task = (int32_t)p->task, a->optimizer = (int32_t)p->optimizer;
-    a->linear_only = p->linear_only, a->pairs_only = p->pairs_only, a->normalize = p->normalize_rows;
+    a->linear_only = p->linear_only, a->pairs_only = p->pairs_only, a->normalize = p->normalize_rows > 0;
     a->lr = (float)p->learning_rate, a->ftrl_beta = (float)p->ftrl_beta, a->smoothing = (float)p->label_smoothing;
     a->beta1 = p->adam_beta1, a->beta2 = p->adam_beta2, a->eps = p->adam_epsilon;
     a->l1[MFM_TENSOR_W] = (float)p->l1_linear, a->l2[MFM_TENSOR_W] = (float)p->l2_linear;

@@ -77,7 +77,7 @@ static void usage(int code) {
            "  --rows N       training rows (default 50000; a quarter as many test rows)\n"
            "  --features N   feature ids over all fields (default 262144)\n"
            "  --epochs N     epochs per run (default 1)\n"
-           "  --lr X         AdaGrad learning rate (default 0.02)\n"
+           "  --lr X         AdaGrad learning rate (default: the library's, by model)\n"
            "  --models LIST  e.g. fm,ffm,fwfm, any case (default all three)\n"
            "  --k LIST       factors, e.g. 4,8,16 (default)\n"
            "  --batch LIST   batch sizes, e.g. 1,256 (default)\n"
@@ -99,7 +99,7 @@ static void parse_options(int argc, char **argv, options *o) {
     o->features = 262144;
     o->epochs = 1;
     o->repeat = 1;
-    o->lr = 0.02; /* 0.05, the library's default, overfits FFM in one epoch on this data */
+    o->lr = 0; /* the library's default: rows normalized, FFM 0.2, FM and FwFM 0.5 */
     o->seed = 1;
     set_list(&o->models, 3, models);
     set_list(&o->k, 3, ks);
@@ -132,7 +132,7 @@ static void parse_options(int argc, char **argv, options *o) {
         else if (strcmp(a, "--repeat") == 0)
             ok = (o->repeat = parse_number(v)) > 0;
         else if (strcmp(a, "--lr") == 0)
-            ok = (o->lr = strtod(v, NULL)) > 0;
+            ok = (o->lr = strtod(v, NULL)) >= 0;
         else if (strcmp(a, "--seed") == 0)
             o->seed = strtoull(v, NULL, 10);
         else if (strcmp(a, "--models") == 0)
@@ -377,7 +377,10 @@ int main(int argc, char **argv) {
            test.n_rows, s.n_fields, (double)all.nnz / (double)all.n_rows, s.n_features, s.zipf_s, 100 * ctr);
     printf("          generated in %.2f s (not part of any rate); constant-CTR logloss %.4f\n", gen_seconds,
            -(ctr * log(ctr) + (1 - ctr) * log(1 - ctr)));
-    printf("training  AdaGrad, learning rate %g, %d epoch(s); rows/s = rows x epochs / wall seconds of mfm_fit", o.lr, o.epochs);
+    if (o.lr > 0)
+        printf("training  AdaGrad, learning rate %g, %d epoch(s); rows/s = rows x epochs / wall seconds of mfm_fit", o.lr, o.epochs);
+    else
+        printf("training  AdaGrad with the library's defaults, %d epoch(s); rows/s = rows x epochs / wall seconds of mfm_fit", o.epochs);
     if (o.repeat > 1) printf(", the fastest of %d runs (thread counts in turns)", o.repeat);
     printf("\n          (vs_1thr: train_rows/s against the same model, k and batch on one thread;\n"
            "          thr 2h: two Hogwild threads, lock-free on shared parameters, not reproducible)\n");

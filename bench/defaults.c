@@ -88,7 +88,7 @@ static void usage(void) {
            "settings:\n"
            "  --models LIST      fm, ffm, fwfm (ffm)\n"
            "  --k LIST           (4,8)\n"
-           "  --lr LIST          learning rate (0.02,0.05,0.1,0.2)\n"
+           "  --lr LIST          learning rate, 0 = the library's default (0.02,0.05,0.1,0.2)\n"
            "  --init LIST        AdaGrad's initial accumulator (0,0.1,1)\n"
            "  --l2 LIST          l2_linear = l2_factors (0,2e-5,1e-4)\n"
            "  --init-scale LIST  0 = the library's default (0)\n"
@@ -98,7 +98,8 @@ static void usage(void) {
            "training:\n"
            "  --epochs N         at most (30); --patience N (2); --threads N (1); --seed N (1)\n"
 "  --write DIR        also write each shape's splits as DIR/R_F_Z_S_{train,valid,test}.ffm (libffm text)\n"
-           "  --normalize        every run scales its rows to sum x^2 = 1 (normalize_rows, as LIBFFM and xLearn)\n"
+           "  --no-normalize     every run takes the values as given (normalize_rows off; the library scales\n"
+           "                     each row to sum x^2 = 1 by default, as LIBFFM and xLearn do)\n"
            "  --quick            10^4 rows, 10^4 features, FFM, k 4, lr 0.05,0.2, init 0,1, l2 2e-5\n");
 }
 
@@ -142,7 +143,7 @@ static void run_setting(const options *o, const double *shape, const synth_data 
     p.l2_linear = p.l2_factors = l2 == 0 ? MFM_ZERO : l2;
     p.backend = (mfm_backend)o->backend;
     p.init_scale = iscale;
-    p.normalize_rows = o->normalize;
+    p.normalize_rows = o->normalize ? 1 : MFM_OFF;
     p.batch_size = batch;
     p.n_epochs = o->epochs;
     p.patience = o->patience;
@@ -175,15 +176,15 @@ int main(int argc, char **argv) {
     set_list(&o.rows, 1, d_rows), set_list(&o.features, 1, d_feat), set_list(&o.zipf, 1, d_zipf), set_list(&o.signal, 1, d_signal);
     set_list(&o.models, 1, d_models), set_list(&o.k, 2, d_k), set_list(&o.lr, 4, d_lr), set_list(&o.init, 3, d_init);
     set_list(&o.l2, 3, d_l2), set_list(&o.init_scale, 1, d_zero), set_list(&o.batch, 1, d_one), set_list(&o.rule, 1, d_zero);
-    o.fields = 39, o.hidden_k = 4, o.epochs = 30, o.patience = 2, o.threads = 1, o.base_rate = 0.22, o.seed = 1;
+    o.fields = 39, o.hidden_k = 4, o.epochs = 30, o.patience = 2, o.threads = 1, o.base_rate = 0.22, o.seed = 1, o.normalize = 1;
     for (i = 1; i < argc; i++) {
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int ok = v != NULL;
         if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
             usage();
             return 0;
-        } else if (!strcmp(f, "--normalize")) {
-            o.normalize = 1;
+        } else if (!strcmp(f, "--normalize") || !strcmp(f, "--no-normalize")) {
+            o.normalize = !strcmp(f, "--normalize");
             continue;
         } else if (!strcmp(f, "--quick")) {
             set_list(&o.rows, 1, d_rows), o.features.v[0] = 1e4, o.features.n = 1, set_list(&o.models, 1, d_models);
@@ -224,7 +225,7 @@ int main(int argc, char **argv) {
            "# early stopping on the validation rows (at most %d epochs, patience %d), %d thread(s), seed %" PRIu64 "%s.\n"
            "# test_ll and auc: the restored best epoch on the test rows; const: the training click rate's logloss there.\n"
            "#   rows  features zipf  sig  model k     lr   init      l2 iscale batch rule   ep valid_ll test_ll    auc   const  vs_const   secs\n",
-           mfm_version_string(), o.fields, o.hidden_k, o.base_rate, o.epochs, o.patience, o.threads, o.seed, o.normalize ? ", rows normalized" : "");
+           mfm_version_string(), o.fields, o.hidden_k, o.base_rate, o.epochs, o.patience, o.threads, o.seed, o.normalize ? ", rows normalized" : ", values as given");
     for (a[0] = 0; a[0] < o.rows.n; a[0]++)
         for (a[1] = 0; a[1] < o.features.n; a[1]++)
             for (a[2] = 0; a[2] < o.zipf.n; a[2]++)

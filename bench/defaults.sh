@@ -3,8 +3,10 @@
 # a machine with 16 or more cores: build/bench-defaults processes side by side, one thread each
 # (two for the batch-4096 runs on 10^6 rows), each cut off after LIMIT seconds (490) so that the
 # whole takes under nine minutes; a cut-off run leaves the lines it finished. PARTS picks parts
-# by letter (default "ABCDEF"; G, the GPU's runs, one after another, needs a CUDA device). All
-# tables end up in OUTDIR/all.txt, one section per process.
+# by letter (default "ABCDEF"; G and H, the GPU's runs, one after another, need a CUDA device).
+# A-G ran before rows were normalized by default and take the values as given (--no-normalize);
+# N and H are the runs behind that default. All tables end up in OUTDIR/all.txt, one section per
+# process.
 set -u
 out=${1:?usage: defaults.sh OUTDIR [PARTS]}
 parts=${2:-ABCDEF}
@@ -19,7 +21,7 @@ job() { # job NAME ARGS... (several runs of one job: separate them with ';' insi
     timeout "$limit" sh -c "$*" >"$out/parts/$name.txt" 2>&1 &
     pids="$pids $!"
 }
-B=$bin
+B="$bin --no-normalize"
 R5="--rows 1e5 --features 1e6"
 R6="--rows 1e6 --features 1e6 --epochs 12"
 # A. the coarse grid on the 10^5-row Criteo shape (10^6 features, Zipf 1.1, signal 1)
@@ -55,6 +57,26 @@ job E_lr "$B $R5 --k 4 --init 1 --lr 0.1,0.2 --l2 2e-5 --models ffm,fm,fwfm --ba
 job G_gpu "$B $R5 --backend cuda --models ffm,fm,fwfm --k 4 --init 1 --lr 0.05 --l2 2e-5 --batch 4096; $B $R6 --backend cuda --models ffm,fm,fwfm --k 4 --init 1 --lr 0.05 --l2 2e-5 --batch 4096"
 # F. FFM's init_scale (0 = the library's 0.01)
 job F_ffm "$B $R5 --models ffm --k 4 --init 1 --lr 0.05,0.1 --l2 2e-5 --init-scale 0.001,0.1,0.3,1"
+# N. rows normalized (the library's default since): learning rate and init_scale per model on
+# the Criteo shape (C5, C6), an interaction-heavy (I5) and a flat (F5) shape
+N="$bin --normalize --k 4 --init 1 --l2 2e-5"
+C5="--rows 1e5 --features 1e6 --zipf 1.1 --signal 1"
+I5="--rows 1e5 --features 1e4 --zipf 1.3 --signal 3"
+F5="--rows 1e5 --features 1e6 --zipf 0.9 --signal 3"
+C6="--rows 1e6 --features 1e6 --zipf 1.1 --signal 1 --epochs 20"
+job N_c5fm "$N $C5 --models fm --lr 0.2,0.3,0.5,1 --init-scale 0,0.1"
+job N_c5fwfm "$N $C5 --models fwfm --lr 0.2,0.3,0.5,1 --init-scale 0,0.1"
+job N_c5ffm "$N $C5 --models ffm --lr 0.1,0.2,0.3 --init-scale 0,0.1"
+job N_i5fm "$N $I5 --models fm --lr 0.2,0.3,0.5 --init-scale 0,0.1"
+job N_i5fwfm "$N $I5 --models fwfm --lr 0.2,0.3,0.5 --init-scale 0,0.1"
+job N_i5ffm "$N $I5 --models ffm --lr 0.2,0.3 --init-scale 0.1,0.3"
+job N_f5 "$N $F5 --models ffm --lr 0.2 --init-scale 0,0.1; $N $F5 --models fm,fwfm --lr 0.3,0.5"
+job N_c6ffm "$N $C6 --models ffm --lr 0.2 --init-scale 0.1"
+job N_c6fm "$N $C6 --models fm --lr 0.3,0.5 --init-scale 0.1"
+job N_c6fwfm "$N $C6 --models fwfm --lr 0.3"
+job N_seeds "$N $C5 --models ffm --lr 0.2 --init-scale 0.1 --seed 2; $N $C5 --models ffm --lr 0.2 --init-scale 0.1 --seed 3"
+# H. the GPU at batch 4096 with the library's defaults (rows normalized), 10^5 and 10^6 rows
+job H_gpu "$N $C5 --backend cuda --batch 4096 --models ffm,fm,fwfm --lr 0; $N $C6 --backend cuda --batch 4096 --models ffm,fm,fwfm --lr 0"
 wait $pids
 for f in "$out"/parts/*.txt; do
     echo "### $(basename "$f" .txt)"

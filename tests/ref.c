@@ -43,6 +43,7 @@ void ref_load(ref_model *r, const mfm_model *m) {
     r->n_classes = info.n_classes;
     r->k = info.k;
     r->linear_only = mfm_model_params(m)->linear_only;
+    r->normalize_rows = mfm_model_params(m)->normalize_rows > 0;
     r->n_slots = 1 + info.n_state_slots;
     for (t = 0; t < MFM_TENSOR_COUNT; t++) r->size[t] = mfm_tensor_size(m, (mfm_tensor)t);
     for (s = 0; s < r->n_slots; s++)
@@ -79,6 +80,15 @@ void ref_free(ref_model *r) {
 
 static double value_at(const mfm_csr *d, uint64_t j) { return d->values ? (double)d->values[j] : 1.0; }
 
+/* What every value of the row is multiplied by: 1 / sqrt(sum x^2) under normalize_rows, else 1. */
+static double row_scale(const ref_model *r, const mfm_csr *d, uint64_t row) {
+    double squares = 0;
+    uint64_t a;
+    if (!r->normalize_rows) return 1;
+    for (a = d->row_offsets[row]; a < d->row_offsets[row + 1]; a++) squares += value_at(d, a) * value_at(d, a);
+    return squares > 0 ? 1 / sqrt(squares) : 1;
+}
+
 double ref_score(const ref_model *r, uint32_t cls, const mfm_csr *d, uint64_t row) {
     const uint64_t lo = d->row_offsets[row], hi = d->row_offsets[row + 1];
     const uint32_t F = r->n_fields;
@@ -86,10 +96,11 @@ double ref_score(const ref_model *r, uint32_t cls, const mfm_csr *d, uint64_t ro
     const double *w = r->t[0][MFM_TENSOR_W] + cls * r->size[MFM_TENSOR_W];
     const double *V = r->t[0][MFM_TENSOR_V] + cls * r->size[MFM_TENSOR_V];
     const double *R = r->t[0][MFM_TENSOR_R] + cls * r->size[MFM_TENSOR_R];
+    const double x = row_scale(r, d, row);
     double s = r->t[0][MFM_TENSOR_W0][cls];
     uint64_t a, b;
     int t;
-    for (a = lo; a < hi; a++) s += w[d->features[a]] * value_at(d, a);
+    for (a = lo; a < hi; a++) s += w[d->features[a]] * value_at(d, a) * x;
     if (r->linear_only) return s;
     for (a = lo; a < hi; a++)
         for (b = a + 1; b < hi; b++) {
@@ -108,7 +119,7 @@ double ref_score(const ref_model *r, uint32_t cls, const mfm_csr *d, uint64_t ro
                 }
             }
             for (t = 0; t < k; t++) dot += va[t] * vb[t];
-            s += coef * dot * value_at(d, a) * value_at(d, b);
+            s += coef * dot * value_at(d, a) * x * value_at(d, b) * x;
         }
     return s;
 }
@@ -318,7 +329,7 @@ static void linear_line_steps(ref_model *r, const ref_model *start, const ref_op
             g = wq * (up - down) / (2 * REF_FD_STEP);
             squares[MFM_TENSOR_W0][c] += g * g;
             for (a = d->row_offsets[rows[q]]; a < d->row_offsets[rows[q] + 1]; a++) {
-                const double term = g * value_at(d, a);
+                const double term = g * value_at(d, a) * row_scale(r, d, rows[q]);
                 squares[MFM_TENSOR_W][c * r->size[MFM_TENSOR_W] + d->features[a]] += term * term;
             }
         }
@@ -514,6 +525,7 @@ mfm_params sgd_step_params(mfm_model_type model, mfm_task task, double lr) {
     p.learning_rate = lr;
     p.l2_linear = p.l2_factors = MFM_ZERO; /* no regularization unless a test asks for it */
     p.adagrad_init = MFM_ZERO;
+    p.normalize_rows = MFM_OFF; /* the values as given, so that a step can be worked out by hand */
     return p;
 }
 

@@ -28,6 +28,7 @@ typedef struct ref_model {
     mfm_task task;        /* resolved */
     uint32_t n_features, n_fields, n_classes;
     int k, linear_only, n_slots;
+    int normalize_rows;   /* the model's rows are scaled to sum x^2 = 1 before scoring */
     size_t size[MFM_TENSOR_COUNT];                /* values per class (mfm_tensor_size) */
     double *t[REF_MAX_SLOTS][MFM_TENSOR_COUNT];   /* [slot][tensor][cls * size + index] */
 } ref_model;
@@ -38,7 +39,8 @@ void ref_copy(ref_model *dst, const ref_model *src);
 void ref_free(ref_model *r);
 
 /* Score of class `cls` of row `row`: w0 + sum_i w_i x_i + the pair term of section 1 as a
-   plain double loop over pairs of non-zeros. Values NULL means every value is 1. */
+   plain double loop over pairs of non-zeros. Values NULL means every value is 1; with
+   normalize_rows every x is divided by the row's sqrt(sum x^2) first. */
 double ref_score(const ref_model *r, uint32_t cls, const mfm_csr *d, uint64_t row);
 
 double ref_sigmoid(double s);
@@ -118,7 +120,8 @@ void model_fill_slot(mfm_model *m, int slot, float value);
 mfm_model *make_model(const mfm_params *p, uint32_t n_features, uint32_t n_fields, uint32_t n_classes);
 /* mfm_predict that records a failure when it fails; returns 1 on success. */
 int predict(const mfm_model *m, const mfm_csr *d, mfm_output kind, float *out, size_t capacity);
-/* Params for observing one plain SGD step per row: SGD, 1 epoch, batch 1, lr, no L2. */
+/* Params for observing one plain SGD step per row: SGD, 1 epoch, batch 1, lr, no L2, the rows'
+   values as given (normalize_rows off). */
 mfm_params sgd_step_params(mfm_model_type model, mfm_task task, double lr);
 
 /* One row, owning its arrays; csr points into the struct, so do not copy it after init. */

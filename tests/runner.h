@@ -109,6 +109,7 @@
     X(test_faults_tool_stdout_errors) \
     X(test_cli_train_predict_eval)            \
     X(test_cli_epoch_lines_and_auto_stop)     \
+    X(test_cli_normalize_and_stop_defaults)   \
     X(test_cli_stdin)                         \
     X(test_cli_convert_and_info)              \
     X(test_cli_errors)                        \

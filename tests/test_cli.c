@@ -175,7 +175,8 @@ void test_cli_train_predict_eval(void) {
     /* a small accumulator: 3 epochs of 200 rows whose values are 0.37 teach the default's
        (1) too little (docs/DEFAULTS.md, feature values) */
     p.adagrad_init = 0.001;
-    check_train_predict_eval(FFM_TRAIN, FFM_TEST, "--model ffm -k 4 -t 3 -r 0.1 -l 1e-4 --adagrad-init 0.001 --seed 5 --batch 4 -s 2 --validation-fraction 0 --quiet", &p,
+    p.normalize_rows = MFM_OFF; /* and the tool's --no-normalize is the same */
+    check_train_predict_eval(FFM_TRAIN, FFM_TEST, "--model ffm -k 4 -t 3 -r 0.1 -l 1e-4 --adagrad-init 0.001 --seed 5 --batch 4 -s 2 --validation-fraction 0 --no-normalize --quiet", &p,
                              FFM_MIN_AUC);
     memset(&p, 0, sizeof p);
     p.model = MFM_MODEL_FM;
@@ -233,6 +234,57 @@ void test_cli_epoch_lines_and_auto_stop(void) {
     snprintf(cmd, sizeof cmd, "%s train --model ffm -p %s --auto-stop --no-auto-stop %s %s", MFM_TOOL, FFM_TEST, FFM_TRAIN, model_path);
     rc = run_tool(cmd, out, sizeof out, errs, sizeof errs);
     CHECK(rc == 2 && strstr(errs, "--auto-stop and --no-auto-stop") != NULL, "'%s': want a usage error naming both flags, got %d: %s", cmd, rc, errs);
+    scratch_clean();
+}
+
+/* The tool's defaults as docs/DEFAULTS.md gives them: rows normalized, FFM's learning rate 0.2
+   and init scale 0.1, and under early stopping 30 epochs at most with patience 2; with
+   --no-normalize the values as given, learning rate 0.05 and init scale 0.01; -t and --patience
+   win; --libffm stops after 1 epoch without improvement. --no-normalize with --normalize or
+   --libffm is a usage error naming both. */
+void test_cli_normalize_and_stop_defaults(void) {
+    static const struct {
+        const char *flags;
+        int normalize, epochs, patience;
+        double lr, init_scale;
+    } runs[5] = {
+        {"--model ffm -p VALID", 1, 30, 2, 0.2, 0.1},
+        {"--model ffm --no-normalize -p VALID", MFM_OFF, 30, 2, 0.05, 0.01},
+        {"--model fm -t 3 --patience 4", 1, 3, 4, 0.5, 0.01},
+        {"--model fwfm --validation-fraction 0", 1, 10, 2, 0.5, 0.01},
+        {"--libffm -p VALID --auto-stop", 1, 15, 1, 0.2, 1},
+    };
+    static const char *const conflicts[2] = {"--normalize", "--libffm"};
+    char model_path[512], cmd[1200], flags[256], out[8192], errs[4096];
+    int rc, r;
+    REQUIRE(cli_data(), "cannot write the data files");
+    scratch_path(model_path, sizeof model_path, "defaults.model");
+    for (r = 0; r < 5; r++) {
+        mfm_model *m = NULL;
+        mfm_error e;
+        const char *valid = strstr(runs[r].flags, "VALID");
+        const mfm_params *p;
+        if (valid)
+            snprintf(flags, sizeof flags, "%.*s%s", (int)(valid - runs[r].flags), runs[r].flags, FFM_TEST);
+        else
+            snprintf(flags, sizeof flags, "%s", runs[r].flags);
+        snprintf(cmd, sizeof cmd, "%s train --quiet %s %s %s", MFM_TOOL, flags, FFM_TRAIN, model_path);
+        rc = run_tool(cmd, out, sizeof out, errs, sizeof errs);
+        if (!CHECK(rc == 0, "'%s' exited with %d: %s", cmd, rc, errs)) continue;
+        if (!CHECK(mfm_model_load(model_path, &m, &e) == MFM_OK, "%s", e.message)) continue;
+        p = mfm_model_params(m); /* what training was allowed, whichever epoch it kept */
+        CHECK(p->normalize_rows == runs[r].normalize && p->n_epochs == runs[r].epochs && p->patience == runs[r].patience &&
+                  p->learning_rate == runs[r].lr && fabs(p->init_scale - runs[r].init_scale) < 1e-12,
+              "'%s': normalize %d, epochs %d, patience %d, lr %g, init scale %g; want %d, %d, %d, %g, %g", cmd, p->normalize_rows, p->n_epochs,
+              p->patience, p->learning_rate, p->init_scale, runs[r].normalize, runs[r].epochs, runs[r].patience, runs[r].lr, runs[r].init_scale);
+        mfm_model_free(m);
+    }
+    for (r = 0; r < 2; r++) {
+        snprintf(cmd, sizeof cmd, "%s train --model ffm --no-normalize %s %s %s", MFM_TOOL, conflicts[r], FFM_TRAIN, model_path);
+        rc = run_tool(cmd, out, sizeof out, errs, sizeof errs);
+        CHECK(rc == 2 && strstr(errs, "--no-normalize") != NULL && strstr(errs, conflicts[r]) != NULL, "'%s': want a usage error naming both flags, got %d: %s",
+              cmd, rc, errs);
+    }
     scratch_clean();
 }
 

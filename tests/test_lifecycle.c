@@ -1296,12 +1296,12 @@ void test_lifecycle_refusals(void) {
             case 4: q.n_classes = 4; break;
             case 5: q.linear_only = 1; break;
             case 6: q.pairs_only = 1; break;
-            default: q.normalize_rows = 1; break;
+            default: q.normalize_rows = MFM_OFF; break;
             }
             expect_refusal(m, mfm_model_set_params(m, &q, &e), &e, MFM_ERR_INVALID_PARAM, names[c], &before, p.learning_rate, names[c]);
             CHECK(mfm_model_params(m)->model == MFM_MODEL_FFM && mfm_model_params(m)->task == MFM_TASK_MULTICLASS &&
                       mfm_model_params(m)->optimizer == MFM_OPTIMIZER_ADAGRAD && mfm_model_params(m)->k == 3 && !mfm_model_params(m)->linear_only &&
-                      !mfm_model_params(m)->pairs_only && !mfm_model_params(m)->normalize_rows,
+                      !mfm_model_params(m)->pairs_only && mfm_model_params(m)->normalize_rows == 1,
                   "set_params %s: the refused call changed the params", names[c]);
         }
     }
@@ -1399,6 +1399,7 @@ void test_lifecycle_resume_exact(void) {
                 snprintf(what, sizeof what, "%s %s switches %s", model_name(MODELS[mi]), opt_name(OPTS[oi]), sw ? "on" : "off");
                 lc_data(&td, MFM_TASK_BINARY, 40, 400 + mi * 4 + oi + (size_t)sw * 16);
                 p.batch_size = oi % 2 ? 3 : 1;
+                p.normalize_rows = MFM_OFF;
                 if (sw) {
                     p.normalize_rows = 1;
                     p.pairs_only = 1;
@@ -1685,7 +1686,7 @@ void test_lifecycle_bi_interaction(void) {
         mfm_error e;
         const char *what = multi ? "multiclass" : norm ? "normalize_rows" : onehot ? "one-hot" : "values";
         p.k = 5;
-        p.normalize_rows = norm;
+        p.normalize_rows = norm ? 1 : MFM_OFF;
         lc_data(&td, task, 30, 500 + (uint64_t)variant);
         if (onehot) td.csr.values = NULL;
         m = lc_model(&p);

@@ -247,7 +247,7 @@ typedef struct settings {
     mfm_params p; /* the library parameters; zero = the library's default */
     int model, task, optimizer, format, output, to, metric; /* indices into the name tables */
     uint32_t n_features, n_fields;
-    int auto_stop, no_auto_stop, libffm, cache, no_state, quiet, help, backend, clear;
+    int auto_stop, no_auto_stop, no_normalize, libffm, cache, no_state, quiet, help, backend, clear;
     const char *validation, *class_weight, *resume, *build;
     const char *lr_grid, *l2_grid; /* tune's grids, comma lists */
     const char *args[3];
@@ -279,8 +279,8 @@ typedef struct option {
 
 static const option options[] = {
     OPTION_INT("-k", "--k", p.k, 1, 4096, "K", "factors per vector (4)"),
-    OPTION_INT("-t", "--epochs", p.n_epochs, 1, INT_MAX, "N", "epochs (10)"),
-    OPTION_NUMBER(CMD_TRAIN, "-r", "--learning-rate", OPT_REAL, p.learning_rate, 0, HUGE_VAL, OPEN_LO, "R", "learning rate, FTRL's alpha (0.05)"),
+    OPTION_INT("-t", "--epochs", p.n_epochs, 1, INT_MAX, "N", "epochs (10; 30 while early stopping watches)"),
+    OPTION_NUMBER(CMD_TRAIN, "-r", "--learning-rate", OPT_REAL, p.learning_rate, 0, HUGE_VAL, OPEN_LO, "R", "learning rate, FTRL's alpha (AdaGrad: FFM 0.2, FM 0.5; 0.05 otherwise)"),
     {CMD_TRAIN, "-l", "--l2", OPT_REAL, AT(p.l2_linear), AT(p.l2_factors), 0, HUGE_VAL, 0, NULL, "L", "L2 on both weights and factors (2e-5)"},
     OPTION_NUMBER(CMD_TRAIN | CMD_PREDICT | CMD_EVAL, "-s", "--threads", OPT_INT, p.n_threads, 0, 1024, 0, "N",
                   "threads, 0 = every core; results do not depend on it, Hogwild aside (every core)"),
@@ -290,7 +290,7 @@ static const option options[] = {
     OPTION_FLAG(CMD_TRAIN, NULL, "--no-auto-stop", no_auto_stop, "-p FILE only reports: every epoch trains and the last is kept (LIBFFM's -p)"),
     OPTION_REAL("--validation-fraction", p.validation_fraction, 0, 1, OPEN_HI,
                 "early stopping on a seeded split of TRAIN; 0 = none (0.1 unless -p, --libffm or --resume)"),
-    OPTION_INT(NULL, "--patience", p.patience, 1, INT_MAX, "N", "epochs without improvement before stopping (1)"),
+    OPTION_INT(NULL, "--patience", p.patience, 1, INT_MAX, "N", "epochs without improvement before stopping (2, as xLearn; 1 with --libffm)"),
     OPTION_REAL("--min-delta", p.min_delta, 0, HUGE_VAL, 0, "the least change that counts as improvement (0)"),
     OPTION_NAME(CMD_TRAIN, "--metric", metric, metric_set, "what early stopping watches (logloss; rmse...)"),
     OPTION_FLAG(CMD_TRAIN, NULL, "--keep-last", p.keep_last, "keep the last epoch, not the best"),
@@ -304,13 +304,14 @@ static const option options[] = {
     OPTION_REAL("--l2-factors", p.l2_factors, 0, HUGE_VAL, 0, "L2 on the factors (2e-5)"),
     OPTION_REAL("--l1-linear", p.l1_linear, 0, HUGE_VAL, 0, "L1 on the linear weights, FTRL only (0)"),
     OPTION_REAL("--l1-factors", p.l1_factors, 0, HUGE_VAL, 0, "L1 on the factors, FTRL only (0)"),
-    OPTION_REAL("--init-scale", p.init_scale, 0, HUGE_VAL, OPEN_LO, "scale of the initial factors (0.01)"),
+    OPTION_REAL("--init-scale", p.init_scale, 0, HUGE_VAL, OPEN_LO, "scale of the initial factors (0.01; FFM on normalized rows 0.1)"),
     OPTION_REAL("--adam-beta1", p.adam_beta1, 0, 1, OPEN_LO | OPEN_HI, "Adam's beta1 (0.9)"),
     OPTION_REAL("--adam-beta2", p.adam_beta2, 0, 1, OPEN_LO | OPEN_HI, "Adam's beta2 (0.999)"),
     OPTION_REAL("--adam-epsilon", p.adam_epsilon, 0, HUGE_VAL, OPEN_LO, "Adam's epsilon (1e-8)"),
     OPTION_REAL("--ftrl-beta", p.ftrl_beta, 0, HUGE_VAL, OPEN_LO, "FTRL's beta (1)"),
     OPTION_REAL("--label-smoothing", p.label_smoothing, 0, 1, OPEN_HI, "classification only (0)"),
-    OPTION_FLAG(CMD_TRAIN, NULL, "--normalize", p.normalize_rows, "scale each row to sum x^2 = 1 (LIBFFM, xLearn)"),
+    OPTION_FLAG(CMD_TRAIN, NULL, "--normalize", p.normalize_rows, "scale each row to sum x^2 = 1, as LIBFFM and xLearn do (the default)"),
+    OPTION_FLAG(CMD_TRAIN, NULL, "--no-normalize", no_normalize, "train and predict on the values as given"),
     OPTION_FLAG(CMD_TRAIN, NULL, "--pairs-only", p.pairs_only, "no bias and no linear term (LIBFFM)"),
     OPTION_REAL("--adagrad-init", p.adagrad_init, 0, HUGE_VAL, 0, "AdaGrad's initial accumulator (1, as LIBFFM; 0 = plain AdaGrad)"),
     OPTION_FLAG(CMD_TRAIN, NULL, "--libffm", libffm, "LIBFFM's FFM: the three above, init scale 1, -k 4 -t 15 -r 0.2 -l 2e-5, no hold-out"),
@@ -330,7 +331,7 @@ static const option options[] = {
     OPTION_FLAG(CMD_CACHE, NULL, "--clear", clear, "remove every entry of the kernel cache"),
     OPTION_TEXT(CMD_CACHE, NULL, "--build", build, "ARCH", "compile the kernels for ARCH (sm_90, compute_90) into the cache; no GPU needed"),
     OPTION_NAME(CMD_CONVERT, "--to", to, format_set, "OUT's format (auto: by extension, else binary)"),
-    OPTION_TEXT(CMD_TUNE, NULL, "--lr-grid", lr_grid, "R,R,..", "the learning rates tune tries (0.02,0.05,0.1)"),
+    OPTION_TEXT(CMD_TUNE, NULL, "--lr-grid", lr_grid, "R,R,..", "the learning rates tune tries (0.4, 1 and 2 x the default)"),
     OPTION_TEXT(CMD_TUNE, NULL, "--l2-grid", l2_grid, "L,L,..", "the L2 values (weights and factors) tune tries (0,2e-5,1e-4)"),
     OPTION_FLAG(CMD_ANY, "-h", "--help", help, "this help"),
 };
@@ -659,7 +660,7 @@ static int was_given(const settings *s, const char *long_name) {
 
 /* What a resumed model keeps: its kind, task, shape, optimizer and initialization. */
 static const char *const fixed_on_resume[] = {"--model", "--task", "--optimizer", "--classes", "--k", "--features", "--fields", "--normalize",
-                                              "--pairs-only", "--libffm", "--init-scale", "--adagrad-init", "--seed"};
+                                              "--no-normalize", "--pairs-only", "--libffm", "--init-scale", "--adagrad-init", "--seed"};
 
 static int check_resume_options(const settings *s) {
     size_t i, f;
@@ -682,6 +683,8 @@ static int check_train_settings(const settings *s) {
     if (s->no_auto_stop && !s->validation) return usage_error("--no-auto-stop applies to -p FILE (without it, --validation-fraction 0 trains every epoch)");
     if (s->validation && s->p.validation_fraction) return usage_error("give -p FILE or --validation-fraction, not both");
     if (s->libffm && s->model && s->model != MFM_MODEL_FFM) return usage_error("--libffm trains an FFM; drop --model");
+    if (s->no_normalize && (s->p.normalize_rows || s->libffm))
+        return usage_error("--no-normalize contradicts %s, which scales the rows: give one", s->libffm ? "--libffm" : "--normalize");
     if (s->p.hogwild && s->p.deterministic)
         return usage_error("--hogwild (CPU threads whose results vary run to run) and --deterministic (bit-identical GPU runs) contradict each other: give one");
     if (s->cache && is_std_stream(s->args[0])) return usage_error("--cache needs a training file, not standard input");
@@ -722,6 +725,17 @@ static void resume_params(const settings *s, const mfm_model *model, mfm_params 
     if (was_given(s, "--metric")) p->metric = (mfm_metric)s->metric;
 }
 
+/* What a new model is: its kind, task, optimizer and row scaling as the options say. */
+static void choose_model(const settings *s, mfm_task task, mfm_params *p) {
+    p->model = s->model == MODEL_LINEAR ? MFM_MODEL_FM : (mfm_model_type)s->model;
+    p->linear_only = s->model == MODEL_LINEAR;
+    p->task = task;
+    p->optimizer = (mfm_optimizer)s->optimizer;
+    p->metric = (mfm_metric)s->metric;
+    if (s->no_normalize) p->normalize_rows = MFM_OFF;
+    if (s->libffm) apply_libffm(p);
+}
+
 /* The model to train: MODEL of --resume (with its state), or a new one as big as the data and
    the options ask. */
 static int make_model(const settings *s, job *j, trainer *t, mfm_params *p) {
@@ -733,12 +747,7 @@ static int make_model(const settings *s, job *j, trainer *t, mfm_params *p) {
     if (s->resume) {
         resume_params(s, j->model, p);
     } else {
-        p->model = s->model == MODEL_LINEAR ? MFM_MODEL_FM : (mfm_model_type)s->model;
-        p->linear_only = s->model == MODEL_LINEAR;
-        p->task = t->task;
-        p->optimizer = (mfm_optimizer)s->optimizer;
-        p->metric = (mfm_metric)s->metric;
-        if (s->libffm) apply_libffm(p);
+        choose_model(s, t->task, p);
     }
     if (s->backend || was_given(s, "--backend")) p->backend = (mfm_backend)s->backend;
     p->on_epoch = on_epoch;
@@ -800,6 +809,12 @@ static void default_holdout(const settings *s, const mfm_dataset *data, mfm_para
            (unsigned long long)held_out(DEFAULT_HOLDOUT, n), (unsigned long long)n);
 }
 
+/* With early stopping and no -t, up to 30 epochs: on normalized rows FFM's best epoch is often
+   the 10th to 16th, and stopping ends the run sooner where fewer help (docs/DEFAULTS.md). */
+static void early_stopping_epochs(const settings *s, mfm_params *p) {
+    if (!was_given(s, "--epochs") && !s->libffm && !s->resume) p->n_epochs = 30;
+}
+
 /* Whether training stops early on -p FILE: yes, as xLearn's -v does, unless --no-auto-stop, or
    --libffm without --auto-stop (LIBFFM's -p only reports). Training every epoch and keeping the
    last ended worse than the constant predictor on 5 of 6 Criteo-shaped runs (docs/DEFAULTS.md). */
@@ -827,6 +842,7 @@ static int fit_model(const settings *s, job *j, trainer *t) {
     need_fields = s->resume ? info.model != MFM_MODEL_FM : s->model == MFM_MODEL_FFM || s->model == MFM_MODEL_FWFM || s->libffm;
     rc = read_training_data(s, j, t->task, need_fields);
     if (rc == 0) default_holdout(s, j->data, &p);
+    if (rc == 0 && (stops_on_validation(s) || p.validation_fraction > 0)) early_stopping_epochs(s, &p);
     if (rc == 0 && stops_on_validation(s) && !s->auto_stop)
         printf("early stopping on %s, keeping the best epoch; --no-auto-stop trains every epoch\n", s->validation);
     if (rc == 0) rc = make_model(s, j, t, &p);
@@ -1096,9 +1112,16 @@ static int cmd_tune(const settings *s, job *j) {
     mfm_error e;
     double fraction = 0, best_value = 0;
     int rc, a, b, best_a = -1, best_b = -1, best_epoch = 0, n_runs = 0, need_fields, higher_is_better = 0;
+    char lr_default[64];
+    mfm_params chosen = s->p;
     memset(&h, 0, sizeof h);
     quiet.quiet = 1; /* a line per run, not per epoch */
-    if ((rc = parse_grid("--lr-grid", s->lr_grid ? s->lr_grid : "0.02,0.05,0.1", 1, &lr)) != 0) return rc;
+    choose_model(s, MFM_TASK_DEFAULT, &chosen);
+    chosen.learning_rate = 0; /* the default for this model, around which tune searches */
+    chosen.learning_rate = mfm_params_resolve(&chosen).learning_rate;
+    snprintf(lr_default, sizeof lr_default, "%g,%g,%g", 0.4 * chosen.learning_rate, chosen.learning_rate, 2 * chosen.learning_rate);
+    early_stopping_epochs(s, &quiet.p);
+    if ((rc = parse_grid("--lr-grid", s->lr_grid ? s->lr_grid : lr_default, 1, &lr)) != 0) return rc;
     if ((rc = parse_grid("--l2-grid", s->l2_grid ? s->l2_grid : "0,2e-5,1e-4", 0, &l2)) != 0) return rc;
     if ((rc = check_train_settings(s)) != 0) return rc;
     if (!s->validation && was_given(s, "--validation-fraction") && !(s->p.validation_fraction > 0))
@@ -1129,7 +1152,7 @@ static int cmd_tune(const settings *s, job *j) {
     printf(", early stopping with patience %d; %d runs\n", s->p.patience, lr.n * l2.n);
     for (a = 0; a < lr.n; a++)
         for (b = 0; b < l2.n; b++) {
-            mfm_params p = s->p;
+            mfm_params p = quiet.p; /* with its epochs */
             mfm_status st;
             double value;
             p.learning_rate = lr.value[a];
@@ -1344,7 +1367,7 @@ static void show_model_file(const char *path, const mfm_model_file_info *f) {
     if (p->optimizer == MFM_OPTIMIZER_FTRL) show("ftrl beta", "%g", shown(p->ftrl_beta));
     if (p->optimizer == MFM_OPTIMIZER_ADAM) show("adam beta1/2, eps", "%g / %g / %g", shown(p->adam_beta1), shown(p->adam_beta2), shown(p->adam_epsilon));
     if (p->optimizer == MFM_OPTIMIZER_ADAGRAD) show("adagrad init", "%g", shown(p->adagrad_init));
-    show("rows normalized", "%s", p->normalize_rows ? "yes (sum x^2 = 1)" : "no");
+    show("rows normalized", "%s", p->normalize_rows > 0 ? "yes (sum x^2 = 1)" : "no");
     show("bias and linear", "%s", p->pairs_only ? "none (pairs only)" : "yes");
     show("early stopping", "%s, patience %d, min delta %g, %s", name_of(&metric_set, p->metric), p->patience, shown(p->min_delta),
          p->keep_last ? "keeps the last epoch" : "restores the best epoch");
@@ -1588,10 +1611,12 @@ static int run(int argc, char **argv) {
     memset(&s, 0, sizeof s);
     s.command = c->name;
     s.command_bit = c->bit;
-    s.p.patience = 1; /* LIBFFM's --auto-stop: the first epoch without improvement stops */
     s.argc = argc - 2;
     s.argv = argv + 2;
     if ((rc = parse_args(&s, argc - 2, argv + 2)) != 0) return rc;
+    /* xLearn's stop window; LIBFFM's --auto-stop stops at the first epoch without improvement.
+       On normalized rows FFM's validation loss can pause for an epoch and fall again. */
+    if (!s.p.patience) s.p.patience = s.libffm ? 1 : 2;
     if (s.help) {
         printf("usage: mfm %s %s\n\n%s\n\n", c->name, c->synopsis, c->help);
         print_options(c->bit);
