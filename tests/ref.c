@@ -319,7 +319,7 @@ static void linear_line_steps(ref_model *r, const ref_model *start, const ref_op
     for (q = 0; q < n_rows; q++)
         for (c = 0; c < C; c++) { /* the row's weight * dL/ds of class c: its loss's slope in w0 */
             double *w0 = &trial.t[0][MFM_TENSOR_W0][c], keep = *w0, up, down, g;
-            const double wq = weights ? weights[q] : 1.0;
+            const double wq = weights ? weights[q] : 1.0, x = row_scale(r, d, rows[q]);
             uint64_t a;
             *w0 = keep + REF_FD_STEP;
             up = ref_row_loss(&trial, d, rows[q], eps);
@@ -329,7 +329,7 @@ static void linear_line_steps(ref_model *r, const ref_model *start, const ref_op
             g = wq * (up - down) / (2 * REF_FD_STEP);
             squares[MFM_TENSOR_W0][c] += g * g;
             for (a = d->row_offsets[rows[q]]; a < d->row_offsets[rows[q] + 1]; a++) {
-                const double term = g * value_at(d, a) * row_scale(r, d, rows[q]);
+                const double term = g * value_at(d, a) * x;
                 squares[MFM_TENSOR_W][c * r->size[MFM_TENSOR_W] + d->features[a]] += term * term;
             }
         }

@@ -1110,16 +1110,16 @@ static int cmd_tune(const settings *s, job *j) {
     holdout h;
     mfm_csr csr;
     mfm_error e;
-    double fraction = 0, best_value = 0;
+    double fraction = 0, best_value = 0, lr_at;
     int rc, a, b, best_a = -1, best_b = -1, best_epoch = 0, n_runs = 0, need_fields, higher_is_better = 0;
     char lr_default[64];
     mfm_params chosen = s->p;
     memset(&h, 0, sizeof h);
     quiet.quiet = 1; /* a line per run, not per epoch */
+    chosen.learning_rate = 0; /* tune searches around the model's default, whatever -r says */
     choose_model(s, MFM_TASK_DEFAULT, &chosen);
-    chosen.learning_rate = 0; /* the default for this model, around which tune searches */
-    chosen.learning_rate = mfm_params_resolve(&chosen).learning_rate;
-    snprintf(lr_default, sizeof lr_default, "%g,%g,%g", 0.4 * chosen.learning_rate, chosen.learning_rate, 2 * chosen.learning_rate);
+    lr_at = mfm_params_resolve(&chosen).learning_rate;
+    snprintf(lr_default, sizeof lr_default, "%g,%g,%g", 0.4 * lr_at, lr_at, 2 * lr_at);
     early_stopping_epochs(s, &quiet.p);
     if ((rc = parse_grid("--lr-grid", s->lr_grid ? s->lr_grid : lr_default, 1, &lr)) != 0) return rc;
     if ((rc = parse_grid("--l2-grid", s->l2_grid ? s->l2_grid : "0,2e-5,1e-4", 0, &l2)) != 0) return rc;
