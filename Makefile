@@ -212,7 +212,7 @@ kernels-fresh: build/embed_kernels
 
 # ---- benchmark, demo and the mfm tool ----
 
-build/bench: bench/bench.c
+build/bench: bench/bench.c bench/roofline.h
 build/bench-defaults: bench/defaults.c
 build/bench-gpu: bench/gpu.c
 build/demo-data: bench/demo.c

@@ -5,7 +5,7 @@
    with every core, written as a binary dataset file and loaded back (mmap + checksum). Then
    one table row per (model, k, batch size, threads; "2h": two Hogwild threads, params.hogwild):
    one AdaGrad run over the training rows, then prediction (probabilities) and metrics on
-   held-out rows; with --repeat N, N runs of each, the thread counts of a (model, k, batch)
+   held-out rows on as many threads; with --repeat N, N runs of each, the thread counts of a (model, k, batch)
    taking turns, and the fastest of each reported, so that a noisy machine's slow spells fall
    on no one row. Data generation is timed on its own and kept out of every rate. `bench
    --help` lists the options. */
@@ -13,6 +13,7 @@
 #include "../modern_fm.h"
 
 #include "common.h"
+#include "roofline.h"
 #include "synth.h"
 
 #include <inttypes.h>
@@ -28,6 +29,7 @@ typedef struct list {
 typedef struct options {
     uint64_t io_rows; /* rows of the data-file table (0: skip it) */
     int io_only;
+    int roofline; /* --roofline: the memory tests, and each row's rate as a share of their ceiling */
     uint64_t rows; /* training rows; a quarter as many test rows */
     uint32_t features;
     int epochs, repeat;
@@ -86,6 +88,8 @@ static void usage(int code) {
            "  --seed N       data seed (default 1)\n"
            "  --io-rows N    rows of the data-file table (default 500000, about 230 MB of text; 0 skips it)\n"
            "  --io-only      only the data-file table\n"
+           "  --roofline     measure memory bandwidth and latency at each thread count (bench/roofline.h) and give\n"
+           "                 each training row as a share of that ceiling (about a minute per thread count)\n"
            "  --quick        a tiny smoke run: 5000 rows, 100000 features, k 4, 20000 data-file rows\n");
     exit(code);
 }
@@ -95,6 +99,7 @@ static void parse_options(int argc, char **argv, options *o) {
     int i, ok = 1;
     o->io_rows = 500000;
     o->io_only = 0;
+    o->roofline = 0;
     o->rows = 50000; /* 200000 rows and 10^6 features take over 10 minutes on 2 cores */
     o->features = 262144;
     o->epochs = 1;
@@ -116,6 +121,10 @@ static void parse_options(int argc, char **argv, options *o) {
         }
         if (strcmp(a, "--io-only") == 0) {
             o->io_only = 1;
+            continue;
+        }
+        if (strcmp(a, "--roofline") == 0) {
+            o->roofline = 1;
             continue;
         }
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) usage(0);
@@ -200,6 +209,76 @@ static double csr_mb(const mfm_csr *d) {
     return b / 1048576.0;
 }
 
+/* The parameter and optimizer-state bytes one training row reads, and writes back, under
+   AdaGrad, for z non-zeros of distinct fields: FFM's z(z - 1) vectors of 2k floats (v and its
+   accumulator) and z w blocks of 2; FM's and FwFM's z features of 2k + 2 floats, and FwFM's
+   z(z - 1) / 2 field-pair blocks of 2; w0's 2. */
+static double row_bytes(int model, int k, double z) {
+    double floats = model == MFM_MODEL_FFM ? z * (z - 1) * 2 * k + 2 * z : z * (2 * k + 2);
+    if (model == MFM_MODEL_FWFM) floats += z * (z - 1);
+    return 4 * (floats + 2);
+}
+
+/* The memory a row touches at one place per feature: FFM a feature's vectors for every field
+   (fields x 2k floats, one after the other); FM and FwFM the feature's v and w, in whole lines. */
+static uint64_t feature_block(int model, int k, int fields) {
+    uint64_t b = 64;
+    if (model == MFM_MODEL_FFM) return (uint64_t)fields * 2 * (uint64_t)k * 4;
+    while (b < (uint64_t)(2 * k + 2) * 4) b *= 2;
+    return b;
+}
+
+/* Random read-modify-write GB/s at (threads, block), measured once and remembered. */
+static double rmw_gbps(int threads, uint64_t block) {
+    static struct {
+        int threads;
+        uint64_t block;
+        double gbps;
+    } seen[64];
+    static int n_seen;
+    int i;
+    for (i = 0; i < n_seen; i++)
+        if (seen[i].threads == threads && seen[i].block == block) return seen[i].gbps;
+    if (n_seen == 64) return roof_best(1, threads, block);
+    seen[n_seen].threads = threads, seen[n_seen].block = block, seen[n_seen].gbps = roof_best(1, threads, block);
+    return seen[n_seen++].gbps;
+}
+
+/* The memory table: per thread count of the list, copy and random read-modify-write GB/s
+   (64-byte lines and each model's feature block) and latency. */
+static void roofline_table(const options *o, int fields) {
+    uint64_t blocks[16];
+    int n_blocks = 0, a, b, d, i, seen_threads[MAX_LIST], n_threads = 0;
+    blocks[n_blocks++] = 64;
+    for (a = 0; a < o->models.n; a++)
+        for (b = 0; b < o->k.n; b++) {
+            const uint64_t blk = feature_block(o->models.v[a], o->k.v[b], fields);
+            for (i = 0; i < n_blocks && blocks[i] != blk; i++) {}
+            if (i == n_blocks && n_blocks < 16) blocks[n_blocks++] = blk;
+        }
+    printf("memory    copy: STREAM's b[i] = a[i] over 1 GiB; rmw B: blocks of B bytes at random places of 2 GiB, each read and\n"
+           "          written back, addresses independent of the data; GB/s count bytes read + written; latency: a pointer\n"
+           "          chase over 1 GiB, one miss at a time (each thread its own). Best of 3; every thread first-touches its share.\n");
+    printf("%4s %10s %11s", "thr", "copy_GB/s", "latency_ns");
+    for (i = 0; i < n_blocks; i++) {
+        char h[32];
+        snprintf(h, sizeof h, "rmw_%lluB_GB/s", (unsigned long long)blocks[i]);
+        printf(" %16s", h);
+    }
+    printf("\n");
+    for (d = 0; d < o->threads.n; d++) {
+        const int t = o->threads.v[d] & ~HOGWILD;
+        for (i = 0; i < n_threads && seen_threads[i] != t; i++) {}
+        if (i < n_threads) continue;
+        seen_threads[n_threads++] = t;
+        printf("%4d %10.1f %11.1f", t, roof_best(0, t, 0), roof_best(2, t, 0));
+        for (i = 0; i < n_blocks; i++) printf(" %16.1f", rmw_gbps(t, blocks[i]));
+        printf("\n");
+        fflush(stdout);
+    }
+    printf("\n");
+}
+
 /* The fastest of a table row's runs (the results are the same bits every run, Hogwild's aside). */
 typedef struct cell {
     double train, predict, init, peak, model_mb;
@@ -229,7 +308,7 @@ static void run_once(const options *o, const mfm_csr *train, const mfm_csr *test
     bench_check(mfm_fit(m, train, &e), &e, "mfm_fit");
     t2 = bench_now();
     peak = peak_rss_mb();
-    bench_check(mfm_model_set_threads(m, 0, &e), &e, "mfm_model_set_threads"); /* prediction on every core */
+    bench_check(mfm_model_set_threads(m, threads & ~HOGWILD, &e), &e, "mfm_model_set_threads"); /* prediction on as many threads */
     tp = bench_now();
     bench_check(mfm_predict(m, test, MFM_OUTPUT_PROBABILITY, prob, test->n_rows, &e), &e, "mfm_predict");
     t3 = bench_now();
@@ -254,11 +333,17 @@ static void run_cells(const options *o, const mfm_csr *train, const mfm_csr *tes
     for (d = 0; d < o->threads.n; d++)
         if (o->threads.v[d] == 1) one = d;
     for (d = 0; d < o->threads.n; d++) {
-        char ratio[16] = "-", thr[16];
+        char ratio[16] = "-", thr[16], roof[64] = "";
         if (one >= 0) snprintf(ratio, sizeof ratio, "%.2fx", best[d].train / best[one].train);
         snprintf(thr, sizeof thr, "%d%s", o->threads.v[d] & ~HOGWILD, o->threads.v[d] & HOGWILD ? "h" : "");
-        printf("%-5s %3d %6d %4s %13.0f %8s %15.0f %8.4f %7.4f %7.2f %9.0f %8.0f\n", mfm_model_type_name((mfm_model_type)model), k, batch, thr, best[d].train, ratio,
-               best[d].predict, best[d].met.logloss, best[d].met.auc, best[d].init, best[d].model_mb, best[d].peak);
+        if (o->roofline) { /* bytes per row; rows/s x bytes read and written over the random read-modify-write rate; the replay */
+            const double z = (double)train->row_offsets[train->n_rows] / (double)train->n_rows, bytes = row_bytes(model, k, z);
+            const double gbps = rmw_gbps(o->threads.v[d] & ~HOGWILD, feature_block(model, k, (int)train->n_fields));
+            const double replay = roof_replay_rate(train, model, k, o->threads.v[d] & ~HOGWILD);
+            snprintf(roof, sizeof roof, " %8.0f %7.0f %12.0f %7.0f", bytes, 100 * best[d].train * 2 * bytes / (gbps * 1e9), replay, 100 * best[d].train / replay);
+        }
+        printf("%-5s %3d %6d %4s %13.0f %8s %15.0f %8.4f %7.4f %7.2f %9.0f %8.0f%s\n", mfm_model_type_name((mfm_model_type)model), k, batch, thr, best[d].train, ratio,
+               best[d].predict, best[d].met.logloss, best[d].met.auc, best[d].init, best[d].model_mb, best[d].peak, roof);
         fflush(stdout);
     }
 }
@@ -385,13 +470,21 @@ int main(int argc, char **argv) {
     printf("\n          (vs_1thr: train_rows/s against the same model, k and batch on one thread;\n"
            "          thr 2h: two Hogwild threads, lock-free on shared parameters, not reproducible)\n");
     printf("          (init_s: mfm_model_create, i.e. allocating and seeding parameters and state, timed apart)\n");
-    printf("predict   probabilities for the test rows on every core (thr: training threads only); logloss and AUC on them\n");
+    printf("predict   probabilities for the test rows on the row's thread count (2h: 2 threads); logloss and AUC on them\n");
     printf("memory    model_MB: parameters + optimizer state + padding; peak_MB: the process's peak resident memory from creating\n"
            "          the model to the end of training (Linux: reset per row), which also holds the data: %.1f MB of\n"
            "          training rows and %.1f MB of test rows\n\n",
            csr_mb(&train), csr_mb(&test));
-    printf("%-5s %3s %6s %4s %13s %8s %15s %8s %7s %7s %9s %8s\n", "model", "k", "batch", "thr", "train_rows/s", "vs_1thr", "predict_rows/s",
-           "logloss", "auc", "init_s", "model_MB", "peak_MB");
+    if (o.roofline) {
+        roofline_table(&o, (int)s.n_fields);
+        printf("roofline  B/row: parameter and state bytes a row reads (and writes back) under AdaGrad; rmw%%: train_rows/s x\n"
+               "          2 x B/row over the random read-modify-write GB/s of the model's feature block at that thread count\n"
+               "          (over 100 where the Zipf ids' common features stay in cache); replay: rows/s of reading and writing\n"
+               "          back just those bytes, row by row, on the same data and threads (bench/roofline.h), and roof%%:\n"
+               "          train_rows/s over it\n\n");
+    }
+    printf("%-5s %3s %6s %4s %13s %8s %15s %8s %7s %7s %9s %8s%s\n", "model", "k", "batch", "thr", "train_rows/s", "vs_1thr", "predict_rows/s",
+           "logloss", "auc", "init_s", "model_MB", "peak_MB", o.roofline ? "    B/row    rmw%  replay_rows/s   roof%" : "");
     for (a = 0; a < o.models.n; a++)
         for (b = 0; b < o.k.n; b++)
             for (c = 0; c < o.batch.n; c++) run_cells(&o, &train, &test, o.models.v[a], o.k.v[b], o.batch.v[c], prob);
