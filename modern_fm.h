@@ -4606,6 +4606,8 @@ typedef struct mfm__trainer {
     uint32_t feature_set[2 * MFM__MAX_SIMPLE_NNZ][2]; /* open addressing: id, and the row's stamp when live */
     mfm__ffm_span next_span; /* batch 1, FFM: the next row's spans, which this row's steps ask for (bytes 0: none) */
     int epoch;               /* 1-based within the mfm_fit call, for messages; 0 in mfm_partial_fit */
+    char apart[128];         /* Hogwild's trainers lie side by side (mfm__fit): keeps the next one's fields, read every row,
+                                off the lines this one writes every row (stamp, feature_set, next_span) */
 } mfm__trainer;
 
 static uint64_t mfm__mix(uint64_t id) { return (id * 0x9E3779B97F4A7C15ull) >> 24; }
