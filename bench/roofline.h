@@ -96,6 +96,20 @@ static void *roof_thread(void *arg) {
     return NULL;
 }
 
+/* Runs fn(jobs[t]) for t = 0 .. n-1, each on its own thread (0 on the caller), and waits for
+   all; jobs are `size` bytes apart. */
+static void roof_run(void *(*fn)(void *), void *jobs, size_t size, int n) {
+    pthread_t threads[256];
+    int t;
+    for (t = 1; t < n; t++)
+        if (pthread_create(&threads[t], NULL, fn, (char *)jobs + (size_t)t * size) != 0) {
+            fprintf(stderr, "bench: could not start a thread\n");
+            exit(1);
+        }
+    fn(jobs);
+    for (t = 1; t < n; t++) pthread_join(threads[t], NULL);
+}
+
 /* 2 MB aligned, asking Linux for huge pages, as the library's tables do (mfm__table_alloc): with
    4 KB pages most random accesses would first miss the TLB. */
 static unsigned char *roof_alloc(uint64_t bytes) {
@@ -112,7 +126,6 @@ static unsigned char *roof_alloc(uint64_t bytes) {
 static double roof_test(int kind, int n_threads, uint64_t block) {
     const uint64_t bytes = kind == 1 ? (uint64_t)2 << 30 : (uint64_t)1 << 30;
     roof_job jobs[256];
-    pthread_t threads[256];
     pthread_barrier_t start;
     unsigned char *a = roof_alloc(bytes), *b = kind == 0 ? roof_alloc(bytes) : NULL;
     double slowest = 0, moved = 0;
@@ -127,13 +140,8 @@ static double roof_test(int kind, int n_threads, uint64_t block) {
         memset(j, 0, sizeof *j);
         j->kind = kind, j->thread = t, j->n_threads = n_threads, j->a = a, j->b = b, j->bytes = bytes, j->block = block, j->start = &start;
         j->ops = kind == 1 ? ((uint64_t)256 << 20) / block : (uint64_t)1 << 22; /* 256 MB of blocks; 4M loads */
-        if (t > 0 && pthread_create(&threads[t], NULL, roof_thread, j) != 0) {
-            fprintf(stderr, "bench: could not start a thread\n");
-            exit(1);
-        }
     }
-    roof_thread(&jobs[0]);
-    for (t = 1; t < n_threads; t++) pthread_join(threads[t], NULL);
+    roof_run(roof_thread, jobs, sizeof jobs[0], n_threads);
     pthread_barrier_destroy(&start);
     for (t = 0; t < n_threads; t++) {
         uint64_t lo, hi;
@@ -222,7 +230,6 @@ static double roof_replay_rate(const mfm_csr *d, int model, int k, int n_threads
     const uint64_t bytes = ((uint64_t)d->n_features * stride * sizeof(float) + ((uint64_t)2 << 20) - 1) / ((uint64_t)2 << 20) * ((uint64_t)2 << 20);
     float *table = (float *)roof_alloc(bytes), *pairs = (float *)calloc((size_t)d->n_fields * d->n_fields * 2, sizeof(float));
     roof_replay jobs[256];
-    pthread_t threads[256];
     pthread_barrier_t start;
     double best = 0;
     int rep, t;
@@ -237,13 +244,8 @@ static double roof_replay_rate(const mfm_csr *d, int model, int k, int n_threads
         for (t = 0; t < n_threads; t++) {
             roof_replay *j = &jobs[t];
             j->d = d, j->model = model, j->k = k, j->thread = t, j->n_threads = n_threads, j->table = table, j->pairs = pairs, j->stride = stride, j->start = &start;
-            if (t > 0 && pthread_create(&threads[t], NULL, roof_replay_thread, j) != 0) {
-                fprintf(stderr, "bench: could not start a thread\n");
-                exit(1);
-            }
         }
-        roof_replay_thread(&jobs[0]);
-        for (t = 1; t < n_threads; t++) pthread_join(threads[t], NULL);
+        roof_run(roof_replay_thread, jobs, sizeof jobs[0], n_threads);
         pthread_barrier_destroy(&start);
         for (t = 0; t < n_threads; t++)
             if (jobs[t].seconds > slowest) slowest = jobs[t].seconds;
