@@ -4591,6 +4591,9 @@ typedef struct mfm__trainer {
     float *scores;        /* with line: batch x C, each row's scores against the frozen parameters */
     double *along;        /* with line: batch x 2, each row's loss's slope and curvature along the linear terms' steps */
     double alpha;         /* with line: the fraction of the linear terms' steps the batch takes */
+    uint64_t *nnz_at;     /* with line: batch + 1, where each row's non-zeros start among the batch's */
+    uint32_t *w_entry;    /* with line: per non-zero of the batch, its w's entry in its owner's table (mfm__gradient_task) */
+    uint64_t cap_w_entry;
     float *sums;          /* batch x C x k: FM's per-row sums, where it keeps no terms */
     float *terms;         /* batch x C x terms_row: what each row's score left for the owners to add up (FM: mfm__fm_keep_terms;
                              FwFM's dense rows: mfm__fwfm_keep_terms), or NULL */
@@ -5555,6 +5558,7 @@ static void mfm__gradient_task(void *ctx, int index) {
         for (c = 0; c < C; c++)
             mfm__gradient_row(tr, wk, index, c, &row, owned, n_owned, tr->dlds[q * C + c], tr->sums ? tr->sums + (q * C + c) * k : NULL,
                               tr->kept[q] ? tr->terms + (q * C + c) * tr->terms_row : NULL);
+        for (a = 0; tr->line && a < n_owned; a++) tr->w_entry[tr->nnz_at[q] + owned[a]] = wk->entry[a]; /* for mfm__line_task */
     }
 }
 
@@ -5678,15 +5682,6 @@ static void mfm__apply_task(void *ctx, int index) {
    the labels. One step, not the exact minimum, so that a batch costs one pass over its rows: on
    Criteo-shaped data the exact minimum (found by regula falsi) was no better (docs/DEFAULTS.md). */
 
-/* Where coordinate id's sums lie in the table, UINT64_MAX where this batch did not touch it
-   (mfm__own's probe, which stops at the first slot of an older batch). */
-static uint64_t mfm__entry_of(const mfm__coords *o, uint64_t id, uint32_t stamp) {
-    uint64_t h;
-    for (h = mfm__mix(id) & o->mask; o->mask && o->slots[h].stamp == stamp; h = (h + 1) & o->mask)
-        if (o->slots[h].id == id) return o->slots[h].index;
-    return UINT64_MAX;
-}
-
 /* weight * delta' H delta: the curvature along delta of a row's loss at its scores s, H the
    loss's second derivative in the scores. prob: C doubles of scratch. */
 static double mfm__curvature(const mfm_model *m, const float *s, const double *delta, double *prob, float weight) {
@@ -5707,7 +5702,7 @@ static double mfm__curvature(const mfm_model *m, const float *s, const double *d
 static void mfm__line_task(void *ctx, int index) {
     const mfm__trainer *tr = (const mfm__trainer *)ctx;
     mfm__worker *wk = &tr->workers[index];
-    const uint32_t C = tr->m->n_classes, stamp = tr->stamp_batch;
+    const uint32_t C = tr->m->n_classes;
     const float *step_w0 = tr->workers[0].own[MFM_TENSOR_W0].g; /* one entry, w0 of every class */
     double *delta = wk->prob + C; /* C doubles after the scratch of mfm__curvature */
     uint64_t q, lo, hi;
@@ -5717,11 +5712,9 @@ static void mfm__line_task(void *ctx, int index) {
         const mfm__row row = mfm__get_row(tr->m, tr->d, tr->rows[q], tr->ones, wk->scaled);
         double slope = 0;
         for (c = 0; c < C; c++) delta[c] = step_w0[c];
-        for (a = 0; a < row.z; a++) {
-            const mfm__coords *o = &tr->workers[mfm__owner(row.feat[a], tr->n_workers)].own[MFM_TENSOR_W];
-            const uint64_t entry = mfm__entry_of(o, row.feat[a], stamp);
-            if (entry == UINT64_MAX) continue; /* untouched: no step (every non-zero's w is touched today) */
-            for (c = 0; c < C; c++) delta[c] += (double)row.x[a] * o->g[entry * 2 * C + c];
+        for (a = 0; a < row.z; a++) { /* every non-zero's w was touched, its entry kept (tr->w_entry) */
+            const float *step = tr->workers[mfm__owner(row.feat[a], tr->n_workers)].own[MFM_TENSOR_W].g + (uint64_t)tr->w_entry[tr->nnz_at[q] + a] * 2 * C;
+            for (c = 0; c < C; c++) delta[c] += (double)row.x[a] * step[c];
         }
         for (c = 0; c < C; c++) slope += (double)tr->dlds[q * C + c] * delta[c];
         tr->along[2 * q] = slope;
@@ -5792,6 +5785,8 @@ static void mfm__trainer_free(mfm__trainer *tr) {
     MFM_FREE(tr->dlds);
     MFM_FREE(tr->scores);
     MFM_FREE(tr->along);
+    MFM_FREE(tr->nnz_at);
+    MFM_FREE(tr->w_entry);
     MFM_FREE(tr->sums);
     MFM_FREE(tr->terms);
     MFM_FREE(tr->kept);
@@ -5853,7 +5848,8 @@ static int mfm__trainer_init(mfm__trainer *tr, mfm_model *m, const mfm_csr *d, c
         if (tr->line) {
             tr->scores = (float *)mfm__alloc(rows * C, sizeof(float));
             tr->along = (double *)mfm__alloc(rows * 2, sizeof(double));
-            if (!tr->scores || !tr->along) return 0;
+            tr->nnz_at = (uint64_t *)mfm__alloc(rows + 1, sizeof(uint64_t));
+            if (!tr->scores || !tr->along || !tr->nnz_at) return 0;
         }
         if (p->model == MFM_MODEL_FM && !p->linear_only && p->batch_size > 1) { /* mfm__fm_keep_terms, or else each row's sums */
             tr->terms_row = info->max_row_nnz * (uint64_t)m->k;
@@ -6090,6 +6086,12 @@ static mfm_status mfm__pass(mfm__trainer *tr, mfm__pool *pool, const uint64_t *r
                 for (t = 0; t < MFM_TENSOR_COUNT; t++)
                     if (tr->workers[w].own[t].slots) memset(tr->workers[w].own[t].slots, 0, (tr->workers[w].own[t].mask + 1) * sizeof(mfm__coord_slot));
             tr->stamp_batch = 1;
+        }
+        if (tr->line) { /* where the batch's rows' non-zeros start, for tr->w_entry */
+            uint64_t q;
+            for (tr->nnz_at[0] = q = 0; q < tr->n_batch; q++) tr->nnz_at[q + 1] = tr->nnz_at[q] + tr->d->row_offsets[tr->rows[q] + 1] - tr->d->row_offsets[tr->rows[q]];
+            if (!mfm__reserve((void **)&tr->w_entry, &tr->cap_w_entry, tr->nnz_at[tr->n_batch], sizeof(uint32_t)))
+                return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for the batch's line search; the model holds the updates of the batches before it");
         }
         mfm__pool_run(pool, mfm__score_task, tr);
         for (w = 0; w < tr->n_workers; w++)
