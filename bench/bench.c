@@ -228,21 +228,26 @@ static uint64_t feature_block(int model, int k, int fields) {
     return b;
 }
 
-/* Random read-modify-write GB/s at (threads, block), measured once and remembered. */
-static double rmw_gbps(int threads, uint64_t block) {
+/* A ceiling, measured once per (threads, model, k, block) and remembered: with model < 0 the
+   random read-modify-write GB/s of blocks of `block` bytes, else the replay's rows/s of the
+   model at k on the training rows d. */
+static double ceiling(const mfm_csr *d, int threads, int model, int k, uint64_t block) {
     static struct {
-        int threads;
+        int threads, model, k;
         uint64_t block;
-        double gbps;
+        double value;
     } seen[64];
     static int n_seen;
+    double value;
     int i;
     for (i = 0; i < n_seen; i++)
-        if (seen[i].threads == threads && seen[i].block == block) return seen[i].gbps;
-    if (n_seen == 64) return roof_best(1, threads, block);
-    seen[n_seen].threads = threads, seen[n_seen].block = block, seen[n_seen].gbps = roof_best(1, threads, block);
-    return seen[n_seen++].gbps;
+        if (seen[i].threads == threads && seen[i].model == model && seen[i].k == k && seen[i].block == block) return seen[i].value;
+    value = model < 0 ? roof_best(1, threads, block) : roof_replay_rate(d, model, k, threads);
+    if (n_seen < 64) seen[n_seen].threads = threads, seen[n_seen].model = model, seen[n_seen].k = k, seen[n_seen].block = block, seen[n_seen++].value = value;
+    return value;
 }
+
+static double rmw_gbps(int threads, uint64_t block) { return ceiling(NULL, threads, -1, 0, block); }
 
 /* The memory table: per thread count of the list, copy and random read-modify-write GB/s
    (64-byte lines and each model's feature block) and latency. */
@@ -339,7 +344,7 @@ static void run_cells(const options *o, const mfm_csr *train, const mfm_csr *tes
         if (o->roofline) { /* bytes per row; rows/s x bytes read and written over the random read-modify-write rate; the replay */
             const double z = (double)train->row_offsets[train->n_rows] / (double)train->n_rows, bytes = row_bytes(model, k, z);
             const double gbps = rmw_gbps(o->threads.v[d] & ~HOGWILD, feature_block(model, k, (int)train->n_fields));
-            const double replay = roof_replay_rate(train, model, k, o->threads.v[d] & ~HOGWILD);
+            const double replay = ceiling(train, o->threads.v[d] & ~HOGWILD, model, k, 0);
             snprintf(roof, sizeof roof, " %8.0f %7.0f %12.0f %7.0f", bytes, 100 * best[d].train * 2 * bytes / (gbps * 1e9), replay, 100 * best[d].train / replay);
         }
         printf("%-5s %3d %6d %4s %13.0f %8s %15.0f %8.4f %7.4f %7.2f %9.0f %8.0f%s\n", mfm_model_type_name((mfm_model_type)model), k, batch, thr, best[d].train, ratio,
