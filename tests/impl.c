@@ -20,6 +20,25 @@ size_t inplace_train_dump(const mfm_params *p, const mfm_csr *d, float *out, siz
     return n;
 }
 
+/* The main library's side of test_inplace_maps_the_other_layout: train and save to path (w
+   inside V's blocks, for FM and FwFM at small k), or map path; then the scores of d. */
+int inplace_train_save_score(const mfm_params *p, const mfm_csr *d, const char *path, float *scores, size_t n);
+int inplace_train_save_score(const mfm_params *p, const mfm_csr *d, const char *path, float *scores, size_t n) {
+    mfm_model *m = NULL;
+    int ok = mfm_train(p, d, &m, NULL) == MFM_OK && mfm_model_save(m, path, 1, NULL) == MFM_OK &&
+             mfm_predict(m, d, MFM_OUTPUT_SCORE, scores, n, NULL) == MFM_OK;
+    mfm_model_free(m);
+    return ok;
+}
+
+int inplace_map_score(const char *path, const mfm_csr *d, float *scores, size_t n);
+int inplace_map_score(const char *path, const mfm_csr *d, float *scores, size_t n) {
+    mfm_model *m = NULL;
+    int ok = mfm_model_map(path, &m, NULL) == MFM_OK && mfm_predict(m, d, MFM_OUTPUT_SCORE, scores, n, NULL) == MFM_OK;
+    mfm_model_free(m);
+    return ok;
+}
+
 /* Forgets what the CUDA loader found, so that a forked child loads again under its own
    environment (the loader otherwise loads once per process). */
 void test_cuda_forget(void);

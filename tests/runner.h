@@ -92,6 +92,9 @@
     X(test_model_save_crash_safe)           \
     X(test_model_load_crafted_class_weights) \
     X(test_model_inspect_agrees_with_load)    \
+    X(test_model_files_of_format_1_load)      \
+    X(test_inplace_maps_the_other_layout)     \
+    X(test_model_map_outlives_its_file)       \
     X(test_faults_output_writer) \
     X(test_faults_unwritable_folder) \
     X(test_faults_kill_during_save) \
@@ -115,6 +118,7 @@
     X(test_cli_errors)                        \
     X(test_cli_hogwild)                       \
     X(test_cli_resume)                        \
+    X(test_cli_export)                        \
     X(test_cli_cache_and_backend)             \
     X(test_cli_literal_zero)                  \
     X(test_cli_default_holdout)               \

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #define MFM_TOOL tool_path()
 
@@ -473,6 +474,64 @@ void test_cli_resume(void) {
     mfm_model_free(a);
     mfm_model_free(b);
     mfm_dataset_free(data);
+    scratch_clean();
+}
+
+/* mfm export: a model with its state (format 2, state stored), --predict-only (no state, a
+   smaller file), and a format-1 file upgraded; `mfm predict` of each writes the same bits as
+   of the original; exporting onto MODEL itself, or a damaged MODEL, fails with a sentence and
+   leaves OUT absent. */
+void test_cli_export(void) {
+    char model[256], full[256], served[256], upgraded[256], preds[3][256], cmd[8192], out[4096], errs[4096];
+    unsigned char *p0, *p;
+    size_t n0, n;
+    mfm_model_file_info fm, ff, fs, fu;
+    mfm_error e;
+    int rc, i;
+    REQUIRE(cli_data(), "cannot write the data files");
+    scratch_path(model, sizeof model, "trained.model");
+    scratch_path(full, sizeof full, "full.model");
+    scratch_path(served, sizeof served, "served.model");
+    scratch_path(upgraded, sizeof upgraded, "upgraded.model");
+    for (i = 0; i < 3; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "p%d.txt", i);
+        scratch_path(preds[i], sizeof preds[i], name);
+    }
+    snprintf(cmd, sizeof cmd,
+             "%s train --model ffm -k 4 -t 2 --validation-fraction 0 --quiet %s %s && %s export %s %s && %s export --predict-only %s %s && "
+             "%s predict %s %s %s && %s predict %s %s %s && %s predict %s %s %s",
+             MFM_TOOL, FFM_TRAIN, model, MFM_TOOL, model, full, MFM_TOOL, model, served, MFM_TOOL, model, FFM_TEST, preds[0], MFM_TOOL, full, FFM_TEST,
+             preds[1], MFM_TOOL, served, FFM_TEST, preds[2]);
+    rc = run_tool(cmd, out, sizeof out, errs, sizeof errs);
+    if (CHECK(rc == 0, "'%s' exited with %d: %s", cmd, rc, errs) && CHECK(mfm_model_file_inspect(model, &fm, &e) == MFM_OK, "%s", e.message) &&
+        CHECK(mfm_model_file_inspect(full, &ff, &e) == MFM_OK, "%s", e.message) && CHECK(mfm_model_file_inspect(served, &fs, &e) == MFM_OK, "%s", e.message)) {
+        CHECK(ff.format_version == 2 && ff.has_state && ff.file_bytes == fm.file_bytes, "export: format %u, state %d, %llu bytes (trained: %llu)",
+              ff.format_version, ff.has_state, (unsigned long long)ff.file_bytes, (unsigned long long)fm.file_bytes);
+        CHECK(!fs.has_state && fs.file_bytes < fm.file_bytes * 2 / 3, "export --predict-only: state %d, %llu bytes of %llu", fs.has_state,
+              (unsigned long long)fs.file_bytes, (unsigned long long)fm.file_bytes);
+        CHECK(strstr(out, "the parameters alone") != NULL, "export --predict-only says: %s", out);
+        p0 = read_whole_file(preds[0], &n0);
+        for (i = 1; i < 3; i++) {
+            p = read_whole_file(preds[i], &n);
+            CHECK(p0 && p && n == n0 && memcmp(p, p0, n) == 0, "predictions from the %s model differ from the trained model's", i == 1 ? "exported" : "predict-only");
+            free(p);
+        }
+        free(p0);
+    }
+    snprintf(cmd, sizeof cmd, "%s export tests/data/v1-ffm-adagrad-binary.mfm %s", MFM_TOOL, upgraded);
+    rc = run_tool(cmd, out, sizeof out, errs, sizeof errs);
+    if (CHECK(rc == 0, "'%s' exited with %d: %s", cmd, rc, errs) && CHECK(mfm_model_file_inspect(upgraded, &fu, &e) == MFM_OK, "%s", e.message))
+        CHECK(fu.format_version == 2 && fu.has_state, "the upgraded file: format %u, state %d", fu.format_version, fu.has_state);
+    snprintf(cmd, sizeof cmd, "%s export %s %s", MFM_TOOL, model, model);
+    rc = run_tool(cmd, out, sizeof out, errs, sizeof errs);
+    CHECK(rc == 2 && strstr(errs, "same file"), "export onto MODEL itself: exit %d: %s", rc, errs);
+    CHECK(mfm_model_file_inspect(model, &fm, &e) == MFM_OK, "export onto MODEL itself damaged it: %s", e.message);
+    snprintf(cmd, sizeof cmd, "head -c 5000 %s > %s.cut && %s export %s.cut %s.out", model, model, MFM_TOOL, model, model);
+    rc = run_tool(cmd, out, sizeof out, errs, sizeof errs);
+    CHECK(rc == 1 && strstr(errs, "truncated"), "export of a truncated model: exit %d: %s", rc, errs);
+    snprintf(cmd, sizeof cmd, "%s.out", model);
+    CHECK(access(cmd, F_OK) != 0, "a failed export left %s", cmd);
     scratch_clean();
 }
 

@@ -6,6 +6,7 @@
 #include "../modern_fm.h"
 #include "ref.h"
 #include "runner.h"
+#include "scratch.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -53,23 +54,14 @@ static void trained_ffm(test_data *td, mfm_model **model, int n_threads) {
     mfm_train(&p, &td->csr, model, NULL);
 }
 
-/* Four threads predict with one model at the same time; every output equals a lone call's. */
-void test_predict_from_many_threads(void) {
-    test_data td;
-    mfm_model *m;
+/* CALLERS threads predict with one model at the same time; each output must equal `expected`. */
+static void predict_together(const mfm_model *m, const mfm_csr *d, const float *expected, size_t n, const char *what) {
     pthread_t threads[CALLERS];
     caller callers[CALLERS];
-    float *expected;
-    size_t n;
     int i;
-    trained_ffm(&td, &m, 1);
-    REQUIRE(m != NULL, "training failed");
-    n = (size_t)td.csr.n_rows * mfm_output_width(m, MFM_OUTPUT_SCORE);
-    expected = (float *)malloc(n * sizeof(float));
-    CHECK(mfm_predict(m, &td.csr, MFM_OUTPUT_SCORE, expected, n, NULL) == MFM_OK, "lone prediction failed");
     for (i = 0; i < CALLERS; i++) {
         callers[i].model = m;
-        callers[i].data = &td.csr;
+        callers[i].data = d;
         callers[i].out = (float *)malloc(n * sizeof(float));
         callers[i].n = n;
         callers[i].failures = 0;
@@ -77,13 +69,35 @@ void test_predict_from_many_threads(void) {
     }
     for (i = 0; i < CALLERS; i++) {
         pthread_join(threads[i], NULL);
-        CHECK(callers[i].failures == 0, "caller %d: %d failed predictions", i, callers[i].failures);
-        CHECK(memcmp(callers[i].out, expected, n * sizeof(float)) == 0, "caller %d: predictions differ from the lone call", i);
+        CHECK(callers[i].failures == 0, "%s, caller %d: %d failed predictions", what, i, callers[i].failures);
+        CHECK(memcmp(callers[i].out, expected, n * sizeof(float)) == 0, "%s, caller %d: predictions differ from the lone call", what, i);
         free(callers[i].out);
     }
+}
+
+/* Four threads predict with one model at the same time: the trained model, then the same model
+   saved and opened with mfm_model_map; every output equals a lone call's on the trained model. */
+void test_predict_from_many_threads(void) {
+    test_data td;
+    mfm_model *m, *mapped = NULL;
+    float *expected;
+    char path[256];
+    mfm_error e;
+    size_t n;
+    trained_ffm(&td, &m, 1);
+    REQUIRE(m != NULL, "training failed");
+    n = (size_t)td.csr.n_rows * mfm_output_width(m, MFM_OUTPUT_SCORE);
+    expected = (float *)malloc(n * sizeof(float));
+    CHECK(mfm_predict(m, &td.csr, MFM_OUTPUT_SCORE, expected, n, NULL) == MFM_OK, "lone prediction failed");
+    predict_together(m, &td.csr, expected, n, "trained model");
+    scratch_path(path, sizeof path, "threads.mfm");
+    if (CHECK(mfm_model_save(m, path, 1, &e) == MFM_OK && mfm_model_map(path, &mapped, &e) == MFM_OK, "save and map: %s", e.message))
+        predict_together(mapped, &td.csr, expected, n, "mapped model");
     free(expected);
+    mfm_model_free(mapped);
     mfm_model_free(m);
     data_free(&td);
+    scratch_clean();
 }
 
 /* Prediction splits rows, never a row's sums, and batch_size 1 has nothing to split: models with

@@ -21,10 +21,55 @@
 #include "dump.h"
 #include "ref.h"
 #include "runner.h"
+#include "scratch.h"
 
 #include <string.h>
 
 size_t inplace_train_dump(const mfm_params *p, const mfm_csr *d, float *out, size_t cap); /* tests/impl.c */
+int inplace_train_save_score(const mfm_params *p, const mfm_csr *d, const char *path, float *scores, size_t n);
+int inplace_map_score(const char *path, const mfm_csr *d, float *scores, size_t n);
+
+/* A model file holds its parameters as the library that wrote it lays them out (FM's and
+   FwFM's w inside V's blocks or not); mfm_model_map maps a file that lies as it would, and reads
+   one that does not into tables of its own: both ways round, the scores are the same bits. */
+void test_inplace_maps_the_other_layout(void) {
+    static const mfm_model_type models[] = {MFM_MODEL_FM, MFM_MODEL_FWFM};
+    char path[256];
+    size_t mi;
+    scratch_path(path, sizeof path, "layout.mfm");
+    for (mi = 0; mi < 2; mi++) {
+        data_spec spec;
+        test_data td;
+        mfm_params p;
+        mfm_model *m = NULL, *mapped = NULL;
+        float *want, *got;
+        size_t n;
+        memset(&spec, 0, sizeof spec);
+        spec.n_rows = 80, spec.feature_range = 30, spec.n_fields = 5, spec.min_nnz = 1, spec.max_nnz = 5, spec.with_values = 1;
+        spec.task = MFM_TASK_BINARY, spec.seed = 7 + mi;
+        data_random(&td, &spec);
+        memset(&p, 0, sizeof p);
+        p.model = models[mi], p.k = 3, p.n_epochs = 2, p.seed = 3;
+        n = (size_t)td.csr.n_rows;
+        want = (float *)calloc(n, sizeof(float)), got = (float *)calloc(n, sizeof(float));
+        /* this copy's layout (w apart) into the main library */
+        if (CHECK(mfm_train(&p, &td.csr, &m, NULL) == MFM_OK && mfm_model_save(m, path, 1, NULL) == MFM_OK, "%s: train and save", model_name(p.model))) {
+            CHECK(mfm_predict(m, &td.csr, MFM_OUTPUT_SCORE, want, n, NULL) == MFM_OK, "predict");
+            CHECK(inplace_map_score(path, &td.csr, got, n) && memcmp(want, got, n * sizeof(float)) == 0,
+                  "%s: the main library maps this copy's file to other scores", model_name(p.model));
+        }
+        /* the main library's layout (w inside) into this copy */
+        if (CHECK(inplace_train_save_score(&p, &td.csr, path, want, n), "%s: the main library's train and save", model_name(p.model)))
+            CHECK(mfm_model_map(path, &mapped, NULL) == MFM_OK && mfm_predict(mapped, &td.csr, MFM_OUTPUT_SCORE, got, n, NULL) == MFM_OK &&
+                      memcmp(want, got, n * sizeof(float)) == 0,
+                  "%s: this copy maps the main library's file to other scores", model_name(p.model));
+        mfm_model_free(mapped);
+        mfm_model_free(m);
+        free(want), free(got);
+        data_free(&td);
+    }
+    scratch_clean();
+}
 
 void test_inplace_equals_batched(void) {
     static const mfm_model_type models[] = {MFM_MODEL_FM, MFM_MODEL_FFM, MFM_MODEL_FWFM};

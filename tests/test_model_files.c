@@ -3,9 +3,12 @@
    independent deep copies, damaged files are refused with a sentence saying what is wrong, and
    a failed save leaves the old file in place.
 
-   Expected sizes follow the layout described in the header (a 228-byte header: magic, 18 u32,
-   2 u64, 11 f64, then 5 u32 and 3 f64 of the LIBFFM switches and early stopping; class weights; every tensor class by class, slot by slot; an 8-byte checksum),
-   computed here by hand. */
+   Expected sizes and checksums follow the layout of docs/FORMATS.md (format 2: a 252-byte
+   header of magic, 18 u32, 2 u64, 11 f64, 5 u32 and 3 f64 of the LIBFFM switches and early
+   stopping, u64 file size and directory offset, the header's checksum; class weights; 4096-byte
+   aligned sections of parameters, laid out as a model opened for prediction holds them, then of
+   state; the directory; its checksum), computed here by hand. Models opened with mfm_model_map
+   predict the same bits; files of format 1 (tests/data/) still load. */
 #if !defined(_XOPEN_SOURCE)
 #define _XOPEN_SOURCE 700
 #endif
@@ -25,7 +28,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-enum { MODEL_HEADER_BYTES = 8 + 18 * 4 + 2 * 8 + 11 * 8 + 5 * 4 + 3 * 8 }; /* 228 */
+enum { MODEL_HEADER_BYTES = 8 + 18 * 4 + 2 * 8 + 11 * 8 + 5 * 4 + 3 * 8 }; /* 228: format 1's header */
+enum { V2_FIELDS_BYTES = MODEL_HEADER_BYTES + 16, V2_HEADER_BYTES = V2_FIELDS_BYTES + 8, ALIGN = 4096, CHUNK = 1 << 20 };
 enum { N_FEATURES = 20, N_FIELDS = 4 };
 
 static const char *task_name(mfm_task t) { return t == MFM_TASK_REGRESSION ? "regression" : t == MFM_TASK_MULTICLASS ? "multiclass" : "binary"; }
@@ -171,16 +175,50 @@ static int same_info(const mfm_model_info *a, const mfm_model_info *b, const cha
                  (unsigned long long)b->n_parameters);
 }
 
-/* The file size the documented layout gives. */
+static uint64_t align_up(uint64_t x) { return (x + ALIGN - 1) / ALIGN * ALIGN; }
+
+/* The parameter floats of one class as a model opened for prediction lays them out: FM's and
+   FwFM's w inside V's blocks, padded to a power of two floats, where that is at most 16. */
+static uint64_t prediction_floats(const mfm_params *p, uint32_t n_features, uint32_t n_fields, int k, uint64_t *sections) {
+    uint64_t padded = 1, floats = 1; /* w0 */
+    while (padded < (uint64_t)k + 1) padded *= 2;
+    *sections = 2 + (p->model == MFM_MODEL_FWFM);
+    if (p->model == MFM_MODEL_FFM) {
+        floats += (uint64_t)n_features * (1 + (uint64_t)n_fields * k);
+        *sections += 1;
+    } else if (!p->linear_only && padded <= 16) {
+        floats += (uint64_t)n_features * padded;
+    } else {
+        floats += (uint64_t)n_features * (1 + (uint64_t)k);
+        *sections += 1;
+    }
+    if (p->model == MFM_MODEL_FWFM) floats += (uint64_t)n_fields * n_fields;
+    return floats;
+}
+
+/* The file size the documented layout gives: each section padded to 4096 bytes. */
 static uint64_t expected_file_bytes(const mfm_model *m, int with_state) {
     const mfm_params *p = mfm_model_params(m);
     mfm_model_info info;
-    uint64_t per_class, cw = 0;
+    uint64_t per_class, cw = 0, at, sections, padded = 1, table[4];
+    int t;
     mfm_model_get_info(m, &info);
     per_class = 1 + (uint64_t)info.n_features + (uint64_t)info.n_features * (p->model == MFM_MODEL_FFM ? info.n_fields : 1) * (uint64_t)info.k +
                 (p->model == MFM_MODEL_FWFM ? (uint64_t)info.n_fields * info.n_fields : 0);
     if (p->class_weight == MFM_CLASS_WEIGHT_EXPLICIT) cw = p->task == MFM_TASK_BINARY ? 2 : info.n_classes;
-    return MODEL_HEADER_BYTES + 4 * (cw + per_class * info.n_classes * (uint64_t)(with_state ? 1 + state_slots(p->optimizer) : 1)) + 8;
+    prediction_floats(p, info.n_features, info.n_fields, info.k, &sections);
+    while (padded < (uint64_t)info.k + 1) padded *= 2;
+    table[0] = 1; /* each parameter section on its own */
+    table[1] = sections == 2 + (p->model == MFM_MODEL_FWFM) ? 0 : info.n_features;
+    table[2] = (uint64_t)info.n_features * (p->model == MFM_MODEL_FFM ? (uint64_t)info.n_fields * info.k : table[1] ? (uint64_t)info.k : padded);
+    table[3] = p->model == MFM_MODEL_FWFM ? (uint64_t)info.n_fields * info.n_fields : 0;
+    at = align_up(V2_HEADER_BYTES + 4 * cw);
+    for (t = 0; t < 4; t++) at += align_up(4 * table[t] * info.n_classes);
+    if (with_state && state_slots(p->optimizer)) {
+        at += align_up(4 * per_class * info.n_classes * (uint64_t)state_slots(p->optimizer));
+        sections++;
+    }
+    return at + 8 + 40 * sections + 8;
 }
 
 /* The tables' bytes the documented layout gives: blocks of parameters then state; FM's and
@@ -214,11 +252,70 @@ static int scores_equal(const mfm_model *a, const mfm_model *b, const mfm_csr *d
     return ok;
 }
 
+/* A file opened with mfm_model_map: the parameters only (no state slots, memory_bytes of the
+   prediction layout), the same scores and parameters as `m`; training, new tensors and a save
+   with state are refused with a sentence; a save without state loads back to the same
+   parameters; its clone trains once its state is reset. */
+static void check_mapped(const char *path, const mfm_model *m, const mfm_csr *d, const char *what) {
+    const mfm_params *p = mfm_model_params(m);
+    mfm_model *mapped = NULL, *again = NULL, *clone = NULL;
+    mfm_model_info im, info;
+    mfm_error e;
+    mfm_status st = mfm_model_map(path, &mapped, &e);
+    uint64_t sections;
+    float one = 0;
+    char copy[300];
+    if (!CHECK(st == MFM_OK && mapped, "%s: map failed: %s", what, st ? e.message : "")) return;
+    mfm_model_get_info(m, &im);
+    mfm_model_get_info(mapped, &info);
+    CHECK(info.n_state_slots == 0 && info.has_state == (state_slots(p->optimizer) == 0) && info.epochs_trained == im.epochs_trained &&
+              info.n_parameters == im.n_parameters,
+          "%s: mapped info: state slots %d, has_state %d, epochs %llu", what, info.n_state_slots, info.has_state, (unsigned long long)info.epochs_trained);
+    CHECK(info.memory_bytes == 4 * im.n_classes * prediction_floats(p, im.n_features, im.n_fields, im.k, &sections),
+          "%s: mapped memory_bytes %llu, the prediction layout says %llu", what, (unsigned long long)info.memory_bytes,
+          (unsigned long long)(4 * im.n_classes * prediction_floats(p, im.n_features, im.n_fields, im.k, &sections)));
+    same_params(mfm_model_params(mapped), p, what);
+    scores_equal(m, mapped, d, what);
+    same_slots(m, mapped, 0, 0, what);
+    st = mfm_fit(mapped, d, &e);
+    CHECK(st == MFM_ERR_INVALID_ARGUMENT && strstr(e.message, "mfm_model_map") && strstr(e.message, "mfm_model_load"), "%s: fit of a mapped model: %d %s", what,
+          (int)st, st ? e.message : "");
+    st = mfm_model_set_tensor(mapped, MFM_TENSOR_W0, 0, 0, &one, 1, &e);
+    CHECK(st == MFM_ERR_INVALID_ARGUMENT && strstr(e.message, "read-only"), "%s: set_tensor of a mapped model: %d", what, (int)st);
+    st = mfm_model_get_tensor(mapped, MFM_TENSOR_W0, 1, 0, &one, 1, &e);
+    CHECK(st == MFM_ERR_INVALID_ARGUMENT, "%s: state slot 1 of a mapped model: %d", what, (int)st);
+    snprintf(copy, sizeof copy, "%s.copy", path);
+    st = mfm_model_save(mapped, copy, 1, &e);
+    CHECK(st == MFM_ERR_INVALID_ARGUMENT && strstr(e.message, "with_state = 0"), "%s: save with state of a mapped model: %d", what, (int)st);
+    st = mfm_model_save(mapped, copy, 0, &e);
+    if (CHECK(st == MFM_OK, "%s: save without state of a mapped model: %s", what, st ? e.message : "")) {
+        st = mfm_model_load(copy, &again, &e);
+        if (CHECK(st == MFM_OK, "%s: load of a mapped model's save: %s", what, st ? e.message : "")) same_slots(m, again, 0, 0, what);
+    }
+    mfm_model_reset_state(mapped); /* nothing to reset: no crash, no change */
+    scores_equal(m, mapped, d, what);
+    st = mfm_model_clone(mapped, &clone, &e);
+    if (CHECK(st == MFM_OK && clone, "%s: clone of a mapped model: %s", what, st ? e.message : "")) {
+        same_slots(m, clone, 0, 0, what);
+        if (state_slots(p->optimizer)) {
+            st = mfm_fit(clone, d, &e);
+            CHECK(st == MFM_ERR_INVALID_ARGUMENT && strstr(e.message, "mfm_model_reset_state"), "%s: fit of a mapped model's clone: %d", what, (int)st);
+        }
+        mfm_model_reset_state(clone);
+        st = mfm_fit(clone, d, &e);
+        CHECK(st == MFM_OK, "%s: fit of a mapped model's clone after reset: %s", what, st ? e.message : "");
+    }
+    mfm_model_free(clone);
+    mfm_model_free(again);
+    mfm_model_free(mapped);
+    remove(copy);
+}
+
 /* Every model (FM, FFM, FwFM) x task x optimizer, saved with and without its optimizer state,
    loads back with bit-identical scores and tensors (state slots zero and has_state 0 when it
    was not saved), the same epochs_trained, params and info (memory_bytes as the layout says);
    mfm_model_file_inspect describes the file (format and writer version, size as the layout
-   says, header facts). */
+   says, header facts); mfm_model_map opens it for prediction (check_mapped). */
 void test_model_save_load_round_trip(void) {
     static const mfm_model_type models[] = {MFM_MODEL_FM, MFM_MODEL_FFM, MFM_MODEL_FWFM};
     static const mfm_task tasks[] = {MFM_TASK_BINARY, MFM_TASK_REGRESSION, MFM_TASK_MULTICLASS};
@@ -278,6 +375,7 @@ void test_model_save_load_round_trip(void) {
                         same_params(&fi.params, mfm_model_params(m), what);
                         CHECK(fi.params.class_weights == NULL && fi.params.on_epoch == NULL, "%s: inspect hands back pointers", what);
                     }
+                    check_mapped(path, m, &td.csr, what);
                     if (!with_state) { /* refuses to resume until its state is reset, then trains on */
                         mfm_model_info after;
                         st = mfm_fit(l, &td.csr, &e);
@@ -474,6 +572,66 @@ static void store_le(unsigned char *p, uint64_t x, int bytes) {
     for (i = 0; i < bytes; i++) p[i] = (unsigned char)(x >> (8 * i));
 }
 
+static uint64_t load_le(const unsigned char *p, int bytes) {
+    uint64_t x = 0;
+    while (bytes--) x = x << 8 | p[bytes];
+    return x;
+}
+
+/* A format-2 file's directory, read as docs/FORMATS.md lays it out. */
+typedef struct v2_section {
+    uint32_t kind, tensor, stride, flags;
+    uint64_t offset, bytes;
+} v2_section;
+
+typedef struct v2_layout {
+    uint64_t directory, n_sections;
+    v2_section s[8];
+} v2_layout;
+
+static int v2_read(const unsigned char *b, size_t n, v2_layout *L) {
+    uint64_t i;
+    memset(L, 0, sizeof *L);
+    if (n < V2_HEADER_BYTES + 16) return 0;
+    L->directory = load_le(b + MODEL_HEADER_BYTES + 8, 8);
+    if (L->directory + 16 > n) return 0;
+    L->n_sections = load_le(b + L->directory, 4);
+    if (L->n_sections > 8 || L->directory + 8 + 40 * L->n_sections + 8 != n) return 0;
+    for (i = 0; i < L->n_sections; i++) {
+        const unsigned char *e = b + L->directory + 8 + 40 * i;
+        L->s[i].kind = (uint32_t)load_le(e, 4), L->s[i].tensor = (uint32_t)load_le(e + 4, 4), L->s[i].stride = (uint32_t)load_le(e + 8, 4);
+        L->s[i].flags = (uint32_t)load_le(e + 12, 4), L->s[i].offset = load_le(e + 16, 8), L->s[i].bytes = load_le(e + 24, 8);
+    }
+    return 1;
+}
+
+/* Writes every checksum of a format-2 file again after an edit: the header's, each section's
+   (the hash of its 1 MB chunks' hashes, padding included), and the one of the header part and
+   the directory. Returns 0 when the directory cannot be read. */
+static int v2_reseal(unsigned char *b, size_t n) {
+    v2_layout L;
+    uint64_t i, header_end;
+    unsigned char *joined;
+    if (!v2_read(b, n, &L)) return 0;
+    store_le(b + V2_FIELDS_BYTES, test_checksum(b, V2_FIELDS_BYTES), 8);
+    for (i = 0; i < L.n_sections; i++) {
+        const uint64_t span = align_up(L.s[i].bytes), chunks = (span + CHUNK - 1) / CHUNK;
+        unsigned char *hashes = (unsigned char *)malloc(8 * chunks);
+        uint64_t c;
+        for (c = 0; c < chunks; c++)
+            store_le(hashes + 8 * c, test_checksum(b + L.s[i].offset + c * CHUNK, (size_t)(span - c * CHUNK < CHUNK ? span - c * CHUNK : CHUNK)), 8);
+        store_le(b + L.directory + 8 + 40 * i + 32, test_checksum(hashes, 8 * chunks), 8);
+        free(hashes);
+    }
+    header_end = L.n_sections ? L.s[0].offset : L.directory;
+    joined = (unsigned char *)malloc((size_t)(header_end + (n - 8 - L.directory)));
+    memcpy(joined, b, (size_t)header_end);
+    memcpy(joined + header_end, b + L.directory, (size_t)(n - 8 - L.directory));
+    store_le(b + n - 8, test_checksum(joined, (size_t)(header_end + (n - 8 - L.directory))), 8);
+    free(joined);
+    return 1;
+}
+
 /* Loading the bytes from a file (mfm_model_load and mfm_model_file_inspect) and from memory
    refuses them with `want`, no model, and a message holding one of the '|' phrases; the file
    ways name the file. */
@@ -483,7 +641,7 @@ static void expect_bad_model_ways(const unsigned char *b, size_t n, mfm_status w
     scratch_path(path, sizeof path, "damaged.mfm");
     if (!CHECK(write_whole_file(path, b, n), "cannot write %s", path)) return;
     for (way = 0; way < n_ways; way++) {
-        static const char *ways[] = {"load", "load_memory", "inspect"};
+        static const char *ways[] = {"load", "load_memory", "inspect", "map"};
         mfm_model *m = (mfm_model *)&way; /* must come back NULL */
         mfm_model_file_info fi;
         mfm_error e;
@@ -495,10 +653,12 @@ static void expect_bad_model_ways(const unsigned char *b, size_t n, mfm_status w
             st = mfm_model_load(path, &m, &e);
         else if (way == 1)
             st = mfm_model_load_memory(b, n, &m, &e);
-        else
+        else if (way == 2)
             st = mfm_model_file_inspect(path, &fi, &e), m = NULL;
+        else
+            st = mfm_model_map(path, &m, &e);
         if (!CHECK(st == want, "%s (%s): status %d, expected %d (%s)", what, ways[way], (int)st, (int)want, st ? e.message : "accepted")) {
-            if (st == MFM_OK && way < 2) mfm_model_free(m);
+            if (st == MFM_OK && way != 2) mfm_model_free(m);
             continue;
         }
         CHECK(m == NULL, "%s (%s): a model came back", what, ways[way]);
@@ -517,7 +677,7 @@ static void expect_bad_model_ways(const unsigned char *b, size_t n, mfm_status w
 }
 
 static void expect_bad_model(const unsigned char *b, size_t n, mfm_status want, const char *phrases, const char *what) {
-    expect_bad_model_ways(b, n, want, phrases, what, 3);
+    expect_bad_model_ways(b, n, want, phrases, what, 4);
 }
 
 /* A small model with everything: FwFM, multiclass, Adam state, explicit class weights. */
@@ -542,28 +702,34 @@ static unsigned char *small_model_file(size_t *n) {
 }
 
 /* Damaged model files are MFM_ERR_BAD_FILE with a sentence that names the file and says what:
-   truncated (at many cut points, the empty file and 3 bytes included), corrupt (a flipped byte:
-   checksum), not a model (magic), newer (format version 2), too long; from a file, from memory
-   and through mfm_model_file_inspect. A missing file is MFM_ERR_IO. */
+   truncated (at many cut points, the empty file and 3 bytes included), corrupt (a flipped byte
+   in the header, the class weights' padding, each section, the directory and the last
+   checksum), not a model (magic), newer (format version 3), too long; from a file, from memory,
+   through mfm_model_file_inspect and mfm_model_map. mfm_model_map does not read the state, so
+   a damaged state section is refused by the others only. A missing file is MFM_ERR_IO. */
 void test_model_load_refuses_bad_files(void) {
     unsigned char *b, *c;
     size_t n, i;
+    v2_layout L;
     b = small_model_file(&n);
-    REQUIRE(b && n > 1000, "no model file to damage");
+    REQUIRE(b && n > 1000 && v2_read(b, n, &L) && L.n_sections == 4, "no model file of four sections to damage");
     c = (unsigned char *)malloc(n + 16);
-    { /* the bytes as saved are fine */
+    { /* the bytes as saved are fine, and the checksums are the documented ones */
         mfm_model *m = NULL;
         mfm_error e;
         CHECK(mfm_model_load_memory(b, n, &m, &e) == MFM_OK && m, "the saved bytes are refused: %s", e.message);
         mfm_model_free(m);
         memcpy(c, b, n);
-        store_le(c + n - 8, test_checksum(c, n - 8), 8);
-        CHECK(memcmp(b, c, n) == 0, "test_checksum does not reproduce the model file's checksum");
-        CHECK(memcmp(b, "MFMMODEL", 8) == 0 && b[8] == MFM_MODEL_FILE_VERSION && b[9] == 0, "the file does not start with MFMMODEL and version 1");
+        memset(c + V2_FIELDS_BYTES, 0, 8), memset(c + L.directory + 8 + 32, 0, 8), memset(c + n - 8, 0, 8);
+        CHECK(v2_reseal(c, n) && memcmp(b, c, n) == 0, "the checksums as docs/FORMATS.md computes them differ from the file's");
+        CHECK(memcmp(b, "MFMMODEL", 8) == 0 && load_le(b + 8, 4) == MFM_MODEL_FILE_VERSION && MFM_MODEL_FILE_VERSION == 2, "the file does not start with MFMMODEL and version 2");
+        for (i = 0; i < L.n_sections; i++)
+            CHECK(L.s[i].offset % ALIGN == 0 && L.s[i].kind == (i < 3 ? 1u : 2u) && L.s[i].tensor == (i == 0 ? 0u : i == 1 ? 2u : i == 2 ? 3u : 0u),
+                  "section %lu: kind %u tensor %u at %llu (W0, V with w inside, R, then the state)", (unsigned long)i, L.s[i].kind, L.s[i].tensor,
+                  (unsigned long long)L.s[i].offset);
     }
     {
-        const size_t cuts[] = {n - 1, n - 4, n - 8, n - 9, n / 2, MODEL_HEADER_BYTES + 9, MODEL_HEADER_BYTES + 8, MODEL_HEADER_BYTES,
-                               MODEL_HEADER_BYTES - 1, 100, 13, 12, 11, 10, 9, 8};
+        const size_t cuts[] = {n - 1, n - 4, n - 8, n - 9, n / 2, L.directory, L.s[1].offset + 1, V2_HEADER_BYTES + 9, V2_HEADER_BYTES, V2_HEADER_BYTES - 1, 100, 13, 12, 11, 10, 9, 8};
         for (i = 0; i < sizeof cuts / sizeof cuts[0]; i++) {
             char what[64];
             snprintf(what, sizeof what, "cut to %lu of %lu bytes", (unsigned long)cuts[i], (unsigned long)n);
@@ -574,37 +740,56 @@ void test_model_load_refuses_bad_files(void) {
     expect_bad_model(b, 3, MFM_ERR_BAD_FILE, "truncated|not a modern_fm model", "a file of 3 bytes");
     expect_bad_model((const unsigned char *)"hello, world: not a model at all, just some text\n", 50, MFM_ERR_BAD_FILE, "not a modern_fm model", "a text file");
     {
-        const size_t at[] = {n / 2, n - 9, n - 1, MODEL_HEADER_BYTES + 2, 100};
+        const size_t at[] = {100, MODEL_HEADER_BYTES + 2, V2_FIELDS_BYTES + 3, V2_HEADER_BYTES + 13, L.s[0].offset - 1, L.s[1].offset + 5,
+                             L.s[1].offset + L.s[1].bytes + 2, L.s[2].offset, L.s[3].offset + 7, L.directory + 8 + 40 + 16, n - 9, n - 1};
         for (i = 0; i < sizeof at / sizeof at[0]; i++) {
             char what[64];
             memcpy(c, b, n);
             c[at[i]] ^= 0x04;
             snprintf(what, sizeof what, "byte %lu flipped", (unsigned long)at[i]);
-            expect_bad_model(c, n, MFM_ERR_BAD_FILE, "checksum", what);
+            expect_bad_model_ways(c, n, MFM_ERR_BAD_FILE, "checksum", what, at[i] >= L.s[3].offset && at[i] < L.directory ? 3 : 4);
+            if (at[i] >= L.s[3].offset && at[i] < L.directory) { /* the state: mapping never reads it */
+                char path[256];
+                mfm_model *m = NULL;
+                mfm_error e;
+                scratch_path(path, sizeof path, "damaged.mfm");
+                CHECK(mfm_model_map(path, &m, &e) == MFM_OK, "a damaged state section: map refused the parameters: %s", e.message);
+                mfm_model_free(m);
+            }
         }
     }
     memcpy(c, b, n);
     c[0] = 'X';
     expect_bad_model(c, n, MFM_ERR_BAD_FILE, "not a modern_fm model", "wrong magic");
     memcpy(c, b, n);
-    store_le(c + 8, 2, 4);
-    expect_bad_model(c, n, MFM_ERR_BAD_FILE, "newer", "format version 2");
+    store_le(c + 8, 3, 4);
+    expect_bad_model(c, n, MFM_ERR_BAD_FILE, "newer", "format version 3");
     store_le(c + 8, 0xFFFFFFFFu, 4);
     expect_bad_model(c, n, MFM_ERR_BAD_FILE, "newer", "format version 2^32-1");
     expect_bad_model(c, 12, MFM_ERR_BAD_FILE, "newer", "format version 2^32-1, 12 bytes");
     memcpy(c, b, n);
     memset(c + n, 0, 8);
     expect_bad_model(c, n + 8, MFM_ERR_BAD_FILE, "too long", "eight bytes appended");
-    memcpy(c, b, n); /* k = 0 behind a valid checksum */
+    memcpy(c, b, n); /* k = 0 behind valid checksums */
     store_le(c + 36, 0, 4);
-    store_le(c + n - 8, test_checksum(c, n - 8), 8);
-    expect_bad_model(c, n, MFM_ERR_BAD_FILE, "corrupt", "k = 0 with a valid checksum");
+    v2_reseal(c, n);
+    expect_bad_model(c, n, MFM_ERR_BAD_FILE, "corrupt", "k = 0 with valid checksums");
+    memcpy(c, b, n); /* a section moved by a page, behind valid checksums */
+    store_le(c + L.directory + 8 + 40 * 2 + 16, L.s[2].offset + ALIGN, 8);
+    v2_reseal(c, n);
+    expect_bad_model(c, n, MFM_ERR_BAD_FILE, "corrupt", "a section where the last one did not end");
+    memcpy(c, b, n); /* V's stride too short for its w, behind valid checksums */
+    store_le(c + L.directory + 8 + 40 + 8, 2, 4);
+    v2_reseal(c, n);
+    expect_bad_model(c, n, MFM_ERR_BAD_FILE, "corrupt", "a stride too short");
     { /* missing file, a directory */
         mfm_model *m = NULL;
         mfm_model_file_info fi;
         mfm_error e;
         mfm_status st = mfm_model_load("build/no-such-dir/model.mfm", &m, &e);
         CHECK(st == MFM_ERR_IO && m == NULL && strstr(e.message, "build/no-such-dir/model.mfm"), "missing file: %d %s", (int)st, st ? e.message : "");
+        st = mfm_model_map("build/no-such-dir/model.mfm", &m, &e);
+        CHECK(st == MFM_ERR_IO && m == NULL, "map of a missing file: %d", (int)st);
         st = mfm_model_file_inspect("build/no-such-dir/model.mfm", &fi, &e);
         CHECK(st == MFM_ERR_IO, "inspect of a missing file: %d", (int)st);
         st = mfm_model_load(scratch_dir(), &m, &e);
@@ -691,15 +876,14 @@ void test_model_load_crafted_class_weights(void) {
     if (m && CHECK(mfm_model_save(m, path, 0, &e) == MFM_OK, "save: %s", e.message)) b = read_whole_file(path, &n);
     mfm_model_free(m);
     scratch_clean();
-    REQUIRE(b && n == (size_t)MODEL_HEADER_BYTES + 4 * (C + C * (1 + 2 + 2)) + 8, "unexpected file size %lu", (unsigned long)n);
+    REQUIRE(b && n == align_up(V2_HEADER_BYTES + 4 * C) + 2 * ALIGN + 8 + 2 * 40 + 8, "unexpected file size %lu", (unsigned long)n);
     REQUIRE(b[64] == C, "n_class_weights is not at byte 64");
-    /* 69 weights: drop the last one, fix the count and the checksum */
+    /* 69 weights: the count one short, the last weight's place zero, every checksum valid */
     c = (unsigned char *)malloc(n);
-    memcpy(c, b, MODEL_HEADER_BYTES + 4 * (C - 1));
-    memcpy(c + MODEL_HEADER_BYTES + 4 * (C - 1), b + MODEL_HEADER_BYTES + 4 * C, n - (MODEL_HEADER_BYTES + 4 * C));
-    n -= 4;
+    memcpy(c, b, n);
+    memset(c + V2_HEADER_BYTES + 4 * (C - 1), 0, 4);
     store_le(c + 64, C - 1, 4);
-    store_le(c + n - 8, test_checksum(c, n - 8), 8);
+    REQUIRE(v2_reseal(c, n), "the crafted file's directory cannot be read");
     fflush(stdout);
     pid = fork();
     if (pid == 0) {
@@ -729,13 +913,14 @@ void test_model_load_crafted_class_weights(void) {
 void test_model_inspect_agrees_with_load(void) {
     unsigned char *b, *c;
     size_t n, i;
+    v2_layout L;
     b = small_model_file(&n);
-    REQUIRE(b && n > 1000, "no model file to damage");
+    REQUIRE(b && n > 1000 && v2_read(b, n, &L), "no model file to damage");
     c = (unsigned char *)malloc(n);
     for (i = 0; i < 3; i++) {
         static const char *what[] = {"a NaN parameter", "learning_rate -1", "class_weight 7"};
         memcpy(c, b, n);
-        if (i == 0) store_le(c + n - 12, 0x7FC00000u, 4); /* the last float of the tensors */
+        if (i == 0) store_le(c + L.s[1].offset + 8, 0x7FC00000u, 4); /* a float of V */
         if (i == 1) { /* learning_rate, the first f64, after 18 u32 and 2 u64 */
             double lr = -1;
             uint64_t bits;
@@ -743,9 +928,9 @@ void test_model_inspect_agrees_with_load(void) {
             store_le(c + 8 + 18 * 4 + 2 * 8, bits, 8);
         }
         if (i == 2) store_le(c + 60, 7, 4); /* class_weight */
-        store_le(c + n - 8, test_checksum(c, n - 8), 8);
-        /* load and load_memory: BAD_FILE (what the loader does today) */
-        expect_bad_model_ways(c, n, MFM_ERR_BAD_FILE, "", what[i], 2);
+        v2_reseal(c, n);
+        /* load, load_memory and map: BAD_FILE */
+        expect_bad_model_ways(c, n, MFM_ERR_BAD_FILE, i == 0 ? "not finite" : "", what[i], 4);
         { /* inspect must not call it fine */
             char path[256];
             mfm_model_file_info fi;
@@ -758,5 +943,136 @@ void test_model_inspect_agrees_with_load(void) {
     }
     free(b);
     free(c);
+    scratch_clean();
+}
+
+/* ---- files of format 1, and what a mapping depends on ---- */
+
+/* tests/data/v1-*.mfm were saved at format 1 (tests/data/README.md says how): 20 features, 4
+   fields, k = 3, parameters model_randomize(seed 1000 + i, 0.5), state slot s all 0.25 s. Loading
+   them gives exactly those values (a fresh model filled the same way is the expected value),
+   mapping them gives the same parameters and scores, inspect reports format 1, and a save
+   (format 2) loads back the same bits. */
+void test_model_files_of_format_1_load(void) {
+    static const float class_weights[3] = {1, 2, 3};
+    static const struct {
+        mfm_model_type model;
+        mfm_task task;
+        mfm_optimizer opt;
+        int state;
+        const char *path;
+    } f[3] = {{MFM_MODEL_FFM, MFM_TASK_BINARY, MFM_OPTIMIZER_ADAGRAD, 1, "tests/data/v1-ffm-adagrad-binary.mfm"},
+              {MFM_MODEL_FM, MFM_TASK_REGRESSION, MFM_OPTIMIZER_SGD, 0, "tests/data/v1-fm-sgd-regression.mfm"},
+              {MFM_MODEL_FWFM, MFM_TASK_MULTICLASS, MFM_OPTIMIZER_ADAM, 1, "tests/data/v1-fwfm-adam-multiclass.mfm"}};
+    char path[256];
+    int i, s;
+    scratch_path(path, sizeof path, "v2.mfm");
+    for (i = 0; i < 3; i++) {
+        mfm_params p;
+        mfm_model *want, *loaded = NULL, *mapped = NULL, *again = NULL;
+        mfm_model_info info;
+        mfm_model_file_info fi;
+        mfm_error e;
+        test_data td;
+        memset(&p, 0, sizeof p);
+        p.model = f[i].model, p.task = f[i].task, p.optimizer = f[i].opt, p.k = 3;
+        p.n_classes = f[i].task == MFM_TASK_MULTICLASS ? 3 : 0;
+        p.learning_rate = 0.037, p.seed = 12345678901234ull;
+        if (f[i].task == MFM_TASK_MULTICLASS) p.class_weight = MFM_CLASS_WEIGHT_EXPLICIT, p.class_weights = class_weights;
+        want = make_model(&p, N_FEATURES, N_FIELDS, 3);
+        if (!want) continue;
+        mfm_model_get_info(want, &info);
+        model_randomize(want, 1000 + (uint64_t)i, 0.5);
+        for (s = 1; s <= info.n_state_slots; s++) model_fill_slot(want, s, 0.25f * (float)s);
+        make_data(&td, f[i].task, 40 + (uint64_t)i);
+        if (CHECK(mfm_model_load(f[i].path, &loaded, &e) == MFM_OK, "%s: %s", f[i].path, e.message)) {
+            mfm_model_info li;
+            mfm_model_get_info(loaded, &li);
+            CHECK(li.has_state == f[i].state && li.epochs_trained == 0, "%s: has_state %d, epochs %llu", f[i].path, li.has_state, (unsigned long long)li.epochs_trained);
+            same_params(mfm_model_params(loaded), mfm_model_params(want), f[i].path);
+            same_slots(want, loaded, 0, f[i].state ? info.n_state_slots : 0, f[i].path);
+            if (!f[i].state) state_is_fresh(loaded, f[i].path);
+            if (CHECK(mfm_model_map(f[i].path, &mapped, &e) == MFM_OK, "%s: map: %s", f[i].path, e.message)) {
+                same_slots(want, mapped, 0, 0, f[i].path);
+                scores_equal(loaded, mapped, &td.csr, f[i].path);
+            }
+            if (CHECK(mfm_model_file_inspect(f[i].path, &fi, &e) == MFM_OK, "%s: inspect: %s", f[i].path, e.message))
+                CHECK(fi.format_version == 1 && fi.has_state == f[i].state, "%s: inspect says format %u, state %d", f[i].path, fi.format_version, fi.has_state);
+            if (CHECK(mfm_model_save(loaded, path, 1, &e) == MFM_OK && mfm_model_load(path, &again, &e) == MFM_OK, "%s saved again: %s", f[i].path, e.message))
+                same_slots(loaded, again, 0, info.n_state_slots, f[i].path);
+        }
+        mfm_model_free(again);
+        mfm_model_free(mapped);
+        mfm_model_free(loaded);
+        mfm_model_free(want);
+        data_free(&td);
+    }
+    scratch_clean();
+}
+
+/* Whether /proc/self/maps names `path` (Linux; -1 where it cannot be read). */
+static int mapped_now(const char *path) {
+    FILE *f = fopen("/proc/self/maps", "r");
+    char line[4096];
+    int found = 0;
+    if (!f) return -1;
+    while (fgets(line, sizeof line, f))
+        if (strstr(line, path)) found = 1;
+    fclose(f);
+    return found;
+}
+
+/* A mapped model depends on nothing but itself: a model saved over its file while it is open
+   leaves its predictions as they were (the save replaces the file; the mapping keeps the old
+   one), and mfm_model_free releases the mapping (/proc/self/maps no longer lists it). A
+   parameter section of five 1 MB chunks (verified by two threads where there are two cores)
+   still catches a flipped byte in its last chunk. */
+void test_model_map_outlives_its_file(void) {
+    mfm_params p = file_params(MFM_MODEL_FFM, MFM_TASK_BINARY, MFM_OPTIMIZER_ADAGRAD);
+    mfm_model *a, *b, *mapped = NULL;
+    char path[256], *full;
+    test_data td;
+    mfm_error e;
+    float *before, *after, *other;
+    size_t n;
+    unsigned char *bytes, *damaged;
+    size_t size;
+    v2_layout L;
+    p.k = 32;
+    a = make_model(&p, 5000, 8, 1); /* V: 5000 x 8 x 32 floats, 4.9 MiB */
+    b = make_model(&p, 5000, 8, 1);
+    make_data(&td, MFM_TASK_BINARY, 91);
+    REQUIRE(a && b, "no models");
+    model_randomize(a, 5, 0.5);
+    model_randomize(b, 6, 0.5);
+    n = (size_t)td.csr.n_rows;
+    before = (float *)calloc(n, sizeof(float)), after = (float *)calloc(n, sizeof(float)), other = (float *)calloc(n, sizeof(float));
+    scratch_path(path, sizeof path, "served.mfm");
+    REQUIRE(mfm_model_save(a, path, 1, &e) == MFM_OK && mfm_model_map(path, &mapped, &e) == MFM_OK, "save and map: %s", e.message);
+    full = realpath(path, NULL);
+    REQUIRE(full != NULL, "realpath of %s", path);
+    CHECK(mapped_now(full) != 0, "/proc/self/maps does not list the mapped model %s", full);
+    predict(a, &td.csr, MFM_OUTPUT_SCORE, before, n);
+    CHECK(mfm_model_save(b, path, 1, &e) == MFM_OK, "save over the mapped file: %s", e.message);
+    predict(mapped, &td.csr, MFM_OUTPUT_SCORE, after, n);
+    predict(b, &td.csr, MFM_OUTPUT_SCORE, other, n);
+    CHECK(memcmp(before, after, n * sizeof(float)) == 0, "a model saved over the file changed the mapped model's predictions");
+    CHECK(memcmp(before, other, n * sizeof(float)) != 0, "the two models predict alike (the test would prove nothing)");
+    mfm_model_free(mapped);
+    CHECK(mapped_now(full) == 0, "/proc/self/maps still lists %s after mfm_model_free", full);
+    bytes = read_whole_file(path, &size);
+    if (CHECK(bytes && v2_read(bytes, size, &L) && L.n_sections >= 3 && L.s[2].tensor == 2 && L.s[2].bytes > (4u << 20), "the file of b has no V section of five chunks")) {
+        damaged = (unsigned char *)malloc(size);
+        memcpy(damaged, bytes, size);
+        damaged[L.s[2].offset + L.s[2].bytes - 3] ^= 0x10; /* the last chunk */
+        expect_bad_model(damaged, size, MFM_ERR_BAD_FILE, "checksum of its v parameter section", "a flip in V's last chunk");
+        free(damaged);
+    }
+    free(bytes);
+    free(full);
+    free(before), free(after), free(other);
+    mfm_model_free(a);
+    mfm_model_free(b);
+    data_free(&td);
     scratch_clean();
 }

@@ -235,7 +235,7 @@ static const char *model_name(const mfm_params *p) { return p->linear_only ? "li
    Options: one table; each entry says which commands take it, where its value goes, and its help
    ============================================================================================ */
 
-enum { CMD_TRAIN = 1, CMD_PREDICT = 2, CMD_EVAL = 4, CMD_CONVERT = 8, CMD_INFO = 16, CMD_CACHE = 32, CMD_GPU = 64, CMD_TUNE = 128, CMD_ANY = 255, CMD_READ = 15 };
+enum { CMD_TRAIN = 1, CMD_PREDICT = 2, CMD_EVAL = 4, CMD_CONVERT = 8, CMD_INFO = 16, CMD_CACHE = 32, CMD_GPU = 64, CMD_TUNE = 128, CMD_EXPORT = 256, CMD_ANY = 511, CMD_READ = 15 };
 enum { OPEN_LO = 1, OPEN_HI = 2 }; /* that end of the range is not itself valid */
 
 typedef enum opt_kind { OPT_FLAG, OPT_INT, OPT_U32, OPT_U64, OPT_REAL, OPT_TEXT, OPT_NAME } opt_kind;
@@ -322,6 +322,7 @@ static const option options[] = {
     OPTION_NAME(CMD_READ, "--format", format, format_set, "the input's format (auto)"),
     OPTION_FLAG(CMD_TRAIN, NULL, "--cache", cache, "keep TRAIN.mfmd, reused while TRAIN is unchanged"),
     OPTION_FLAG(CMD_TRAIN, NULL, "--no-state", no_state, "save without the optimizer state"),
+    OPTION_FLAG(CMD_EXPORT, NULL, "--predict-only", no_state, "the parameters alone: the file to serve from (no optimizer state)"),
     OPTION_FLAG(CMD_TRAIN, NULL, "--quiet", quiet, "no per-epoch lines"),
     OPTION_NAME(CMD_PREDICT, "--output", output, output_set, "(default: probabilities, regression: values)"),
     OPTION_NAME(CMD_TRAIN | CMD_PREDICT | CMD_EVAL, "--backend", backend, backend_set, "where training or prediction runs; cuda never falls back (cpu)"),
@@ -1242,14 +1243,17 @@ static int write_predictions(job *j, const float *v, uint64_t n_rows, size_t wid
     return st == MFM_OK ? 0 : fail("%s", e.message);
 }
 
-static int predict_to_file(const settings *s, job *j, const mfm_csr *csr, double *seconds) {
+/* With labels (metrics not NULL), the metrics come from the same scores. */
+static int predict_to_file(const settings *s, job *j, const mfm_csr *csr, mfm_metrics *metrics, double *seconds) {
     size_t width = mfm_output_width(j->model, (mfm_output)s->output);
     mfm_error e;
+    mfm_status st;
     double t0 = now_seconds();
     if (csr->n_rows > SIZE_MAX / sizeof(float) / width) return fail("%s has too many rows to predict in memory", s->args[1]);
     j->floats = (float *)xmalloc((size_t)csr->n_rows * width * sizeof(float));
-    if (mfm_predict(j->model, csr, (mfm_output)s->output, j->floats, (size_t)csr->n_rows * width, &e) != MFM_OK)
-        return fail("%s: %s", s->args[1], e.message);
+    st = metrics ? mfm_predict_evaluate(j->model, csr, (mfm_output)s->output, j->floats, (size_t)csr->n_rows * width, metrics, &e)
+                 : mfm_predict(j->model, csr, (mfm_output)s->output, j->floats, (size_t)csr->n_rows * width, &e);
+    if (st != MFM_OK) return fail("%s: %s", s->args[1], e.message);
     *seconds = now_seconds() - t0;
     return write_predictions(j, j->floats, csr->n_rows, width);
 }
@@ -1271,7 +1275,7 @@ static int predict_or_eval(const settings *s, job *j) {
         if ((rc = check_output(s->args[2], "OUT", model_path, "MODEL")) != 0 || (rc = check_output(s->args[2], "OUT", data_path, "DATA")) != 0) return rc;
         if (mfm_output_open(s->args[2], &j->out, &e) != MFM_OK) return fail("%s", e.message);
     }
-    if (mfm_model_load(model_path, &j->model, &e) != MFM_OK) return fail("%s", e.message);
+    if (mfm_model_map(model_path, &j->model, &e) != MFM_OK) return fail("%s", e.message); /* the parameters only, in place */
     mfm_model_get_info(j->model, &info);
     if (mfm_model_set_threads(j->model, s->p.n_threads, &e) != MFM_OK) return fail("%s", e.message); /* 0: every core */
     if (s->backend) {
@@ -1286,10 +1290,10 @@ static int predict_or_eval(const settings *s, job *j) {
     if ((rc = check_data(data_path, j->data, !predicting, info.model != MFM_MODEL_FM, "the model")) != 0) return rc;
     csr = mfm_dataset_csr(j->data);
     mfm_dataset_get_info(j->data, &data_info);
-    if (predicting && (rc = predict_to_file(s, j, &csr, &seconds)) != 0) return rc;
+    if (predicting && (rc = predict_to_file(s, j, &csr, data_info.has_labels ? &m : NULL, &seconds)) != 0) return rc;
     if (!data_info.has_labels) return 0;
     t0 = now_seconds();
-    if (mfm_evaluate(j->model, &csr, &m, &e) != MFM_OK) return fail("%s: %s", data_path, e.message);
+    if (!predicting && mfm_evaluate(j->model, &csr, &m, &e) != MFM_OK) return fail("%s: %s", data_path, e.message);
     if (!predicting) seconds = now_seconds() - t0;
     for (i = 0, n = task_metrics(info.task, 0, &m, names, values); i < n; i++) fprintf(report, "%s %.6f  ", names[i], values[i]);
     fprintf(report, "rows %llu  seconds %.3f  rows/s %.0f\n", (unsigned long long)m.n_rows, seconds, per_second((double)m.n_rows, seconds));
@@ -1327,6 +1331,26 @@ static int cmd_convert(const settings *s, job *j) {
         return fail("%s", e.message);
     fprintf(is_std_stream(out) ? stderr : stdout, "converted %s (%llu rows, %llu non-zeros) to %s (%s) in %.2f s\n", in,
             (unsigned long long)info.n_rows, (unsigned long long)info.nnz, out, name_of(&format_set, to), now_seconds() - t0);
+    return 0;
+}
+
+/* ============================================================================================
+   mfm export
+   ============================================================================================ */
+
+static int cmd_export(const settings *s, job *j) {
+    const char *in = s->args[0], *out = s->args[1];
+    mfm_model_info info;
+    mfm_error e;
+    int rc = check_output(out, "OUT", in, "MODEL"), with_state;
+    if (rc != 0) return rc;
+    /* for the parameters alone, the state is never read */
+    if ((s->no_state ? mfm_model_map(in, &j->model, &e) : mfm_model_load(in, &j->model, &e)) != MFM_OK) return fail("%s", e.message);
+    mfm_model_get_info(j->model, &info);
+    with_state = !s->no_state && info.has_state && info.n_state_slots > 0;
+    if (mfm_model_save(j->model, out, with_state, &e) != MFM_OK) return fail("%s", e.message);
+    printf("exported %s to %s (model file format %d, %s)\n", in, out, MFM_MODEL_FILE_VERSION,
+           with_state ? "with the optimizer state" : "the parameters alone");
     return 0;
 }
 
@@ -1540,6 +1564,10 @@ static const command commands[] = {
      "Prints the model's metrics on DATA: logloss, AUC and accuracy (binary), RMSE (regression),\n"
      "logloss and accuracy (multiclass)."},
     {"convert", CMD_CONVERT, 2, 2, "[options] IN OUT", cmd_convert, "Converts a data file (OUT \"-\" = standard output)."},
+    {"export", CMD_EXPORT, 2, 2, "[--predict-only] MODEL OUT", cmd_export,
+     "Writes MODEL again to OUT in the current file format (an older file is upgraded), with its\n"
+     "optimizer state unless --predict-only: then the parameters alone, half the size for AdaGrad,\n"
+     "the file to serve from. Predictions from OUT are the same bits as from MODEL."},
     {"info", CMD_INFO, 1, 1, "FILE", cmd_info, "Describes a model file or a data file."},
     {"cache", CMD_CACHE, 0, 0, "[--clear] [--build ARCH]", cmd_cache,
      "Shows the GPU kernel cache (MFM_CACHE_DIR, else ~/.cache/modern_fm) and its entries; --clear\n"
