@@ -7579,7 +7579,7 @@ static mfm_status mfm__read_directory(const unsigned char *b, uint64_t size, con
             t = (int)x->tensor;
             w_inside |= (x->flags & MFM__SECTION_W_INSIDE) != 0, has_w |= x->tensor == MFM_TENSOR_W;
         } else {
-            ok = ok && x->kind == MFM__SECTION_STATE && s == L->n_sections - 1 && (h->flags & MFM__MODEL_STATE) && x->stride == 0 && x->flags == 0 &&
+            ok = ok && x->kind == MFM__SECTION_STATE && s == L->n_sections - 1 && (h->flags & MFM__MODEL_STATE) && x->tensor == 0 && x->stride == 0 && x->flags == 0 &&
                  x->bytes == 4 * state_floats;
         }
         if (!ok || x->bytes > dir - x->offset)
@@ -7709,7 +7709,7 @@ static void mfm__fill_from_file(mfm_model *m, const unsigned char *b, const mfm_
     int s, t, slot;
     for (s = 0; s < L->n_sections; s++) {
         const mfm__section *x = &L->sec[s];
-        const mfm__table *tab = &m->t[x->tensor];
+        const mfm__table *tab = &m->t[x->kind == MFM__SECTION_PARAMS ? x->tensor : 0];
         const unsigned char *src = b + x->offset;
         if (x->kind != MFM__SECTION_PARAMS) continue;
         if (tab->stride == x->stride && tab->stride == tab->len * (uint32_t)m->n_slots && !x->flags) {

@@ -16,6 +16,7 @@
 #include "ref.h"
 #include "runner.h"
 #include "scratch.h"
+#include "seal.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -572,65 +573,6 @@ static void store_le(unsigned char *p, uint64_t x, int bytes) {
     for (i = 0; i < bytes; i++) p[i] = (unsigned char)(x >> (8 * i));
 }
 
-static uint64_t load_le(const unsigned char *p, int bytes) {
-    uint64_t x = 0;
-    while (bytes--) x = x << 8 | p[bytes];
-    return x;
-}
-
-/* A format-2 file's directory, read as docs/FORMATS.md lays it out. */
-typedef struct v2_section {
-    uint32_t kind, tensor, stride, flags;
-    uint64_t offset, bytes;
-} v2_section;
-
-typedef struct v2_layout {
-    uint64_t directory, n_sections;
-    v2_section s[8];
-} v2_layout;
-
-static int v2_read(const unsigned char *b, size_t n, v2_layout *L) {
-    uint64_t i;
-    memset(L, 0, sizeof *L);
-    if (n < V2_HEADER_BYTES + 16) return 0;
-    L->directory = load_le(b + MODEL_HEADER_BYTES + 8, 8);
-    if (L->directory + 16 > n) return 0;
-    L->n_sections = load_le(b + L->directory, 4);
-    if (L->n_sections > 8 || L->directory + 8 + 40 * L->n_sections + 8 != n) return 0;
-    for (i = 0; i < L->n_sections; i++) {
-        const unsigned char *e = b + L->directory + 8 + 40 * i;
-        L->s[i].kind = (uint32_t)load_le(e, 4), L->s[i].tensor = (uint32_t)load_le(e + 4, 4), L->s[i].stride = (uint32_t)load_le(e + 8, 4);
-        L->s[i].flags = (uint32_t)load_le(e + 12, 4), L->s[i].offset = load_le(e + 16, 8), L->s[i].bytes = load_le(e + 24, 8);
-    }
-    return 1;
-}
-
-/* Writes every checksum of a format-2 file again after an edit: the header's, each section's
-   (the hash of its 1 MB chunks' hashes, padding included), and the one of the header part and
-   the directory. Returns 0 when the directory cannot be read. */
-static int v2_reseal(unsigned char *b, size_t n) {
-    v2_layout L;
-    uint64_t i, header_end;
-    unsigned char *joined;
-    if (!v2_read(b, n, &L)) return 0;
-    store_le(b + V2_FIELDS_BYTES, test_checksum(b, V2_FIELDS_BYTES), 8);
-    for (i = 0; i < L.n_sections; i++) {
-        const uint64_t span = align_up(L.s[i].bytes), chunks = (span + CHUNK - 1) / CHUNK;
-        unsigned char *hashes = (unsigned char *)malloc(8 * chunks);
-        uint64_t c;
-        for (c = 0; c < chunks; c++)
-            store_le(hashes + 8 * c, test_checksum(b + L.s[i].offset + c * CHUNK, (size_t)(span - c * CHUNK < CHUNK ? span - c * CHUNK : CHUNK)), 8);
-        store_le(b + L.directory + 8 + 40 * i + 32, test_checksum(hashes, 8 * chunks), 8);
-        free(hashes);
-    }
-    header_end = L.n_sections ? L.s[0].offset : L.directory;
-    joined = (unsigned char *)malloc((size_t)(header_end + (n - 8 - L.directory)));
-    memcpy(joined, b, (size_t)header_end);
-    memcpy(joined + header_end, b + L.directory, (size_t)(n - 8 - L.directory));
-    store_le(b + n - 8, test_checksum(joined, (size_t)(header_end + (n - 8 - L.directory))), 8);
-    free(joined);
-    return 1;
-}
 
 /* Loading the bytes from a file (mfm_model_load and mfm_model_file_inspect) and from memory
    refuses them with `want`, no model, and a message holding one of the '|' phrases; the file
@@ -721,8 +663,8 @@ void test_model_load_refuses_bad_files(void) {
         mfm_model_free(m);
         memcpy(c, b, n);
         memset(c + V2_FIELDS_BYTES, 0, 8), memset(c + L.directory + 8 + 32, 0, 8), memset(c + n - 8, 0, 8);
-        CHECK(v2_reseal(c, n) && memcmp(b, c, n) == 0, "the checksums as docs/FORMATS.md computes them differ from the file's");
-        CHECK(memcmp(b, "MFMMODEL", 8) == 0 && load_le(b + 8, 4) == MFM_MODEL_FILE_VERSION && MFM_MODEL_FILE_VERSION == 2, "the file does not start with MFMMODEL and version 2");
+        CHECK(v2_reseal(c, n, test_checksum) && memcmp(b, c, n) == 0, "the checksums as docs/FORMATS.md computes them differ from the file's");
+        CHECK(memcmp(b, "MFMMODEL", 8) == 0 && seal_load_le(b + 8, 4) == MFM_MODEL_FILE_VERSION && MFM_MODEL_FILE_VERSION == 2, "the file does not start with MFMMODEL and version 2");
         for (i = 0; i < L.n_sections; i++)
             CHECK(L.s[i].offset % ALIGN == 0 && L.s[i].kind == (i < 3 ? 1u : 2u) && L.s[i].tensor == (i == 0 ? 0u : i == 1 ? 2u : i == 2 ? 3u : 0u),
                   "section %lu: kind %u tensor %u at %llu (W0, V with w inside, R, then the state)", (unsigned long)i, L.s[i].kind, L.s[i].tensor,
@@ -772,15 +714,15 @@ void test_model_load_refuses_bad_files(void) {
     expect_bad_model(c, n + 8, MFM_ERR_BAD_FILE, "too long", "eight bytes appended");
     memcpy(c, b, n); /* k = 0 behind valid checksums */
     store_le(c + 36, 0, 4);
-    v2_reseal(c, n);
+    v2_reseal(c, n, test_checksum);
     expect_bad_model(c, n, MFM_ERR_BAD_FILE, "corrupt", "k = 0 with valid checksums");
     memcpy(c, b, n); /* a section moved by a page, behind valid checksums */
     store_le(c + L.directory + 8 + 40 * 2 + 16, L.s[2].offset + ALIGN, 8);
-    v2_reseal(c, n);
+    v2_reseal(c, n, test_checksum);
     expect_bad_model(c, n, MFM_ERR_BAD_FILE, "corrupt", "a section where the last one did not end");
     memcpy(c, b, n); /* V's stride too short for its w, behind valid checksums */
     store_le(c + L.directory + 8 + 40 + 8, 2, 4);
-    v2_reseal(c, n);
+    v2_reseal(c, n, test_checksum);
     expect_bad_model(c, n, MFM_ERR_BAD_FILE, "corrupt", "a stride too short");
     { /* missing file, a directory */
         mfm_model *m = NULL;
@@ -883,7 +825,7 @@ void test_model_load_crafted_class_weights(void) {
     memcpy(c, b, n);
     memset(c + V2_HEADER_BYTES + 4 * (C - 1), 0, 4);
     store_le(c + 64, C - 1, 4);
-    REQUIRE(v2_reseal(c, n), "the crafted file's directory cannot be read");
+    REQUIRE(v2_reseal(c, n, test_checksum), "the crafted file's directory cannot be read");
     fflush(stdout);
     pid = fork();
     if (pid == 0) {
@@ -928,7 +870,7 @@ void test_model_inspect_agrees_with_load(void) {
             store_le(c + 8 + 18 * 4 + 2 * 8, bits, 8);
         }
         if (i == 2) store_le(c + 60, 7, 4); /* class_weight */
-        v2_reseal(c, n);
+        v2_reseal(c, n, test_checksum);
         /* load, load_memory and map: BAD_FILE */
         expect_bad_model_ways(c, n, MFM_ERR_BAD_FILE, i == 0 ? "not finite" : "", what[i], 4);
         { /* inspect must not call it fine */

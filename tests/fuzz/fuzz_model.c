@@ -1,9 +1,10 @@
 /* fuzz_model.c - libFuzzer target for the model file loader (make fuzz).
 
    The input is a model file for mfm_model_load_memory. When it starts with the MFMMODEL magic
-   and its last 8 bytes are zero, they are replaced by the correct checksum, so that the checks
-   behind the checksum are reached too. A model that loads must predict a tiny row, and survive
-   a save and load unchanged (scratch file in $MFM_FUZZ_TMP, else /dev/shm, else /tmp). */
+   and its last 8 bytes are zero, every checksum is written again (tests/seal.h), so that the
+   checks behind the checksums are reached too. A model that loads must predict a tiny row,
+   open with mfm_model_map to the same score, and survive a save and load unchanged (scratch
+   file in $MFM_FUZZ_TMP, else /dev/shm, else /tmp). */
 #define MODERN_FM_IMPLEMENTATION
 #include "../../modern_fm.h"
 
@@ -12,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#include "../seal.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -63,7 +66,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     mfm_error e;
     mfm_status st;
     if (size) memcpy(bytes, data, size);
-    if (size >= 16 && memcmp(bytes, "MFMMODEL", 8) == 0 && memcmp(bytes + size - 8, zeros, 8) == 0)
+    if (size >= 16 && memcmp(bytes, "MFMMODEL", 8) == 0 && memcmp(bytes + size - 8, zeros, 8) == 0 &&
+        (mfm__load_le32(bytes + 8) < 2 || !v2_reseal(bytes, size, mfm__checksum)))
         mfm__store_le(bytes + size - 8, mfm__checksum(bytes, size - 8), 8);
     memset(&e, 0, sizeof e);
     st = mfm_model_load_memory(bytes, size, &m, &e);
@@ -89,9 +93,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (info.n_features > 0 && (info.model == MFM_MODEL_FM || info.n_fields > 0)) offsets[1] = 1;
         width = mfm_output_width(m, MFM_OUTPUT_SCORE);
         if (width <= sizeof out / sizeof out[0]) {
+            mfm_model *mapped = NULL;
+            float again[4096];
+            FILE *f = fopen(scratch_file(), "wb");
             st = mfm_predict(m, &row, MFM_OUTPUT_SCORE, out, width, &e);
             if (st != MFM_OK) fprintf(stderr, "fuzz_model: predict failed: %s\n", e.message);
             require(st == MFM_OK, "a loaded model predicts a row of its shape");
+            require(f && fwrite(bytes, 1, size, f) == size && fclose(f) == 0, "the scratch file is written");
+            st = mfm_model_map(scratch_file(), &mapped, &e);
+            if (st != MFM_OK) fprintf(stderr, "fuzz_model: map failed: %s\n", e.message);
+            require(st == MFM_OK, "a file that loads maps");
+            require(mfm_predict(mapped, &row, MFM_OUTPUT_SCORE, again, width, &e) == MFM_OK && memcmp(out, again, width * sizeof(float)) == 0,
+                    "the mapped model predicts the loaded model's scores");
+            mfm_model_free(mapped);
         }
         st = mfm_model_save(m, scratch_file(), info.has_state, &e);
         if (st != MFM_OK) fprintf(stderr, "fuzz_model: save failed: %s\n", e.message);

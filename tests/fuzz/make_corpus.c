@@ -2,7 +2,8 @@
        cc -std=c99 -o build/make-corpus tests/fuzz/make_corpus.c -pthread -lm && ./build/make-corpus
    (run from the project root; it rewrites tests/fuzz/corpus_dataset and tests/fuzz/corpus_model).
    Dataset seeds start with fuzz_dataset.c's option byte. Model seeds are small saved models, one
-   of them with its checksum zeroed (fuzz_model.c then fills it in). */
+   of them with its checksum zeroed (fuzz_model.c then fills it in), and the format-1 files of
+   tests/data. */
 #define MODERN_FM_IMPLEMENTATION
 #include "../../modern_fm.h"
 
@@ -99,6 +100,17 @@ int main(void) {
             b = slurp(tmp, &n);
             if (seeds[i].zero_checksum) memset(b + n - 8, 0, 8);
             put(md, seeds[i].name, 0xFF, b, n);
+            free(b);
+        }
+        for (i = 0; i < 3; i++) { /* files of the previous format (tests/data/README.md) */
+            static const char *const v1[3] = {"v1-ffm-adagrad-binary.mfm", "v1-fm-sgd-regression.mfm", "v1-fwfm-adam-multiclass.mfm"};
+            char path[256];
+            unsigned char *b;
+            size_t n;
+            snprintf(path, sizeof path, "tests/data/%s", v1[i]);
+            b = slurp(path, &n);
+            if (!n) return fprintf(stderr, "cannot read %s\n", path), 1;
+            put(md, v1[i], 0xFF, b, n);
             free(b);
         }
     }
