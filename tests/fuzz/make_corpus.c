@@ -30,7 +30,6 @@ static unsigned char *slurp(const char *path, size_t *n) {
     unsigned char *b = (unsigned char *)malloc(1 << 20);
     *n = f ? fread(b, 1, 1 << 20, f) : 0;
     if (f) fclose(f);
-    remove(path);
     return b;
 }
 
@@ -65,6 +64,7 @@ int main(void) {
         d.weights = weights;
         if (mfm_dataset_write(&d, tmp, MFM_FORMAT_BINARY, &e) != MFM_OK) return fprintf(stderr, "%s\n", e.message), 1;
         b = slurp(tmp, &n);
+        remove(tmp);
         put(dd, "binary", 0x03 | 32 | 64, b, n);
         put(dd, "binary_auto", 0x00, b, n);
         free(b);
@@ -98,6 +98,7 @@ int main(void) {
             if (mfm_model_save(m, tmp, seeds[i].with_state, &e) != MFM_OK) return fprintf(stderr, "%s\n", e.message), 1;
             mfm_model_free(m);
             b = slurp(tmp, &n);
+            remove(tmp);
             if (seeds[i].zero_checksum) memset(b + n - 8, 0, 8);
             put(md, seeds[i].name, 0xFF, b, n);
             free(b);
