@@ -31,9 +31,9 @@ TEST_HDR := $(wildcard tests/*.h)
 
 # A half-written binary must not look up to date after a failed recipe.
 .DELETE_ON_ERROR:
-.PHONY: all test check compile-checks demo bench bench-defaults clean
+.PHONY: all test check compile-checks demo bench bench-serve bench-defaults clean
 
-all: build/tests build/bench build/bench-defaults build/bench-gpu build/demo-data build/mfm
+all: build/tests build/bench build/bench-serve build/bench-defaults build/bench-gpu build/demo-data build/mfm
 
 build:
 	mkdir -p build
@@ -69,7 +69,7 @@ build/tests-tsan: EXTRA = -O1 -fsanitize=thread
 #               design and are not among them
 TEST_JOBS   ?= 2
 TEST_STEPS  := kernels-fresh test-nvrtc test-asan fuzz test-plain test-tsan compile-checks examples-check \
-               build/bench build/bench-defaults build/bench-gpu build/demo-data build/mfm
+               build/bench build/bench-serve build/bench-defaults build/bench-gpu build/demo-data build/mfm
 NVRTC_TESTS := test_cuda_nvrtc_compiles_every_arch test_cuda_cache_tool_reports test_cli_cache_and_backend
 NOT_NVRTC   := $(NVRTC_TESTS:%=--skip %)
 
@@ -213,11 +213,12 @@ kernels-fresh: build/embed_kernels
 # ---- benchmark, demo and the mfm tool ----
 
 build/bench: bench/bench.c bench/roofline.h
+build/bench-serve: bench/serve.c
 build/bench-defaults: bench/defaults.c
 build/bench-gpu: bench/gpu.c
 build/demo-data: bench/demo.c
 build/mfm: tools/mfm.c
-build/bench build/bench-defaults build/bench-gpu build/demo-data build/mfm: $(HEADERS) | build
+build/bench build/bench-serve build/bench-defaults build/bench-gpu build/demo-data build/mfm: $(HEADERS) | build
 	$(CC) -std=c99 $(WARN) $(CFLAGS) -o $@ $(filter %.c,$^) $(LDLIBS)
 
 demo: build/demo-data build/mfm
@@ -240,6 +241,11 @@ examples-check: examples
 
 bench: build/bench
 	./build/bench $(BENCH_ARGS)
+
+# serving: opening a model file, mfm predict end to end, one-row latency from many threads
+# (bench/serve.c; SERVE_ARGS=--features 100000 etc.; writes build/serve/)
+bench-serve: build/bench-serve build/mfm
+	./build/bench-serve $(SERVE_ARGS)
 
 # the experiment behind the training defaults (docs/DEFAULTS.md); DEFAULTS_ARGS=--quick etc.
 bench-defaults: build/bench-defaults

@@ -6681,6 +6681,7 @@ static void mfm__predict_task(void *ctx, int index) {
     uint64_t r, lo, hi;
     uint32_t c;
     mfm__share(pr->d->n_rows, pr->n_workers, index, &lo, &hi);
+    if (lo < hi) mfm__prefetch_row(m, pr->d, lo, NULL); /* the first row's lines, all at once (a lone row's latency) */
     for (r = lo; r < hi; r++) {
         mfm__row row = mfm__get_row(m, pr->d, r, pr->ones, pr->scaled + (uint64_t)index * pr->max_row_nnz);
         float *out = pr->out + r * width;
@@ -6736,6 +6737,12 @@ static mfm_status mfm__predict_gpu(const mfm_model *m, const mfm_csr *d, mfm_out
     return st;
 }
 
+/* A call of a few rows is a server's: it runs on the calling thread, its buffers on the stack
+   where they fit (no allocation, no thread start); threads start only for MFM__PREDICT_ROWS rows
+   each (a thread's start costs about as much as scoring 30 FFM rows). */
+#define MFM__PREDICT_ROWS 32
+#define MFM__STACK_FLOATS 2048
+
 /* allow_gpu = 0: always the CPU (a validation pass inside CPU training must not depend on the
    machine). */
 static mfm_status mfm__predict(const mfm_model *m, const mfm_csr *d, mfm_output kind, float *out, size_t capacity, int allow_gpu, mfm_error *err) {
@@ -6743,8 +6750,10 @@ static mfm_status mfm__predict(const mfm_model *m, const mfm_csr *d, mfm_output 
     mfm__predictor pr;
     mfm__pool pool;
     mfm_status st;
-    float *ones;
-    uint64_t r;
+    float *ones, stack_floats[MFM__STACK_FLOATS];
+    double stack_prob[64];
+    uint64_t r, stack_need;
+    int on_stack;
     if (!m) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_predict: the model is NULL");
     if ((st = mfm__predict_check(m, d, &kind, out, capacity, &info, "mfm_predict", err)) != MFM_OK) return st;
     if (d->n_rows == 0) return mfm__ok(err);
@@ -6755,12 +6764,22 @@ static mfm_status mfm__predict(const mfm_model *m, const mfm_csr *d, mfm_output 
     pr.d = d;
     pr.kind = kind;
     pr.out = out;
-    pr.n_workers = (uint64_t)mfm__threads(m->params.n_threads) < d->n_rows ? mfm__threads(m->params.n_threads) : (int)d->n_rows;
-    pr.ones = ones = (float *)mfm__alloc(info.max_row_nnz, sizeof(float));
-    pr.scratch = (float *)mfm__alloc((uint64_t)pr.n_workers * m->n_classes * (m->k + 1), sizeof(float));
-    pr.prob = (double *)mfm__alloc((uint64_t)pr.n_workers * m->n_classes, sizeof(double));
+    pr.n_workers = d->n_rows <= MFM__PREDICT_ROWS ? 1 : mfm__threads(m->params.n_threads); /* counting the cores takes microseconds */
+    if ((uint64_t)pr.n_workers > (d->n_rows + MFM__PREDICT_ROWS - 1) / MFM__PREDICT_ROWS) pr.n_workers = (int)((d->n_rows + MFM__PREDICT_ROWS - 1) / MFM__PREDICT_ROWS);
     pr.max_row_nnz = info.max_row_nnz;
-    pr.scaled = (float *)mfm__alloc((uint64_t)pr.n_workers * info.max_row_nnz, sizeof(float));
+    stack_need = 2ull * info.max_row_nnz + (uint64_t)m->n_classes * (m->k + 1);
+    on_stack = pr.n_workers == 1 && stack_need <= MFM__STACK_FLOATS && m->n_classes <= 64;
+    if (on_stack) {
+        pr.ones = ones = stack_floats;
+        pr.scaled = stack_floats + info.max_row_nnz;
+        pr.scratch = stack_floats + 2ull * info.max_row_nnz;
+        pr.prob = stack_prob;
+    } else {
+        pr.ones = ones = (float *)mfm__alloc(info.max_row_nnz, sizeof(float));
+        pr.scratch = (float *)mfm__alloc((uint64_t)pr.n_workers * m->n_classes * (m->k + 1), sizeof(float));
+        pr.prob = (double *)mfm__alloc((uint64_t)pr.n_workers * m->n_classes, sizeof(double));
+        pr.scaled = (float *)mfm__alloc((uint64_t)pr.n_workers * info.max_row_nnz, sizeof(float));
+    }
     st = ones && pr.scratch && pr.prob && pr.scaled ? mfm__pool_start(&pool, pr.n_workers, err)
                                        : mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for prediction buffers");
     if (st == MFM_OK) {
@@ -6768,10 +6787,12 @@ static mfm_status mfm__predict(const mfm_model *m, const mfm_csr *d, mfm_output 
         mfm__pool_run(&pool, mfm__predict_task, &pr);
         mfm__pool_stop(&pool);
     }
-    MFM_FREE(ones);
-    MFM_FREE(pr.scratch);
-    MFM_FREE(pr.prob);
-    MFM_FREE(pr.scaled);
+    if (!on_stack) {
+        MFM_FREE(ones);
+        MFM_FREE(pr.scratch);
+        MFM_FREE(pr.prob);
+        MFM_FREE(pr.scaled);
+    }
     return st == MFM_OK ? mfm__ok(err) : st;
 }
 

@@ -159,23 +159,6 @@ static void parse_options(int argc, char **argv, options *o) {
     if (!ok) usage(2);
 }
 
-/* "Intel(R) Xeon(R) ..., 2 cores" from /proc/cpuinfo (Linux); "unknown" elsewhere. */
-static void machine(char *out, size_t size) {
-    char line[512], model[256] = "unknown CPU";
-    int cores = 0;
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    while (f && fgets(line, sizeof line, f)) {
-        char *colon = strchr(line, ':');
-        if (strncmp(line, "processor", 9) == 0) cores++;
-        if (strncmp(line, "model name", 10) == 0 && colon) {
-            snprintf(model, sizeof model, "%s", colon + 2);
-            model[strcspn(model, "\n")] = '\0';
-        }
-    }
-    if (f) fclose(f);
-    snprintf(out, size, "%s, %d logical cores", model, cores);
-}
-
 /* Peak resident memory (MB) since the last reset_peak(): Linux's VmHWM, which writing 5 to
    /proc/self/clear_refs resets, so that each cell shows its own peak; elsewhere (or without
    that file) the process's peak so far from getrusage. */
@@ -436,7 +419,7 @@ int main(int argc, char **argv) {
     s.signal = 1.0;
     s.base_rate = 0.22;
     s.seed = o.seed;
-    machine(cpu, sizeof cpu);
+    bench_machine(cpu, sizeof cpu);
     printf("modern_fm %s benchmark\n", mfm_version_string());
     printf("machine   %s\n\n", cpu);
     if (o.io_rows) {

@@ -1,4 +1,4 @@
-/* common.h - small helpers shared by bench.c and demo.c (include after the implementation). */
+/* common.h - small helpers shared by the benchmarks and demo.c (include after the implementation). */
 #ifndef BENCH_COMMON_H
 #define BENCH_COMMON_H
 
@@ -6,6 +6,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 /* Wall-clock seconds from an arbitrary start (CLOCK_MONOTONIC: immune to clock changes). */
@@ -31,6 +32,23 @@ static inline int bench_parse_model(const char *s) {
         if (!name[i] && !s[i]) return m;
     }
     return -1;
+}
+
+/* "Intel(R) Xeon(R) ..., 2 cores" from /proc/cpuinfo (Linux); "unknown" elsewhere. */
+static inline void bench_machine(char *out, size_t size) {
+    char line[512], model[256] = "unknown CPU";
+    int cores = 0;
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    while (f && fgets(line, sizeof line, f)) {
+        char *colon = strchr(line, ':');
+        if (strncmp(line, "processor", 9) == 0) cores++;
+        if (strncmp(line, "model name", 10) == 0 && colon) {
+            snprintf(model, sizeof model, "%s", colon + 2);
+            model[strcspn(model, "\n")] = '\0';
+        }
+    }
+    if (f) fclose(f);
+    snprintf(out, size, "%s, %d logical cores", model, cores);
 }
 
 #endif /* BENCH_COMMON_H */

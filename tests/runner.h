@@ -94,6 +94,7 @@
     X(test_model_inspect_agrees_with_load)    \
     X(test_model_files_of_format_1_load)      \
     X(test_inplace_maps_the_other_layout)     \
+    X(test_inplace_few_rows_allocate_nothing) \
     X(test_model_map_outlives_its_file)       \
     X(test_faults_output_writer) \
     X(test_faults_unwritable_folder) \

@@ -9,7 +9,12 @@
    batch rows and FwFM's dense ones from the parameters, where the library adds up the terms
    their scores left (MFM__TERMS_FLOATS 0; FM in batch 7, FwFM in test_fwfm_kept_terms_equal_pairs).
    Its W is a table of its own (MFM__W_GUEST 0) where the library's lies in V's blocks (FM and
-   FwFM under SGD and AdaGrad at this k), so every comparison also checks the two layouts. */
+   FwFM under SGD and AdaGrad at this k), so every comparison also checks the two layouts.
+   Its allocations are counted (test_inplace_few_rows_allocate_nothing). */
+static unsigned long inplace_allocations;
+#define MFM_MALLOC(sz) (++inplace_allocations, malloc(sz))
+#define MFM_REALLOC(p, sz) (++inplace_allocations, realloc(p, sz))
+#define MFM_FREE(p) free(p)
 #define MFM_STATIC
 #define MFM__W_GUEST 0
 #define MFM__BATCH1_IN_PLACE 0
@@ -28,6 +33,64 @@
 size_t inplace_train_dump(const mfm_params *p, const mfm_csr *d, float *out, size_t cap); /* tests/impl.c */
 int inplace_train_save_score(const mfm_params *p, const mfm_csr *d, const char *path, float *scores, size_t n);
 int inplace_map_score(const char *path, const mfm_csr *d, float *scores, size_t n);
+
+/* A call of a few rows is a server's: it allocates nothing and starts no thread (a pool of more
+   than one worker would allocate), for every model and for a mapped model, with n_threads 0
+   (every core); a call of many rows does split among threads. */
+void test_inplace_few_rows_allocate_nothing(void) {
+    static const mfm_model_type models[] = {MFM_MODEL_FM, MFM_MODEL_FFM, MFM_MODEL_FWFM};
+    char path[256];
+    size_t mi;
+    scratch_path(path, sizeof path, "serve.mfm");
+    for (mi = 0; mi < 3; mi++) {
+        data_spec spec;
+        test_data td;
+        mfm_params p;
+        mfm_model *m = NULL, *mapped = NULL;
+        float out[64 * 3];
+        mfm_csr few;
+        unsigned long before;
+        int pass;
+        memset(&spec, 0, sizeof spec);
+        spec.n_rows = 400, spec.feature_range = 60, spec.n_fields = 8, spec.min_nnz = 1, spec.max_nnz = 8, spec.with_values = 1;
+        spec.task = MFM_TASK_MULTICLASS, spec.n_classes = 3, spec.seed = 70 + mi;
+        data_random(&td, &spec);
+        memset(&p, 0, sizeof p);
+        p.model = models[mi], p.task = MFM_TASK_MULTICLASS, p.k = 4, p.n_epochs = 1, p.seed = 3;
+        if (!CHECK(mfm_train(&p, &td.csr, &m, NULL) == MFM_OK && mfm_model_save(m, path, 0, NULL) == MFM_OK && mfm_model_map(path, &mapped, NULL) == MFM_OK,
+                   "%s: train, save and map", model_name(p.model))) {
+            mfm_model_free(m);
+            data_free(&td);
+            continue;
+        }
+        for (pass = 0; pass < 2; pass++) {
+            mfm_model *x = pass ? mapped : m;
+            mfm_params q = *mfm_model_params(x);
+            q.n_threads = 0;
+            CHECK(mfm_model_set_params(x, &q, NULL) == MFM_OK, "set_params");
+            few = td.csr;
+            few.n_rows = 1;
+            before = inplace_allocations;
+            CHECK(mfm_predict(x, &few, MFM_OUTPUT_PROBABILITY, out, sizeof out / sizeof out[0], NULL) == MFM_OK, "predict one row");
+            CHECK(inplace_allocations == before, "%s%s: one row's prediction allocated %lu times", model_name(p.model), pass ? " (mapped)" : "",
+                  inplace_allocations - before);
+            few.n_rows = 32;
+            before = inplace_allocations;
+            CHECK(mfm_predict(x, &few, MFM_OUTPUT_LABEL, out, sizeof out / sizeof out[0], NULL) == MFM_OK, "predict 32 rows");
+            CHECK(inplace_allocations == before, "%s%s: 32 rows' prediction allocated %lu times", model_name(p.model), pass ? " (mapped)" : "",
+                  inplace_allocations - before);
+            few.n_rows = 64; /* two threads' worth: the counter sees the pool's buffers */
+            before = inplace_allocations;
+            CHECK(mfm_predict(x, &few, MFM_OUTPUT_LABEL, out, sizeof out / sizeof out[0], NULL) == MFM_OK, "predict 64 rows");
+            CHECK(mfm__cores() == 1 || inplace_allocations > before, "%s: 64 rows on %d cores allocated nothing (the counter counts nothing)",
+                  model_name(p.model), mfm__cores());
+        }
+        mfm_model_free(mapped);
+        mfm_model_free(m);
+        data_free(&td);
+    }
+    scratch_clean();
+}
 
 /* A model file holds its parameters as the library that wrote it lays them out (FM's and
    FwFM's w inside V's blocks or not); mfm_model_map maps a file that lies as it would, and reads

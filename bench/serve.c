@@ -1,0 +1,283 @@
+/* serve.c - serving: how fast a model file opens, how fast `mfm predict` answers from process
+   start to output written, and how long one row takes from many threads at once
+   (make bench-serve, SERVE_ARGS="...").
+
+   Generates Criteo-shaped rows (bench/synth.h: 39 fields, one id each out of --features), trains
+   --model at --k on 1000 of them for 2 epochs (a model is as large as its features make it,
+   whatever its rows), and writes to --dir: model.mfm (with the AdaGrad state: the training
+   file), serve.mfm (mfm export --predict-only's file: the parameters alone), rows100.ffm and
+   rows200k.ffm (held-out rows as libffm text). Then, the page cache warm, the best of --repeat:
+
+   - opening: mfm_model_load (for training: everything read and copied) and mfm_model_map (for
+     prediction: the parameters verified and mapped in place) of each file;
+   - the command line: `mfm predict FILE ROWS OUT` (--mfm, default build/mfm) of 100 and 200,000
+     rows, wall time from fork to exit and the process's peak memory;
+   - one-row latency: for each count of --threads, that many threads at once, each predicting
+     --calls single rows from the mapped serving file (every call timed): p50, p99, p99.9, max. */
+#define _DEFAULT_SOURCE /* wait4: a child's own peak memory */
+#define MODERN_FM_IMPLEMENTATION
+#include "../modern_fm.h"
+
+#include "common.h"
+#include "synth.h"
+
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+enum { TRAIN_ROWS = 1000, FEW_ROWS = 100, MANY_ROWS = 200000, MAX_THREADS = 8 };
+
+typedef struct options {
+    uint32_t features;
+    int model, k, repeat, calls, n_threads, threads[MAX_THREADS];
+    const char *dir, *mfm;
+} options;
+
+static void usage(int code) {
+    printf("usage: bench-serve [--features N] [--model ffm|fm|fwfm] [--k K] [--dir DIR] [--mfm PATH]\n"
+           "                   [--repeat N] [--threads 1,4,16] [--calls N]\n"
+           "  defaults: --features 1000000 --model ffm --k 4 --dir build/serve --mfm build/mfm --repeat 3\n"
+           "            --threads 1,<every core> --calls 20000\n");
+    exit(code);
+}
+
+static void parse_options(int argc, char **argv, options *o) {
+    int i;
+    memset(o, 0, sizeof *o);
+    o->features = 1000000, o->model = MFM_MODEL_FFM, o->k = 4, o->repeat = 3, o->calls = 20000;
+    o->dir = "build/serve", o->mfm = "build/mfm";
+    o->n_threads = 2, o->threads[0] = 1, o->threads[1] = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    for (i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) usage(0);
+        if (!v) usage(2);
+        i++;
+        if (strcmp(a, "--features") == 0)
+            o->features = (uint32_t)strtoul(v, NULL, 10);
+        else if (strcmp(a, "--model") == 0)
+            o->model = bench_parse_model(v);
+        else if (strcmp(a, "--k") == 0)
+            o->k = atoi(v);
+        else if (strcmp(a, "--repeat") == 0)
+            o->repeat = atoi(v);
+        else if (strcmp(a, "--calls") == 0)
+            o->calls = atoi(v);
+        else if (strcmp(a, "--dir") == 0)
+            o->dir = v;
+        else if (strcmp(a, "--mfm") == 0)
+            o->mfm = v;
+        else if (strcmp(a, "--threads") == 0) {
+            char buf[256], *tok;
+            snprintf(buf, sizeof buf, "%s", v);
+            for (o->n_threads = 0, tok = strtok(buf, ","); tok && o->n_threads < MAX_THREADS; tok = strtok(NULL, ","))
+                if ((o->threads[o->n_threads++] = atoi(tok)) < 1) usage(2);
+        } else
+            usage(2);
+    }
+    if (o->features < 1000 || o->model < 0 || o->k < 1 || o->repeat < 1 || o->calls < 100) usage(2);
+}
+
+static void path_in(char *out, size_t size, const options *o, const char *name) { snprintf(out, size, "%s/%s", o->dir, name); }
+
+/* Reads a file once, so that every measurement finds it in the page cache. */
+static void warm(const char *path) {
+    uint64_t digest;
+    mfm_error e;
+    bench_check(mfm_file_digest(path, &digest, &e), &e, "reading a file");
+}
+
+/* ---- opening ---- */
+
+static double time_open(const char *path, int map, int repeat) {
+    double best = 1e30;
+    int i;
+    for (i = 0; i < repeat; i++) {
+        mfm_model *m = NULL;
+        mfm_error e;
+        double t0 = bench_now(), t;
+        bench_check(map ? mfm_model_map(path, &m, &e) : mfm_model_load(path, &m, &e), &e, map ? "mfm_model_map" : "mfm_model_load");
+        t = bench_now() - t0;
+        mfm_model_free(m);
+        if (t < best) best = t;
+    }
+    return best;
+}
+
+/* ---- the command line ---- */
+
+/* Runs mfm predict MODEL ROWS OUT; the wall seconds from fork to exit, and its peak memory (MB). */
+static double time_predict(const options *o, const char *model, const char *rows, double *peak_mb) {
+    char out[1024];
+    double t0 = bench_now(), t;
+    struct rusage usage;
+    int status = 0;
+    pid_t pid;
+    path_in(out, sizeof out, o, "predictions.txt");
+    pid = fork();
+    if (pid == 0) {
+        int null = open("/dev/null", O_WRONLY);
+        if (null >= 0) dup2(null, 2); /* the metrics line */
+        execl(o->mfm, o->mfm, "predict", model, rows, out, (char *)NULL);
+        _exit(127);
+    }
+    if (pid < 0 || wait4(pid, &status, 0, &usage) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        fprintf(stderr, "bench-serve: %s predict %s %s %s failed (build it with make build/mfm)\n", o->mfm, model, rows, out);
+        exit(1);
+    }
+    t = bench_now() - t0;
+    *peak_mb = (double)usage.ru_maxrss / 1024.0;
+    return t;
+}
+
+/* ---- one-row latency ---- */
+
+typedef struct caller {
+    const mfm_model *model;
+    const synth_data *rows;
+    uint64_t first; /* the caller's first row; it walks on from there */
+    int calls;
+    double *seconds; /* per call */
+    pthread_barrier_t *start;
+} caller;
+
+static void *call_repeatedly(void *arg) {
+    caller *c = (caller *)arg;
+    const synth_data *d = c->rows;
+    uint64_t offsets[2] = {0, 0};
+    float out[4];
+    mfm_csr row;
+    mfm_error e;
+    int i;
+    memset(&row, 0, sizeof row);
+    row.n_rows = 1, row.row_offsets = offsets, row.n_features = d->n_features, row.n_fields = d->n_fields;
+    pthread_barrier_wait(c->start);
+    for (i = 0; i < c->calls; i++) {
+        const uint64_t r = (c->first + (uint64_t)i * 7919) % d->n_rows, at = d->offsets[r];
+        double t0;
+        offsets[1] = d->offsets[r + 1] - at;
+        row.features = d->features + at, row.fields = d->fields + at, row.values = d->values ? d->values + at : NULL;
+        t0 = bench_now();
+        bench_check(mfm_predict(c->model, &row, MFM_OUTPUT_PROBABILITY, out, 4, &e), &e, "mfm_predict");
+        c->seconds[i] = bench_now() - t0;
+    }
+    return NULL;
+}
+
+static int by_value(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void latency_row(const mfm_model *m, const synth_data *rows, int threads, int calls) {
+    pthread_t tid[1024];
+    caller c[1024];
+    pthread_barrier_t start;
+    double *all = (double *)malloc((size_t)threads * (size_t)calls * sizeof(double)), t0, wall;
+    uint64_t n = (uint64_t)threads * (uint64_t)calls;
+    int i;
+    if (!all || threads > 1024) exit(1);
+    pthread_barrier_init(&start, NULL, (unsigned)threads + 1);
+    for (i = 0; i < threads; i++) {
+        c[i].model = m, c[i].rows = rows, c[i].first = (uint64_t)i * (rows->n_rows / (uint64_t)threads), c[i].calls = calls;
+        c[i].seconds = all + (size_t)i * (size_t)calls, c[i].start = &start;
+        if (pthread_create(&tid[i], NULL, call_repeatedly, &c[i]) != 0) exit(1);
+    }
+    pthread_barrier_wait(&start);
+    t0 = bench_now();
+    for (i = 0; i < threads; i++) pthread_join(tid[i], NULL);
+    wall = bench_now() - t0;
+    pthread_barrier_destroy(&start);
+    qsort(all, (size_t)n, sizeof(double), by_value);
+    printf("| %d | %.2f | %.2f | %.2f | %.1f | %.0fk |\n", threads, 1e6 * all[n / 2], 1e6 * all[n * 99 / 100], 1e6 * all[n * 999 / 1000],
+           1e6 * all[n - 1], (double)n / wall / 1e3);
+    free(all);
+}
+
+/* ---- the data and the models ---- */
+
+static void write_rows(const synth_data *all, uint64_t lo, uint64_t hi, const char *path) {
+    synth_data part;
+    mfm_csr csr;
+    mfm_error e;
+    if (synth_split(all, lo, hi, &part) != 0) exit(1);
+    csr = synth_csr(&part);
+    bench_check(mfm_dataset_write(&csr, path, MFM_FORMAT_LIBFFM, &e), &e, "mfm_dataset_write");
+    synth_free(&part);
+}
+
+int main(int argc, char **argv) {
+    options o;
+    synth_spec s;
+    synth_data all, held_out;
+    mfm_params p;
+    mfm_model *m, *served;
+    mfm_csr train;
+    mfm_error e;
+    char cpu[400], model_path[1024], serve_path[1024], few_path[1024], many_path[1024];
+    const char *files[2], *rows[2];
+    double t0;
+    int i, j;
+    parse_options(argc, argv, &o);
+    mkdir(o.dir, 0755);
+    path_in(model_path, sizeof model_path, &o, "model.mfm"), path_in(serve_path, sizeof serve_path, &o, "serve.mfm");
+    path_in(few_path, sizeof few_path, &o, "rows100.ffm"), path_in(many_path, sizeof many_path, &o, "rows200k.ffm");
+    bench_machine(cpu, sizeof cpu);
+    printf("modern_fm %s serving benchmark\nmachine: %s\n", mfm_version_string(), cpu);
+
+    memset(&s, 0, sizeof s);
+    s.n_rows = TRAIN_ROWS + FEW_ROWS + MANY_ROWS, s.n_fields = 39, s.n_features = o.features, s.per_field = 1, s.zipf_s = 1.1;
+    s.hidden_k = 4, s.signal = 1.0, s.base_rate = 0.22, s.seed = 49;
+    t0 = bench_now();
+    if (synth_generate(&s, &all) != 0 || synth_split(&all, TRAIN_ROWS + FEW_ROWS, all.n_rows, &held_out) != 0) return 1;
+    write_rows(&all, TRAIN_ROWS, TRAIN_ROWS + FEW_ROWS, few_path);
+    write_rows(&all, TRAIN_ROWS + FEW_ROWS, all.n_rows, many_path);
+    memset(&p, 0, sizeof p);
+    p.model = (mfm_model_type)o.model, p.k = o.k, p.n_epochs = 2;
+    train = synth_view(&all, 0, TRAIN_ROWS);
+    bench_check(mfm_model_create(&p, o.features, s.n_fields, 1, &m, &e), &e, "mfm_model_create");
+    bench_check(mfm_fit(m, &train, &e), &e, "mfm_fit");
+    bench_check(mfm_model_save(m, model_path, 1, &e), &e, "mfm_model_save");
+    bench_check(mfm_model_save(m, serve_path, 0, &e), &e, "mfm_model_save");
+    mfm_model_free(m);
+    printf("data: %s k = %d, %u features, 39 fields, trained on %d rows; files written in %.1f s to %s\n\n", mfm_model_type_name(p.model), o.k,
+           o.features, TRAIN_ROWS, bench_now() - t0, o.dir);
+    files[0] = model_path, files[1] = serve_path, rows[0] = few_path, rows[1] = many_path;
+    for (i = 0; i < 2; i++) warm(files[i]), warm(rows[i]);
+
+    printf("Opening a model file (page cache warm, best of %d):\n\n| file | MB | mfm_model_load s | mfm_model_map s |\n|---|---|---|---|\n", o.repeat);
+    for (i = 0; i < 2; i++) {
+        struct stat st;
+        stat(files[i], &st);
+        printf("| %s | %.0f | %.3f | %.3f |\n", i ? "serve.mfm (parameters)" : "model.mfm (with state)", (double)st.st_size / 1e6,
+               time_open(files[i], 0, o.repeat), time_open(files[i], 1, o.repeat));
+    }
+
+    printf("\n`mfm predict FILE ROWS OUT`, process start to output written (best of %d; peak memory of the best run):\n\n"
+           "| file | rows | seconds | rows/s | peak MB |\n|---|---|---|---|---|\n", o.repeat);
+    for (i = 0; i < 2; i++)
+        for (j = 0; j < 2; j++) {
+            double best = 1e30, best_peak = 0, peak;
+            int r;
+            for (r = 0; r < o.repeat; r++) {
+                double t = time_predict(&o, files[i], rows[j], &peak);
+                if (t < best) best = t, best_peak = peak;
+            }
+            printf("| %s | %d | %.3f | %.0f | %.0f |\n", i ? "serve.mfm" : "model.mfm", j ? MANY_ROWS : FEW_ROWS, best, (j ? MANY_ROWS : FEW_ROWS) / best,
+                   best_peak);
+        }
+
+    bench_check(mfm_model_map(serve_path, &served, &e), &e, "mfm_model_map");
+    printf("\nOne row per mfm_predict call from serve.mfm (mapped), every thread at once, %d calls each:\n\n"
+           "| threads | p50 us | p99 us | p99.9 us | max us | calls/s |\n|---|---|---|---|---|---|\n",
+           o.calls);
+    for (i = 0; i < o.n_threads; i++) latency_row(served, &held_out, o.threads[i], o.calls);
+    mfm_model_free(served);
+    synth_free(&held_out);
+    synth_free(&all);
+    return 0;
+}
