@@ -800,6 +800,9 @@ typedef struct mfm_gpu_data mfm_gpu_data;
 MFMDEF mfm_status mfm_gpu_model_upload(const mfm_model *model, int device, mfm_gpu_model **out, mfm_error *err);
 MFMDEF void mfm_gpu_model_free(mfm_gpu_model *model);
 
+/* mfm_gpu_predict and the metrics of data's labels from the same scores (mfm_predict_evaluate). */
+MFMDEF mfm_status mfm_gpu_predict_evaluate(mfm_gpu_model *model, const mfm_csr *data, mfm_output kind, float *out, size_t capacity,
+                                           mfm_metrics *metrics, mfm_error *err);
 /* Predicts rows that are in host memory: they cross to the GPU in chunks through pinned
    buffers, the copies overlapping the kernels. Output as mfm_predict. */
 MFMDEF mfm_status mfm_gpu_predict(mfm_gpu_model *model, const mfm_csr *data, mfm_output kind, float *out,
@@ -6928,8 +6931,11 @@ static mfm_status mfm__score_metrics(const mfm_model *m, const mfm_csr *d, const
 
 MFMDEF mfm_status mfm_evaluate(const mfm_model *m, const mfm_csr *d, mfm_metrics *out, mfm_error *err) { return mfm__evaluate(m, d, out, 1, err); }
 
-MFMDEF mfm_status mfm_predict_evaluate(const mfm_model *m, const mfm_csr *d, mfm_output kind, float *out, size_t capacity, mfm_metrics *metrics,
-                                       mfm_error *err) {
+/* mfm_predict_evaluate and mfm_gpu_predict_evaluate: the scores of `shape`'s rows from the CPU
+   (m, or the GPU that its backend names) or from a GPU copy (gm), then the metrics and the
+   outputs of `kind` from those scores. */
+static mfm_status mfm__predict_evaluate(const mfm_model *shape, const mfm_model *m, mfm_gpu_model *gm, const mfm_csr *d, mfm_output kind, float *out,
+                                        size_t capacity, mfm_metrics *metrics, const char *fn, mfm_error *err) {
     mfm__data_info info;
     uint32_t n_classes;
     mfm_status st;
@@ -6937,23 +6943,32 @@ MFMDEF mfm_status mfm_predict_evaluate(const mfm_model *m, const mfm_csr *d, mfm
     double *prob;
     uint64_t r, n;
     size_t width;
-    if (!m || !metrics) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_predict_evaluate: the model or the metrics are NULL");
+    if (!metrics) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "%s: the metrics are NULL", fn);
     metrics->n_rows = 0;
     metrics->logloss = metrics->auc = metrics->accuracy = metrics->rmse = NAN;
-    if ((st = mfm__predict_check(m, d, &kind, out, capacity, &info, "mfm_predict_evaluate", err)) != MFM_OK) return st;
-    n_classes = m->n_classes;
-    if ((st = mfm__check_targets(m->params.task, d, &n_classes, 0, err)) != MFM_OK) return st;
+    if ((st = mfm__predict_check(shape, d, &kind, out, capacity, &info, fn, err)) != MFM_OK) return st;
+    n_classes = shape->n_classes;
+    if ((st = mfm__check_targets(shape->params.task, d, &n_classes, 0, err)) != MFM_OK) return st;
     if ((n = d->n_rows) == 0) return mfm__ok(err);
-    width = mfm_output_width(m, kind);
-    scores = (float *)mfm__alloc(n * m->n_classes, sizeof(float));
-    prob = (double *)mfm__alloc(m->n_classes, sizeof(double));
-    st = scores && prob ? mfm__predict(m, d, MFM_OUTPUT_SCORE, scores, (size_t)(n * m->n_classes), 1, err)
-                        : mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for %" PRIu64 " scores", n * m->n_classes);
-    if (st == MFM_OK) st = mfm__score_metrics(m, d, scores, metrics, err);
-    for (r = 0; r < n && st == MFM_OK; r++) mfm__row_output(m, kind, scores + r * m->n_classes, out + r * width, prob);
+    width = mfm_output_width(shape, kind);
+    scores = (float *)mfm__alloc(n * shape->n_classes, sizeof(float));
+    prob = (double *)mfm__alloc(shape->n_classes, sizeof(double));
+    if (!scores || !prob)
+        st = mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for %" PRIu64 " scores", n * shape->n_classes);
+    else
+        st = m ? mfm__predict(m, d, MFM_OUTPUT_SCORE, scores, (size_t)(n * shape->n_classes), 1, err)
+               : mfm_gpu_predict(gm, d, MFM_OUTPUT_SCORE, scores, (size_t)(n * shape->n_classes), err);
+    if (st == MFM_OK) st = mfm__score_metrics(shape, d, scores, metrics, err);
+    for (r = 0; r < n && st == MFM_OK; r++) mfm__row_output(shape, kind, scores + r * shape->n_classes, out + r * width, prob);
     MFM_FREE(scores);
     MFM_FREE(prob);
     return st == MFM_OK ? mfm__ok(err) : st;
+}
+
+MFMDEF mfm_status mfm_predict_evaluate(const mfm_model *m, const mfm_csr *d, mfm_output kind, float *out, size_t capacity, mfm_metrics *metrics,
+                                       mfm_error *err) {
+    if (!m) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_predict_evaluate: the model is NULL");
+    return mfm__predict_evaluate(m, m, NULL, d, kind, out, capacity, metrics, "mfm_predict_evaluate", err);
 }
 
 /* ============================================================================================
@@ -8998,15 +9013,96 @@ MFMDEF void mfm_gpu_model_free(mfm_gpu_model *gm) {
     }
 }
 
+/* The upload of a model: its records (a feature's factors, FFM's of every field, then w, then
+   zeros to the record's stride) are laid out by every core into one of two pinned buffers while
+   the other one's copy to the device runs, so that the layout, the copy and the reading of a
+   mapped file overlap. */
+#define MFM__UPLOAD_BYTES ((uint64_t)8 << 20)
+
+typedef struct mfm__upload {
+    const mfm_model *m;
+    const mfm_gpu_model *gm;
+    uint32_t cls;
+    uint64_t first, n; /* features */
+    float *out;
+    int n_workers;
+} mfm__upload;
+
+static void mfm__upload_task(void *ctx, int index) {
+    const mfm__upload *u = (const mfm__upload *)ctx;
+    const mfm_model *m = u->m;
+    const mfm__table *V = &m->t[MFM_TENSOR_V];
+    const uint32_t F = m->params.model == MFM_MODEL_FFM ? m->n_fields : 1, k = (uint32_t)m->k, n_factors = u->gm->w_offset;
+    uint64_t i, lo, hi;
+    uint32_t g;
+    mfm__share(u->n, u->n_workers, index, &lo, &hi);
+    for (i = lo; i < hi; i++) {
+        const uint64_t feature = u->first + i;
+        float *rec = u->out + i * u->gm->stride;
+        if (V->stride == k) /* a feature's F blocks side by side: one copy */
+            memcpy(rec, mfm__block(m, MFM_TENSOR_V, u->cls, feature * F), (size_t)F * k * sizeof(float));
+        else
+            for (g = 0; g < F; g++) memcpy(rec + (uint64_t)g * k, mfm__block(m, MFM_TENSOR_V, u->cls, feature * F + g), (size_t)k * sizeof(float));
+        rec[n_factors] = m->params.pairs_only ? 0.0f : *mfm__block(m, MFM_TENSOR_W, u->cls, feature);
+        for (g = n_factors + 1; g < u->gm->stride; g++) rec[g] = 0.0f;
+    }
+}
+
+/* The records of every class and feature into gm->table. */
+static mfm_status mfm__upload_records(const mfm_model *m, mfm_gpu_model *gm, mfm_error *err) {
+    const uint64_t record = (uint64_t)gm->stride * sizeof(float), per_buffer = MFM__UPLOAD_BYTES / record ? MFM__UPLOAD_BYTES / record : 1;
+    void *host[2] = {NULL, NULL};
+    mfm__cu_stream stream = NULL;
+    mfm__cu_event copied[2] = {NULL, NULL};
+    mfm__upload u;
+    mfm__pool pool;
+    mfm__cu_result r = 0;
+    mfm_status st = MFM_OK;
+    uint64_t f, slot = 0;
+    uint32_t c;
+    int b, pooled = 0;
+    memset(&u, 0, sizeof u);
+    u.m = m, u.gm = gm;
+    u.n_workers = mfm__threads(m->params.n_threads);
+    if ((uint64_t)u.n_workers > (m->n_features + 4095) / 4096) u.n_workers = (int)((m->n_features + 4095) / 4096); /* 4096 records a thread */
+    if (u.n_workers < 1) u.n_workers = 1;
+    for (b = 0; b < 2 && r == 0; b++) r = mfm__cuda.cu.cuMemAllocHost(&host[b], (size_t)(per_buffer * record));
+    if (r == 0) r = mfm__cuda.cu.cuStreamCreate(&stream, 1 /* non-blocking */);
+    for (b = 0; b < 2 && r == 0; b++) r = mfm__cuda.cu.cuEventCreate(&copied[b], 2 /* no timing */);
+    if (r != 0) st = mfm__cu_fail(err, r, "cuMemAllocHost / cuStreamCreate / cuEventCreate (the model's upload)");
+    if (st == MFM_OK && (st = mfm__pool_start(&pool, u.n_workers, err)) == MFM_OK) pooled = 1;
+    for (c = 0; st == MFM_OK && c < m->n_classes; c++)
+        for (f = 0; st == MFM_OK && f < m->n_features; f += per_buffer, slot++) {
+            b = (int)(slot & 1);
+            if (slot >= 2 && (r = mfm__cuda.cu.cuEventSynchronize(copied[b])) != 0) { /* the buffer's last copy has left */
+                st = mfm__cu_fail(err, r, "cuEventSynchronize (the model's upload)");
+                break;
+            }
+            u.cls = c, u.first = f, u.n = m->n_features - f < per_buffer ? m->n_features - f : per_buffer, u.out = (float *)host[b];
+            mfm__pool_run(&pool, mfm__upload_task, &u);
+            if ((r = mfm__cuda.cu.cuMemcpyHtoDAsync(gm->table + (c * gm->class_stride + f * gm->stride) * sizeof(float), host[b], (size_t)(u.n * record), stream)) != 0 ||
+                (r = mfm__cuda.cu.cuEventRecord(copied[b], stream)) != 0)
+                st = mfm__cu_fail(err, r, "cuMemcpyHtoDAsync (the model's upload)");
+        }
+    if (pooled) mfm__pool_stop(&pool);
+    if (stream && (r = mfm__cuda.cu.cuStreamSynchronize(stream)) != 0 && st == MFM_OK) st = mfm__cu_fail(err, r, "cuStreamSynchronize (the model's upload)");
+    for (b = 0; b < 2; b++) {
+        if (copied[b]) mfm__cuda.cu.cuEventDestroy(copied[b]);
+        if (host[b]) mfm__cuda.cu.cuMemFreeHost(host[b]);
+    }
+    if (stream) mfm__cuda.cu.cuStreamDestroy(stream);
+    return st;
+}
+
 MFMDEF mfm_status mfm_gpu_model_upload(const mfm_model *m, int device, mfm_gpu_model **out, mfm_error *err) {
     const int is_ffm = m && m->params.model == MFM_MODEL_FFM;
     mfm_gpu_model *gm;
     mfm__cu_context saved;
     mfm__cu_result r;
     mfm_status st;
-    float *slice = NULL;
+    float *small = NULL;
     uint32_t n_factors, c;
-    uint64_t f, bytes, slice_features;
+    uint64_t bytes;
     if (!m || !out) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_gpu_model_upload: the model or the output pointer is NULL");
     *out = NULL;
     if (!(gm = (mfm_gpu_model *)mfm__calloc(1, sizeof *gm))) return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for a GPU model");
@@ -9016,6 +9112,7 @@ MFMDEF mfm_status mfm_gpu_model_upload(const mfm_model *m, int device, mfm_gpu_m
     }
     gm->shape = *m;
     memset(gm->shape.t, 0, sizeof gm->shape.t);
+    memset(&gm->shape.file, 0, sizeof gm->shape.file);
     gm->shape.class_weight_values = NULL;
     gm->shape.params.class_weights = NULL;
     gm->device = device;
@@ -9024,44 +9121,26 @@ MFMDEF mfm_status mfm_gpu_model_upload(const mfm_model *m, int device, mfm_gpu_m
     gm->stride = (n_factors + 1 + 3) & ~3u;
     gm->class_stride = (uint64_t)m->n_features * gm->stride;
     bytes = gm->class_stride * m->n_classes * sizeof(float);
-    slice_features = m->n_features < 65536 ? m->n_features : 65536;
     st = mfm__gpu_alloc(&gm->table, bytes, "the model's parameters", err);
     if (st == MFM_OK) st = mfm__gpu_alloc(&gm->w0, m->n_classes * sizeof(float), "the model's biases", err);
     if (st == MFM_OK && m->params.model == MFM_MODEL_FWFM)
         st = mfm__gpu_alloc(&gm->pair_weights, (uint64_t)m->n_classes * m->n_fields * m->n_fields * sizeof(float), "the field pair weights", err);
-    if (st == MFM_OK && !(slice = (float *)mfm__alloc((slice_features ? slice_features : 1) * gm->stride + (uint64_t)m->n_fields * m->n_fields + m->n_classes, sizeof(float))))
+    if (st == MFM_OK && m->n_features) st = mfm__upload_records(m, gm, err);
+    if (st == MFM_OK && !(small = (float *)mfm__alloc((uint64_t)m->n_fields * m->n_fields + m->n_classes, sizeof(float))))
         st = mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for the upload of a model");
-    for (c = 0; st == MFM_OK && c < m->n_classes; c++) {
-        for (f = 0; st == MFM_OK && f < m->n_features; f += slice_features) {
-            uint64_t n = m->n_features - f < slice_features ? m->n_features - f : slice_features, i;
-            memset(slice, 0, n * gm->stride * sizeof(float));
-            for (i = 0; i < n; i++) {
-                float *rec = slice + i * gm->stride;
-                if (is_ffm) {
-                    uint32_t g;
-                    for (g = 0; g < m->n_fields; g++) memcpy(rec + (uint64_t)g * m->k, mfm__block(m, MFM_TENSOR_V, c, (f + i) * m->n_fields + g), (size_t)m->k * sizeof(float));
-                } else {
-                    memcpy(rec, mfm__block(m, MFM_TENSOR_V, c, f + i), (size_t)m->k * sizeof(float));
-                }
-                rec[n_factors] = m->params.pairs_only ? 0.0f : *mfm__block(m, MFM_TENSOR_W, c, f + i);
-            }
-            if ((r = mfm__cuda.cu.cuMemcpyHtoD(gm->table + (c * gm->class_stride + f * gm->stride) * sizeof(float), slice, (size_t)(n * gm->stride * sizeof(float)))) != 0)
-                st = mfm__cu_fail(err, r, "cuMemcpyHtoD (uploading the model)");
-        }
-    }
     if (st == MFM_OK) {
-        for (c = 0; c < m->n_classes; c++) slice[c] = m->params.pairs_only ? 0.0f : *mfm__block(m, MFM_TENSOR_W0, c, 0);
-        if ((r = mfm__cuda.cu.cuMemcpyHtoD(gm->w0, slice, m->n_classes * sizeof(float))) != 0) st = mfm__cu_fail(err, r, "cuMemcpyHtoD (uploading the model)");
+        for (c = 0; c < m->n_classes; c++) small[c] = m->params.pairs_only ? 0.0f : *mfm__block(m, MFM_TENSOR_W0, c, 0);
+        if ((r = mfm__cuda.cu.cuMemcpyHtoD(gm->w0, small, m->n_classes * sizeof(float))) != 0) st = mfm__cu_fail(err, r, "cuMemcpyHtoD (uploading the model)");
     }
     for (c = 0; st == MFM_OK && gm->pair_weights && c < m->n_classes; c++) { /* r(a, b) as a full symmetric matrix */
         const uint32_t F = m->n_fields;
         uint32_t a, b;
         for (a = 0; a < F; a++)
-            for (b = 0; b < F; b++) slice[(uint64_t)a * F + b] = mfm__fwfm_r(m, c, a, b);
-        if ((r = mfm__cuda.cu.cuMemcpyHtoD(gm->pair_weights + (uint64_t)c * F * F * sizeof(float), slice, (size_t)F * F * sizeof(float))) != 0)
+            for (b = 0; b < F; b++) small[(uint64_t)a * F + b] = mfm__fwfm_r(m, c, a, b);
+        if ((r = mfm__cuda.cu.cuMemcpyHtoD(gm->pair_weights + (uint64_t)c * F * F * sizeof(float), small, (size_t)F * F * sizeof(float))) != 0)
             st = mfm__cu_fail(err, r, "cuMemcpyHtoD (uploading the model)");
     }
-    MFM_FREE(slice);
+    MFM_FREE(small);
     mfm__gpu_leave(saved);
     if (st != MFM_OK) {
         mfm_gpu_model_free(gm);
@@ -9184,6 +9263,12 @@ static uint64_t mfm__chunk_end(const mfm_csr *d, uint64_t r0) {
     uint64_t r1 = r0 + 1;
     while (r1 < d->n_rows && r1 - r0 < max_rows && d->row_offsets[r1 + 1] - d->row_offsets[r0] <= max_nnz) r1++;
     return r1;
+}
+
+MFMDEF mfm_status mfm_gpu_predict_evaluate(mfm_gpu_model *gm, const mfm_csr *d, mfm_output kind, float *out, size_t capacity, mfm_metrics *metrics,
+                                           mfm_error *err) {
+    if (!gm) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_gpu_predict_evaluate: the GPU model is NULL");
+    return mfm__predict_evaluate(&gm->shape, NULL, gm, d, kind, out, capacity, metrics, "mfm_gpu_predict_evaluate", err);
 }
 
 MFMDEF mfm_status mfm_gpu_predict(mfm_gpu_model *gm, const mfm_csr *d, mfm_output kind, float *out, size_t capacity, mfm_error *err) {
@@ -10067,6 +10152,11 @@ MFMDEF mfm_status mfm_gpu_model_upload(const mfm_model *model, int device, mfm_g
     return mfm__fail(err, MFM_ERR_CUDA_UNAVAILABLE, MFM__NO_CUDA_SENTENCE);
 }
 MFMDEF void mfm_gpu_model_free(mfm_gpu_model *model) { (void)model; }
+MFMDEF mfm_status mfm_gpu_predict_evaluate(mfm_gpu_model *model, const mfm_csr *data, mfm_output kind, float *out, size_t capacity, mfm_metrics *metrics,
+                                           mfm_error *err) {
+    (void)metrics;
+    return mfm_gpu_predict(model, data, kind, out, capacity, err);
+}
 MFMDEF mfm_status mfm_gpu_predict(mfm_gpu_model *model, const mfm_csr *data, mfm_output kind, float *out, size_t capacity, mfm_error *err) {
     (void)model, (void)data, (void)kind, (void)out, (void)capacity;
     return mfm__fail(err, MFM_ERR_CUDA_UNAVAILABLE, MFM__NO_CUDA_SENTENCE);

@@ -28,6 +28,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#if !defined(_WIN32)
+#include <pthread.h>
+#endif
 #include <sys/stat.h>
 #include <signal.h>
 #include <sys/types.h>
@@ -541,7 +544,21 @@ static int task_metrics(mfm_task task, int brief, const mfm_metrics *m, const ch
    ============================================================================================ */
 
 /* Everything a command allocates; main frees it whatever happened. */
+/* predict's model on the GPU, uploaded by a thread of its own while the rows are read (on
+   Windows before they are read). */
+typedef struct gpu_upload {
+    const mfm_model *model;
+    int device, started, running;
+    mfm_gpu_model *gm;
+    mfm_status st;
+    mfm_error e;
+#if !defined(_WIN32)
+    pthread_t thread;
+#endif
+} gpu_upload;
+
 typedef struct job {
+    gpu_upload up;
     mfm_dataset *data, *valid;
     mfm_model *model;
     mfm_model *best;   /* tune: the best run's model so far */
@@ -1225,6 +1242,32 @@ done:
    mfm predict and mfm eval
    ============================================================================================ */
 
+static void *upload_main(void *arg) {
+    gpu_upload *u = (gpu_upload *)arg;
+    u->st = mfm_gpu_model_upload(u->model, u->device, &u->gm, &u->e);
+    return NULL;
+}
+
+static void upload_start(gpu_upload *u, const mfm_model *m, int device) {
+    u->model = m, u->device = device, u->started = 1;
+#if !defined(_WIN32)
+    if (pthread_create(&u->thread, NULL, upload_main, u) == 0) {
+        u->running = 1;
+        return;
+    }
+#endif
+    upload_main(u);
+}
+
+/* The upload's outcome, once it has ended. */
+static mfm_status upload_wait(gpu_upload *u) {
+#if !defined(_WIN32)
+    if (u->running) pthread_join(u->thread, NULL);
+#endif
+    u->running = 0;
+    return u->st;
+}
+
 static int write_rows(FILE *f, const float *v, uint64_t n_rows, size_t width) {
     uint64_t r;
     size_t c;
@@ -1251,8 +1294,13 @@ static int predict_to_file(const settings *s, job *j, const mfm_csr *csr, mfm_me
     double t0 = now_seconds();
     if (csr->n_rows > SIZE_MAX / sizeof(float) / width) return fail("%s has too many rows to predict in memory", s->args[1]);
     j->floats = (float *)xmalloc((size_t)csr->n_rows * width * sizeof(float));
-    st = metrics ? mfm_predict_evaluate(j->model, csr, (mfm_output)s->output, j->floats, (size_t)csr->n_rows * width, metrics, &e)
-                 : mfm_predict(j->model, csr, (mfm_output)s->output, j->floats, (size_t)csr->n_rows * width, &e);
+    if (j->up.started && upload_wait(&j->up) != MFM_OK) return fail("%s", j->up.e.message);
+    if (j->up.gm)
+        st = metrics ? mfm_gpu_predict_evaluate(j->up.gm, csr, (mfm_output)s->output, j->floats, (size_t)csr->n_rows * width, metrics, &e)
+                     : mfm_gpu_predict(j->up.gm, csr, (mfm_output)s->output, j->floats, (size_t)csr->n_rows * width, &e);
+    else
+        st = metrics ? mfm_predict_evaluate(j->model, csr, (mfm_output)s->output, j->floats, (size_t)csr->n_rows * width, metrics, &e)
+                     : mfm_predict(j->model, csr, (mfm_output)s->output, j->floats, (size_t)csr->n_rows * width, &e);
     if (st != MFM_OK) return fail("%s: %s", s->args[1], e.message);
     *seconds = now_seconds() - t0;
     return write_predictions(j, j->floats, csr->n_rows, width);
@@ -1286,6 +1334,8 @@ static int predict_or_eval(const settings *s, job *j) {
     }
     if (s->output == MFM_OUTPUT_PROBABILITY && info.task == MFM_TASK_REGRESSION)
         return usage_error("--output prob needs a classification model, but %s is a regression model", model_path);
+    if (predicting && (s->backend == MFM_BACKEND_CUDA || (s->backend == MFM_BACKEND_AUTO && mfm_cuda_available())))
+        upload_start(&j->up, j->model, s->p.device); /* while the rows are read */
     if ((rc = read_data(data_path, info.task, s->format, &j->data)) != 0) return rc;
     if ((rc = check_data(data_path, j->data, !predicting, info.model != MFM_MODEL_FM, "the model")) != 0) return rc;
     csr = mfm_dataset_csr(j->data);
@@ -1635,7 +1685,7 @@ static int run(int argc, char **argv) {
         return 0;
     }
     if (!(c = find_command(argv[1])))
-        return usage_error("'%s' is not a command: train, tune, predict, eval, convert, info, cache or gpu (see mfm --help)", argv[1]);
+        return usage_error("'%s' is not a command: train, tune, predict, eval, export, convert, info, cache or gpu (see mfm --help)", argv[1]);
     memset(&s, 0, sizeof s);
     s.command = c->name;
     s.command_bit = c->bit;
@@ -1654,6 +1704,8 @@ static int run(int argc, char **argv) {
         return usage_error("%s expects %s, got %d argument%s (see mfm %s --help)", c->name, c->synopsis, s.n_args, s.n_args == 1 ? "" : "s", c->name);
     memset(&j, 0, sizeof j);
     rc = c->run(&s, &j);
+    upload_wait(&j.up);
+    mfm_gpu_model_free(j.up.gm);
     mfm_model_free(j.model);
     mfm_model_free(j.best);
     mfm_dataset_free(j.data);
