@@ -48,9 +48,9 @@ int main() {
         mfm_metrics m = model.evaluate(test);
         std::printf("FFM on %zu rows: test AUC %.4f, logloss %.4f\n", train.size(), m.auc, m.logloss);
 
-        // Save without the optimizer state (enough to predict), load into a second model.
+        // Save without the optimizer state (enough to predict), open it for prediction (mapped).
         model.save("example_cpp.mfm", false);
-        mfm::Model loaded = mfm::Model::load("example_cpp.mfm");
+        mfm::Model loaded = mfm::Model::map("example_cpp.mfm");
         bool same = model.predict(test, MFM_OUTPUT_PROBABILITY) == loaded.predict(test, MFM_OUTPUT_PROBABILITY);
         std::printf("saved, loaded back, same predictions: %s\n", same ? "ok" : "FAILED");
 

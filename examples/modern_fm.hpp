@@ -152,10 +152,18 @@ public:
         detail::check(mfm_train(&params, &data, &m, &e), e);
         return Model(m);
     }
+    // For training: parameters and state read into memory.
     static Model load(const std::string &path) {
         mfm_model *m = nullptr;
         mfm_error e;
         detail::check(mfm_model_load(path.c_str(), &m, &e), e);
+        return Model(m);
+    }
+    // For prediction: the parameters verified and mapped read-only in place (mfm_model_map).
+    static Model map(const std::string &path) {
+        mfm_model *m = nullptr;
+        mfm_error e;
+        detail::check(mfm_model_map(path.c_str(), &m, &e), e);
         return Model(m);
     }
 

@@ -3,11 +3,14 @@
    compile (from examples/):  cc -std=c99 -O2 -I.. serve_threads.c -o serve_threads -lm -pthread
    run:                       ./serve_threads
 
-   A trained model is saved, then loaded once, the way a server starts. Eight threads then
-   share that one model: each answers a few thousand single-row requests with mfm_predict,
-   and every answer is compared with the prediction made before the threads started. A model
-   may be used for prediction from any number of threads at once without a lock: mfm_predict
-   only reads it. (Training, mfm_model_set_params and the like need the model to themselves.)
+   A trained model is saved without its optimizer state (what `mfm export --predict-only`
+   writes), then opened once with mfm_model_map, the way a server starts: the parameters are
+   verified and used where they lie in the file, without a copy. Eight threads then share that
+   one model: each answers a few thousand single-row requests with mfm_predict, and every
+   answer is compared with the prediction made before the threads started. A model may be used
+   for prediction from any number of threads at once without a lock: mfm_predict only reads it,
+   and a call of a few rows allocates nothing and starts no thread. (Training and
+   mfm_model_set_params need a model of their own: mfm_model_load.)
    Threads: POSIX threads, or Windows threads under _WIN32.
 */
 #define MODERN_FM_IMPLEMENTATION /* in exactly one file of a program, before the include */
@@ -124,12 +127,12 @@ int main(void) {
     mfm_error e;
     int i, started = 0, answered = 0, wrong = 0, failed = 0;
 
-    /* Train and save (another program's job, usually), then load as a server would. */
+    /* Train and save (another program's job, usually), then open as a server would. */
     p.model = MFM_MODEL_FFM;
     p.k = 4;
     p.n_epochs = 3;
     if (mfm_train(&p, &data, &trained, &e) != MFM_OK || mfm_model_save(trained, path, 0, &e) != MFM_OK ||
-        mfm_model_load(path, &model, &e) != MFM_OK) {
+        mfm_model_map(path, &model, &e) != MFM_OK) {
         fprintf(stderr, "serve_threads: %s\n", e.message);
         mfm_model_free(trained);
         return 1;
@@ -149,7 +152,7 @@ int main(void) {
         mfm_model_free(model);
         return 1;
     }
-    printf("loaded %s; %d threads now answer %d single-row requests each\n", path, N_THREADS, REQUESTS_PER_THREAD);
+    printf("mapped %s; %d threads now answer %d single-row requests each\n", path, N_THREADS, REQUESTS_PER_THREAD);
 
     for (i = 0; i < N_THREADS; i++) {
         memset(&workers[i], 0, sizeof workers[i]);
