@@ -34,6 +34,20 @@ size_t inplace_train_dump(const mfm_params *p, const mfm_csr *d, float *out, siz
 int inplace_train_save_score(const mfm_params *p, const mfm_csr *d, const char *path, float *scores, size_t n);
 int inplace_map_score(const char *path, const mfm_csr *d, float *scores, size_t n);
 
+/* Random rows with values over `fields` fields for the serving tests, and a model of `model`
+   with k = 4 trained one epoch on them (its params in *p): NULL when training fails. */
+static mfm_model *serving_model(test_data *td, mfm_params *p, mfm_model_type model, mfm_task task, uint64_t rows, uint32_t fields, uint64_t seed) {
+    data_spec spec;
+    mfm_model *m = NULL;
+    memset(&spec, 0, sizeof spec);
+    spec.n_rows = rows, spec.feature_range = 8 * fields, spec.n_fields = fields, spec.min_nnz = 1, spec.max_nnz = fields, spec.with_values = 1;
+    spec.task = task, spec.n_classes = 3, spec.seed = seed;
+    data_random(td, &spec);
+    memset(p, 0, sizeof *p);
+    p->model = model, p->task = task, p->k = 4, p->n_epochs = 1, p->seed = 3;
+    return mfm_train(p, &td->csr, &m, NULL) == MFM_OK ? m : NULL;
+}
+
 /* A call of a few rows is a server's: it allocates nothing and starts no thread (a pool of more
    than one worker would allocate), for every model and for a mapped model, with n_threads 0
    (every core); a call of many rows does split among threads. */
@@ -43,22 +57,15 @@ void test_inplace_few_rows_allocate_nothing(void) {
     size_t mi;
     scratch_path(path, sizeof path, "serve.mfm");
     for (mi = 0; mi < 3; mi++) {
-        data_spec spec;
         test_data td;
         mfm_params p;
-        mfm_model *m = NULL, *mapped = NULL;
+        mfm_model *m = serving_model(&td, &p, models[mi], MFM_TASK_MULTICLASS, 400, 8, 70 + mi), *mapped = NULL;
         float out[64 * 3];
         mfm_csr few;
         unsigned long before;
         int pass;
-        memset(&spec, 0, sizeof spec);
-        spec.n_rows = 400, spec.feature_range = 60, spec.n_fields = 8, spec.min_nnz = 1, spec.max_nnz = 8, spec.with_values = 1;
-        spec.task = MFM_TASK_MULTICLASS, spec.n_classes = 3, spec.seed = 70 + mi;
-        data_random(&td, &spec);
-        memset(&p, 0, sizeof p);
-        p.model = models[mi], p.task = MFM_TASK_MULTICLASS, p.k = 4, p.n_epochs = 1, p.seed = 3;
-        if (!CHECK(mfm_train(&p, &td.csr, &m, NULL) == MFM_OK && mfm_model_save(m, path, 0, NULL) == MFM_OK && mfm_model_map(path, &mapped, NULL) == MFM_OK,
-                   "%s: train, save and map", model_name(p.model))) {
+        if (!CHECK(m && mfm_model_save(m, path, 0, NULL) == MFM_OK && mfm_model_map(path, &mapped, NULL) == MFM_OK, "%s: train, save and map",
+                   model_name(p.model))) {
             mfm_model_free(m);
             data_free(&td);
             continue;
@@ -96,27 +103,18 @@ void test_inplace_few_rows_allocate_nothing(void) {
    FwFM's w inside V's blocks or not); mfm_model_map maps a file that lies as it would, and reads
    one that does not into tables of its own: both ways round, the scores are the same bits. */
 void test_inplace_maps_the_other_layout(void) {
-    static const mfm_model_type models[] = {MFM_MODEL_FM, MFM_MODEL_FWFM};
     char path[256];
-    size_t mi;
+    int fwfm;
     scratch_path(path, sizeof path, "layout.mfm");
-    for (mi = 0; mi < 2; mi++) {
-        data_spec spec;
+    for (fwfm = 0; fwfm < 2; fwfm++) { /* FM, then FwFM: both keep w inside V's blocks at k = 4 */
         test_data td;
         mfm_params p;
-        mfm_model *m = NULL, *mapped = NULL;
+        mfm_model *m = serving_model(&td, &p, fwfm ? MFM_MODEL_FWFM : MFM_MODEL_FM, MFM_TASK_BINARY, 80, 5, 7 + (uint64_t)fwfm), *mapped = NULL;
+        const size_t n = (size_t)td.csr.n_rows;
         float *want, *got;
-        size_t n;
-        memset(&spec, 0, sizeof spec);
-        spec.n_rows = 80, spec.feature_range = 30, spec.n_fields = 5, spec.min_nnz = 1, spec.max_nnz = 5, spec.with_values = 1;
-        spec.task = MFM_TASK_BINARY, spec.seed = 7 + mi;
-        data_random(&td, &spec);
-        memset(&p, 0, sizeof p);
-        p.model = models[mi], p.k = 3, p.n_epochs = 2, p.seed = 3;
-        n = (size_t)td.csr.n_rows;
         want = (float *)calloc(n, sizeof(float)), got = (float *)calloc(n, sizeof(float));
         /* this copy's layout (w apart) into the main library */
-        if (CHECK(mfm_train(&p, &td.csr, &m, NULL) == MFM_OK && mfm_model_save(m, path, 1, NULL) == MFM_OK, "%s: train and save", model_name(p.model))) {
+        if (CHECK(m && mfm_model_save(m, path, 1, NULL) == MFM_OK, "%s: train and save", model_name(p.model))) {
             CHECK(mfm_predict(m, &td.csr, MFM_OUTPUT_SCORE, want, n, NULL) == MFM_OK, "predict");
             CHECK(inplace_map_score(path, &td.csr, got, n) && memcmp(want, got, n * sizeof(float)) == 0,
                   "%s: the main library maps this copy's file to other scores", model_name(p.model));
