@@ -672,6 +672,12 @@ MFMDEF mfm_status mfm_model_write(const mfm_model *model, mfm_output_file *out, 
    Refuses a truncated, corrupt, foreign or newer-version file with a sentence saying which. */
 MFMDEF mfm_status mfm_model_load(const char *path, mfm_model **out, mfm_error *err);
 MFMDEF mfm_status mfm_model_load_memory(const void *bytes, size_t size, mfm_model **out, mfm_error *err);
+/* The parameters alone, for serving, with the factors (V, and FM's and FwFM's w that lie in
+   V's blocks) as IEEE float16, rounded to nearest: a quarter of the file with AdaGrad state.
+   Scores are still summed in float32; on held-out data the change is at most 4.4e-5 of the
+   logloss (docs/PERFORMANCE.md). mfm_model_map maps the halves and reads half the bytes per
+   row; mfm_model_load widens them. A factor beyond float16's range (65504) is refused. */
+MFMDEF mfm_status mfm_model_save_half(const mfm_model *model, const char *path, mfm_error *err);
 /* Opens a model for prediction, the way a server should: maps the file's parameters read-only
    in place (no copy; the optimizer state is neither read nor kept) after verifying their
    checksums and values on every core, so that a damaged file is still refused with a sentence.
@@ -2130,6 +2136,8 @@ typedef struct mfm__table {
     uint32_t len;
     uint32_t stride;   /* floats from a block to the next: len * (1 + state slots), or the host's */
     int guest;         /* W only: its blocks lie in V's */
+    const uint16_t *halves; /* instead of data: the parameters as IEEE float16, where a model maps
+                               mfm_model_save_half's file (V, and W inside it); data is NULL then */
 } mfm__table;
 
 struct mfm_model {
@@ -2142,6 +2150,7 @@ struct mfm_model {
     int has_state; /* 0 after loading a file saved without the optimizer state, until a fit */
     mfm__table t[MFM_TENSOR_COUNT];
     int wide;          /* eight lanes where the CPU has them (mfm__use_avx, asked at creation) */
+    int f16c;          /* float16 factors widen eight at a time (mfm__f16c, asked at creation) */
     uint64_t *pair_id; /* FwFM: [fa * F + fb], either order: the block of r(fa, fb) in a class's R (its upper triangle) */
     int for_prediction;  /* opened by mfm_model_map: the parameters only (n_slots 1), never written */
     mfm__mapping file;   /* the model file whose parameters the tables lie in, when mapped */
@@ -2173,8 +2182,93 @@ static uint64_t mfm__table_floats(const mfm__table *tab, uint32_t n_classes) {
     return blocks && tab->stride > UINT64_MAX / blocks ? UINT64_MAX : blocks * tab->stride;
 }
 
-/* The bytes a whole-table copy takes (clone, snapshot, the GPU's tables). */
-static size_t mfm__table_bytes(const mfm_model *m, int t) { return (size_t)mfm__table_floats(&m->t[t], m->n_classes) * sizeof(float); }
+/* The bytes a whole-table copy takes (clone, snapshot, the GPU's tables); a table of halves, half. */
+static size_t mfm__table_bytes(const mfm_model *m, int t) {
+    return (size_t)mfm__table_floats(&m->t[t], m->n_classes) * (m->t[t].halves ? sizeof(uint16_t) : sizeof(float));
+}
+
+/* ---- float16 parameters (mfm_model_save_half): every half is a float exactly ---- */
+
+static float mfm__half_to_float(uint16_t h) {
+    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1Fu, frac = h & 0x3FFu;
+    uint32_t bits;
+    float f;
+    if (exp == 0x1F) {
+        bits = sign | 0x7F800000u | frac << 13; /* infinity, NaN */
+    } else if (exp) {
+        bits = sign | (exp + 112) << 23 | frac << 13;
+    } else { /* zero, or a subnormal: frac x 2^-24, exact in a float */
+        f = (float)frac * (1.0f / 16777216.0f);
+        return sign ? -f : f;
+    }
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+/* The nearest half, ties to even; a finite float beyond 65504 rounds to infinity (the saver
+   refuses such a model before this runs). */
+static uint16_t mfm__float_to_half(float f) {
+    uint32_t bits, sign, exp, mant;
+    memcpy(&bits, &f, 4);
+    sign = (bits >> 16) & 0x8000u, exp = (bits >> 23) & 0xFFu, mant = bits & 0x7FFFFFu;
+    if (exp == 0xFF) return (uint16_t)(sign | 0x7C00u | (mant ? 0x200u : 0u));
+    if (exp > 142) return (uint16_t)(sign | 0x7C00u); /* 2^16 and beyond */
+    if (exp >= 113) {                                 /* a normal half: drop 13 bits, to nearest even */
+        const uint32_t half = (exp - 112) << 10 | mant >> 13, rest = mant & 0x1FFFu;
+        return (uint16_t)(sign | (half + (rest > 0x1000u || (rest == 0x1000u && (half & 1u))))); /* a carry reaches the exponent, as it should */
+    }
+    if (exp < 102) return (uint16_t)sign; /* below half the smallest subnormal: zero */
+    {                                     /* a subnormal half: the 24-bit mantissa shifted right */
+        const uint32_t m24 = mant | 0x800000u, shift = 126 - exp, q = m24 >> shift, rest = m24 & ((1u << shift) - 1u), tie = 1u << (shift - 1);
+        return (uint16_t)(sign | (q + (rest > tie || (rest == tie && (q & 1u)))));
+    }
+}
+
+#if defined(MFM__SSE2) && (defined(__GNUC__) || defined(__clang__)) && !defined(MFM_NO_AVX)
+#include <immintrin.h>
+#include <cpuid.h>
+#define MFM__F16C 1
+__attribute__((target("avx,f16c"))) static void mfm__halves_f16c(const uint16_t *h, float *f, size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(f + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(h + i))));
+    for (; i < n; i++) f[i] = mfm__half_to_float(h[i]);
+}
+#endif
+
+static int mfm__use_avx(void); /* >>score */
+
+/* Whether this CPU converts halves eight at a time (F16C: CPUID 1, ECX bit 29); asked as a
+   model is made (mfm_model's f16c). */
+static int mfm__f16c(void) {
+#if defined(MFM__F16C)
+    unsigned a, b, c, d;
+    return mfm__use_avx() && __get_cpuid(1, &a, &b, &c, &d) && (c >> 29 & 1u);
+#else
+    return 0;
+#endif
+}
+
+static void mfm__halves_to_floats(const uint16_t *h, float *f, size_t n, int f16c) {
+    size_t i;
+#if defined(MFM__F16C)
+    if (f16c) {
+        mfm__halves_f16c(h, f, n);
+        return;
+    }
+#endif
+    (void)f16c;
+    for (i = 0; i < n; i++) f[i] = mfm__half_to_float(h[i]);
+}
+
+/* The parameters (slot 0) of block b of tensor t, class c, into out (len floats): the table's
+   own floats, or its halves widened. */
+static void mfm__block_params(const mfm_model *m, mfm_tensor t, uint32_t c, uint64_t b, float *out) {
+    const mfm__table *tab = &m->t[t];
+    if (tab->halves)
+        mfm__halves_to_floats(tab->halves + (c * tab->n_blocks + b) * tab->stride, out, tab->len, 0);
+    else
+        memcpy(out, mfm__block(m, t, c, b), tab->len * sizeof(float));
+}
 
 MFMDEF void mfm_model_free(mfm_model *model) {
     int t;
@@ -2284,7 +2378,7 @@ static void mfm__shape_tables(const mfm_params *p, uint32_t n_features, uint32_t
 
 /* W's blocks inside V's, after V's k values and their state (>>model, above). */
 static void mfm__place_guest(mfm_model *m) {
-    if (m->t[MFM_TENSOR_W].guest) m->t[MFM_TENSOR_W].data = m->t[MFM_TENSOR_V].data + (uint32_t)m->k * (uint32_t)m->n_slots;
+    if (m->t[MFM_TENSOR_W].guest && m->t[MFM_TENSOR_V].data) m->t[MFM_TENSOR_W].data = m->t[MFM_TENSOR_V].data + (uint32_t)m->k * (uint32_t)m->n_slots;
 }
 
 /* A model of a checked shape (p resolved and validated) whose tables hold n_slots slots a block:
@@ -2341,6 +2435,7 @@ static mfm_status mfm__model_new(const mfm_params *params, uint32_t n_features, 
     m->params = p;
     m->has_state = n_slots > 1 || mfm__state_slots(p.optimizer) == 0;
     m->wide = mfm__use_avx();
+    m->f16c = mfm__f16c();
     *out = m;
     return MFM_OK;
 }
@@ -2411,7 +2506,7 @@ MFMDEF mfm_status mfm_model_clone(const mfm_model *m, mfm_model **out, mfm_error
     for (t = 0; t < MFM_TENSOR_COUNT && !m->for_prediction; t++) memcpy(c->t[t].data, m->t[t].data, mfm__table_bytes(m, t));
     for (t = 0; t < MFM_TENSOR_COUNT && m->for_prediction; t++) { /* the parameters only, block by block; the state at its start */
         uint64_t b, nb = m->t[t].n_blocks * m->n_classes;
-        for (b = 0; b < nb; b++) memcpy(mfm__block(c, (mfm_tensor)t, 0, b), mfm__block(m, (mfm_tensor)t, 0, b), m->t[t].len * sizeof(float));
+        for (b = 0; b < nb; b++) mfm__block_params(m, (mfm_tensor)t, 0, b, mfm__block(c, (mfm_tensor)t, 0, b));
     }
     c->epochs_trained = m->epochs_trained;
     c->has_state = m->has_state;
@@ -2455,6 +2550,12 @@ static mfm_status mfm__read_only(const char *fn, mfm_error *err) {
                      fn);
 }
 
+/* The refusal of the inspections that read a model's factors in place, where they are float16. */
+static mfm_status mfm__half_refused(const char *fn, mfm_error *err) {
+    return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT,
+                     "%s: the model's factors are float16 (a file of mfm_model_save_half, mapped); open it with mfm_model_load, or use the float32 model", fn);
+}
+
 /* Shared checks and the copy loop of mfm_model_get_tensor / mfm_model_set_tensor. */
 static mfm_status mfm__tensor_copy(const mfm_model *m, mfm_tensor t, int slot, uint32_t cls, float *user, size_t count,
                                    int to_model, mfm_error *err) {
@@ -2481,9 +2582,13 @@ static mfm_status mfm__tensor_copy(const mfm_model *m, mfm_tensor t, int slot, u
             if (!mfm__finite(user[i])) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "%s: value %" PRIu64 " is not finite", fn, (uint64_t)i);
     }
     for (b = 0; b < tab->n_blocks; b++) {
-        float *blk = mfm__block(m, t, cls, b) + (uint32_t)slot * tab->len;
         float *u = user + b * tab->len;
-        memcpy(to_model ? blk : u, to_model ? u : blk, tab->len * sizeof(float));
+        if (to_model)
+            memcpy(mfm__block(m, t, cls, b) + (uint32_t)slot * tab->len, u, tab->len * sizeof(float));
+        else if (slot == 0)
+            mfm__block_params(m, t, cls, b, u);
+        else
+            memcpy(u, mfm__block(m, t, cls, b) + (uint32_t)slot * tab->len, tab->len * sizeof(float));
     }
     return mfm__ok(err);
 }
@@ -6009,6 +6114,7 @@ static int mfm__tables_share_finite(const mfm_model *m, int index, int n_shares)
     int t;
     for (t = 0; t < MFM_TENSOR_COUNT; t++) {
         const uint64_t n = mfm__table_floats(&m->t[t], m->n_classes), lo = n * (uint64_t)index / (uint64_t)n_shares;
+        if (m->t[t].halves) continue; /* mapped read-only, and checked as it was opened */
         if (!mfm__floats_finite(m->t[t].data + lo, n * (uint64_t)(index + 1) / (uint64_t)n_shares - lo)) return 0;
     }
     return 1;
@@ -6651,9 +6757,64 @@ typedef struct mfm__predictor {
     float *scratch;  /* per worker: C x k sums then C scores */
     double *prob;    /* per worker: C */
     float *scaled;   /* per worker: the longest row, for normalize_rows */
+    float *widened;  /* per worker, float16 factors only: mfm__row_widened's floats, then its ids */
+    uint64_t widened_floats;
     uint32_t max_row_nnz;
     int n_workers;
 } mfm__predictor;
+
+/* Floats (ids included) of mfm__row_widened's buffer for rows of up to z non-zeros; 0 for a
+   model of float32 parameters. */
+static uint64_t mfm__widened_floats(const mfm_model *m, uint32_t z) {
+    const uint64_t F = m->params.model == MFM_MODEL_FFM ? m->n_fields : 1;
+    return m->t[MFM_TENSOR_V].halves ? (uint64_t)m->n_classes * z * (F * m->t[MFM_TENSOR_V].stride + 1) + z : 0;
+}
+
+/* A model whose factors are float16 (mfm_model_save_half) scores a row through a model of that
+   row alone: the blocks of the row's features (every class; for FFM every field) widened into
+   buf, the features renumbered 0 .. z-1, FFM's w copied beside them. The float32 score paths
+   then run as they are, and give the bits a float32 model holding the same values would. */
+static mfm__row mfm__row_widened(const mfm_model *m, const mfm__row *row, mfm_model *local, float *buf) {
+    const mfm__table *V = &m->t[MFM_TENSOR_V], *W = &m->t[MFM_TENSOR_W];
+    const uint32_t F = m->params.model == MFM_MODEL_FFM ? m->n_fields : 1, z = row->z;
+    const uint64_t nb = (uint64_t)z * F, per_feature = (uint64_t)F * V->stride;
+    float *w = buf + m->n_classes * nb * V->stride;
+    uint32_t *ids = (uint32_t *)(void *)(w + (uint64_t)m->n_classes * z);
+    const int f16c = m->f16c;
+    mfm__row r = *row;
+    uint32_t a, c;
+    *local = *m;
+    local->t[MFM_TENSOR_V].halves = local->t[MFM_TENSOR_W].halves = NULL;
+    local->t[MFM_TENSOR_V].data = buf, local->t[MFM_TENSOR_V].n_blocks = nb;
+    for (c = 0; c < m->n_classes; c++)
+        for (a = 0; a < z; a++) {
+            mfm__halves_to_floats(V->halves + (c * V->n_blocks + (uint64_t)row->feat[a] * F) * V->stride, buf + (c * nb + (uint64_t)a * F) * V->stride,
+                                  per_feature, f16c);
+            if (!W->guest) w[c * z + a] = *mfm__block(m, MFM_TENSOR_W, c, row->feat[a]);
+        }
+    if (W->guest)
+        local->t[MFM_TENSOR_W].data = buf + m->k;
+    else
+        local->t[MFM_TENSOR_W].data = w, local->t[MFM_TENSOR_W].stride = 1;
+    local->t[MFM_TENSOR_W].n_blocks = z;
+    for (a = 0; a < z; a++) ids[a] = a;
+    r.feat = ids;
+    return r;
+}
+
+/* The float16 blocks of row r's features, asked for at once. */
+static void mfm__prefetch_halves(const mfm_model *m, const mfm_csr *d, uint64_t r) {
+    const mfm__table *V = &m->t[MFM_TENSOR_V];
+    const uint64_t F = m->params.model == MFM_MODEL_FFM ? m->n_fields : 1, bytes = 2 * F * V->stride;
+    uint64_t j, at;
+    uint32_t c;
+    for (c = 0; c < m->n_classes; c++)
+        for (j = d->row_offsets[r]; j < d->row_offsets[r + 1]; j++) {
+            const char *p = (const char *)(V->halves + (c * V->n_blocks + (uint64_t)d->features[j] * F) * V->stride);
+            for (at = 0; at < bytes; at += 64) MFM__PREFETCH(p + at);
+            MFM__PREFETCH(p + bytes - 1);
+        }
+}
 
 /* One row's output of `kind` from its C scores; prob: room for C doubles. */
 static void mfm__row_output(const mfm_model *m, mfm_output kind, const float *score, float *out, double *prob) {
@@ -6684,6 +6845,19 @@ static void mfm__predict_task(void *ctx, int index) {
     uint64_t r, lo, hi;
     uint32_t c;
     mfm__share(pr->d->n_rows, pr->n_workers, index, &lo, &hi);
+    if (pr->widened) { /* float16 factors: each row through a model of its own (mfm__row_widened) */
+        float *buf = pr->widened + (uint64_t)index * pr->widened_floats;
+        if (lo < hi) mfm__prefetch_halves(m, pr->d, lo);
+        for (r = lo; r < hi; r++) {
+            mfm__row whole = mfm__get_row(m, pr->d, r, pr->ones, pr->scaled + (uint64_t)index * pr->max_row_nnz), row;
+            mfm_model local;
+            if (r + 1 < hi) mfm__prefetch_halves(m, pr->d, r + 1);
+            row = mfm__row_widened(m, &whole, &local, buf);
+            for (c = 0; c < C; c++) score[c] = mfm__score(&local, c, &row, sum + (uint64_t)c * m->k, NULL, NULL);
+            mfm__row_output(m, pr->kind, score, pr->out + r * width, prob);
+        }
+        return;
+    }
     if (lo < hi) mfm__prefetch_row(m, pr->d, lo, NULL); /* the first row's lines, all at once (a lone row's latency) */
     for (r = lo; r < hi; r++) {
         mfm__row row = mfm__get_row(m, pr->d, r, pr->ones, pr->scaled + (uint64_t)index * pr->max_row_nnz);
@@ -6744,7 +6918,7 @@ static mfm_status mfm__predict_gpu(const mfm_model *m, const mfm_csr *d, mfm_out
    where they fit (no allocation, no thread start); threads start only for MFM__PREDICT_ROWS rows
    each (a thread's start costs about as much as scoring 30 FFM rows). */
 #define MFM__PREDICT_ROWS 32
-#define MFM__STACK_FLOATS 2048
+#define MFM__STACK_FLOATS 8192
 
 /* allow_gpu = 0: always the CPU (a validation pass inside CPU training must not depend on the
    machine). */
@@ -6770,20 +6944,23 @@ static mfm_status mfm__predict(const mfm_model *m, const mfm_csr *d, mfm_output 
     pr.n_workers = d->n_rows <= MFM__PREDICT_ROWS ? 1 : mfm__threads(m->params.n_threads); /* counting the cores takes microseconds */
     if ((uint64_t)pr.n_workers > (d->n_rows + MFM__PREDICT_ROWS - 1) / MFM__PREDICT_ROWS) pr.n_workers = (int)((d->n_rows + MFM__PREDICT_ROWS - 1) / MFM__PREDICT_ROWS);
     pr.max_row_nnz = info.max_row_nnz;
-    stack_need = 2ull * info.max_row_nnz + (uint64_t)m->n_classes * (m->k + 1);
+    pr.widened_floats = mfm__widened_floats(m, info.max_row_nnz);
+    stack_need = 2ull * info.max_row_nnz + (uint64_t)m->n_classes * (m->k + 1) + pr.widened_floats;
     on_stack = pr.n_workers == 1 && stack_need <= MFM__STACK_FLOATS && m->n_classes <= 64;
     if (on_stack) {
         pr.ones = ones = stack_floats;
         pr.scaled = stack_floats + info.max_row_nnz;
         pr.scratch = stack_floats + 2ull * info.max_row_nnz;
+        pr.widened = pr.widened_floats ? pr.scratch + (uint64_t)m->n_classes * (m->k + 1) : NULL;
         pr.prob = stack_prob;
     } else {
         pr.ones = ones = (float *)mfm__alloc(info.max_row_nnz, sizeof(float));
         pr.scratch = (float *)mfm__alloc((uint64_t)pr.n_workers * m->n_classes * (m->k + 1), sizeof(float));
         pr.prob = (double *)mfm__alloc((uint64_t)pr.n_workers * m->n_classes, sizeof(double));
         pr.scaled = (float *)mfm__alloc((uint64_t)pr.n_workers * info.max_row_nnz, sizeof(float));
+        pr.widened = pr.widened_floats ? (float *)mfm__alloc((uint64_t)pr.n_workers * pr.widened_floats, sizeof(float)) : NULL;
     }
-    st = ones && pr.scratch && pr.prob && pr.scaled ? mfm__pool_start(&pool, pr.n_workers, err)
+    st = ones && pr.scratch && pr.prob && pr.scaled && (pr.widened || !pr.widened_floats) ? mfm__pool_start(&pool, pr.n_workers, err)
                                        : mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for prediction buffers");
     if (st == MFM_OK) {
         for (r = 0; r < info.max_row_nnz; r++) ones[r] = 1.0f;
@@ -6795,6 +6972,7 @@ static mfm_status mfm__predict(const mfm_model *m, const mfm_csr *d, mfm_output 
         MFM_FREE(pr.scratch);
         MFM_FREE(pr.prob);
         MFM_FREE(pr.scaled);
+        MFM_FREE(pr.widened);
     }
     return st == MFM_OK ? mfm__ok(err) : st;
 }
@@ -7033,6 +7211,7 @@ MFMDEF mfm_status mfm_top_interactions(const mfm_model *m, const mfm_csr *d, uin
         return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_top_interactions: class %u does not exist: the model has %u class(es)", (unsigned)cls,
                          (unsigned)m->n_classes);
     if (m->params.linear_only) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_top_interactions: a linear model learns no interactions");
+    if (m->t[MFM_TENSOR_V].halves) return mfm__half_refused("mfm_top_interactions", err);
     if (!d && !fm)
         return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_top_interactions: a %s model needs data to know which field each feature belongs to",
                          mfm__model_names[m->params.model]);
@@ -7078,6 +7257,7 @@ MFMDEF mfm_status mfm_bi_interaction(const mfm_model *m, const mfm_csr *d, float
     if (m->params.model != MFM_MODEL_FM || m->params.linear_only)
         return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_bi_interaction: the bi-interaction vector belongs to FM models with pairs, not to a%s %s",
                          m->params.linear_only ? " linear" : "n", m->params.linear_only ? "model" : mfm__model_names[m->params.model]);
+    if (m->t[MFM_TENSOR_V].halves) return mfm__half_refused("mfm_bi_interaction", err);
     if ((st = mfm__check_csr(d, 0, &info, err)) != MFM_OK || (st = mfm__check_shape(m, d, &info, err)) != MFM_OK) return st;
     need = d->n_rows * m->n_classes * (uint64_t)m->k;
     if ((uint64_t)capacity < need || (need && !out))
@@ -7161,7 +7341,8 @@ enum { MFM__MODEL_STATE = 1 };
 
 /* The sections of a format-2 file. */
 enum { MFM__SECTION_PARAMS = 1, MFM__SECTION_STATE = 2 };
-enum { MFM__SECTION_W_INSIDE = 1 }; /* a V section's flag: its blocks hold w right after v's k values */
+enum { MFM__SECTION_W_INSIDE = 1, /* a V section's flags: its blocks hold w right after v's k values; */
+       MFM__SECTION_HALF = 2 };    /* its values are IEEE float16 (mfm_model_save_half; no state then) */
 #define MFM__SECTION_ALIGN 4096u
 #define MFM__HASH_CHUNK ((uint64_t)1 << 20)
 #define MFM__MAX_SECTIONS (MFM_TENSOR_COUNT + 1)
@@ -7233,7 +7414,7 @@ static uint64_t mfm__section_hash_final(mfm__section_hash *s) {
    mfm__shape_tables lays them out with one slot, then the state when saved. Returns the file's
    size (header part, sections, directory, checksum). */
 static uint64_t mfm__plan_sections(const mfm_params *p, uint32_t n_features, uint32_t n_fields, uint32_t n_classes, int state_slots, int with_state,
-                                   uint64_t header_part, mfm__model_layout *L) {
+                                   int half, uint64_t header_part, mfm__model_layout *L) {
     mfm__table tab[MFM_TENSOR_COUNT];
     uint64_t at = mfm__align_section(header_part), state_floats = 0;
     int t;
@@ -7247,8 +7428,9 @@ static uint64_t mfm__plan_sections(const mfm_params *p, uint32_t n_features, uin
         s = &L->sec[L->n_sections++];
         s->kind = MFM__SECTION_PARAMS, s->tensor = (uint32_t)t, s->stride = tab[t].stride;
         s->flags = t == MFM_TENSOR_V && tab[MFM_TENSOR_W].guest ? MFM__SECTION_W_INSIDE : 0;
+        s->flags |= t == MFM_TENSOR_V && half ? MFM__SECTION_HALF : 0;
         s->offset = at;
-        s->bytes = 4 * n_classes * tab[t].n_blocks * tab[t].stride;
+        s->bytes = (s->flags & MFM__SECTION_HALF ? 2 : 4) * n_classes * tab[t].n_blocks * tab[t].stride;
         at += mfm__section_span(s);
     }
     if (with_state && state_floats) {
@@ -7350,10 +7532,17 @@ static void mfm__emit(mfm__writer *w, mfm__section_hash *sh, const void *p, uint
     mfm__section_hash_update(sh, (const unsigned char *)p, n);
 }
 
-/* buf's `used` floats out, little-endian. */
-static void mfm__emit_floats(mfm__writer *w, mfm__section_hash *sh, float *buf, size_t *used) {
-    mfm__floats_to_le(buf, *used);
-    mfm__emit(w, sh, buf, 4 * (uint64_t)*used);
+/* buf's `used` floats out, little-endian: as floats, or (half) rounded to IEEE float16 in place. */
+static void mfm__emit_floats(mfm__writer *w, mfm__section_hash *sh, float *buf, size_t *used, int half) {
+    if (half) {
+        unsigned char *out = (unsigned char *)buf;
+        size_t i;
+        for (i = 0; i < *used; i++) mfm__store_le(out + 2 * i, mfm__float_to_half(buf[i]), 2); /* writes behind what it reads */
+        mfm__emit(w, sh, buf, 2 * (uint64_t)*used);
+    } else {
+        mfm__floats_to_le(buf, *used);
+        mfm__emit(w, sh, buf, 4 * (uint64_t)*used);
+    }
     *used = 0;
 }
 
@@ -7373,16 +7562,19 @@ static void mfm__write_section(const mfm_model *m, mfm__writer *w, mfm__section_
                 for (b = 0; b < tab->n_blocks; b++) {
                     float *rec = buf + used;
                     memset(rec, 0, width * sizeof(float));
-                    memcpy(rec, mfm__block(m, (mfm_tensor)t, c, b) + (uint32_t)slot * tab->len, tab->len * sizeof(float));
-                    if (s->flags & MFM__SECTION_W_INSIDE) rec[m->k] = mfm__block(m, MFM_TENSOR_W, c, b)[0];
-                    if ((used += width) >= MFM__SAVE_FLOATS) mfm__emit_floats(w, sh, buf, &used);
+                    if (slot == 0)
+                        mfm__block_params(m, (mfm_tensor)t, c, b, rec);
+                    else
+                        memcpy(rec, mfm__block(m, (mfm_tensor)t, c, b) + (uint32_t)slot * tab->len, tab->len * sizeof(float));
+                    if (s->flags & MFM__SECTION_W_INSIDE) mfm__block_params(m, MFM_TENSOR_W, c, b, rec + m->k);
+                    if ((used += width) >= MFM__SAVE_FLOATS) mfm__emit_floats(w, sh, buf, &used, (s->flags & MFM__SECTION_HALF) != 0);
                 }
             }
     }
-    mfm__emit_floats(w, sh, buf, &used);
+    mfm__emit_floats(w, sh, buf, &used, (s->flags & MFM__SECTION_HALF) != 0);
 }
 
-static mfm_status mfm__model_write(const mfm_model *m, mfm__writer *w, int with_state, mfm_error *err) {
+static mfm_status mfm__model_write(const mfm_model *m, mfm__writer *w, int with_state, int half, mfm_error *err) {
     static const unsigned char zeros[MFM__SECTION_ALIGN] = {0};
     unsigned char header[512], entry[MFM__SECTION_ENTRY_BYTES];
     const size_t header_bytes = mfm__model_header_bytes(MFM_MODEL_FILE_VERSION);
@@ -7394,7 +7586,7 @@ static mfm_status mfm__model_write(const mfm_model *m, mfm__writer *w, int with_
     size_t i;
     int s;
     mfm__header_from_model(m, with_state, &h);
-    h.file_bytes = mfm__plan_sections(&m->params, m->n_features, m->n_fields, m->n_classes, (int)h.n_slots - 1, with_state,
+    h.file_bytes = mfm__plan_sections(&m->params, m->n_features, m->n_fields, m->n_classes, (int)h.n_slots - 1, with_state, half,
                                       header_bytes + 4ull * h.n_class_weights, &L);
     h.directory_offset = L.n_sections ? L.sec[L.n_sections - 1].offset + mfm__section_span(&L.sec[L.n_sections - 1]) : L.header_end;
     memcpy(header, MFM__MODEL_MAGIC, 8);
@@ -7458,7 +7650,7 @@ MFMDEF mfm_status mfm_model_save(const mfm_model *m, const char *path, int with_
     if (!m || !path) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_model_save: the model or the path is NULL");
     if ((st = mfm__check_savable(m, with_state, "mfm_model_save", err)) != MFM_OK) return st;
     if ((st = mfm__writer_open(&w, path, err)) != MFM_OK) return st;
-    if ((st = mfm__model_write(m, &w, with_state, err)) != MFM_OK) {
+    if ((st = mfm__model_write(m, &w, with_state, 0, err)) != MFM_OK) {
         mfm__writer_abort(&w);
         return st;
     }
@@ -7470,7 +7662,44 @@ MFMDEF mfm_status mfm_model_write(const mfm_model *m, mfm_output_file *out, int 
     if (!m || !out) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_model_write: the model or the output is NULL");
     if (!out->w.f) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_model_write: the output was already committed or aborted");
     if ((st = mfm__check_savable(m, with_state, "mfm_model_write", err)) != MFM_OK) return st;
-    return mfm__model_write(m, &out->w, with_state, err);
+    return mfm__model_write(m, &out->w, with_state, 0, err);
+}
+
+/* The first factor (or FM's and FwFM's w inside V's blocks) that float16 cannot hold. */
+static int mfm__beyond_half(const mfm_model *m, char *what, size_t size) {
+    float *v = (float *)mfm__alloc((uint64_t)m->k + 1, sizeof(float));
+    uint64_t b;
+    uint32_t c, i;
+    int found = 0;
+    for (c = 0; c < m->n_classes && v && !found; c++)
+        for (b = 0; b < m->t[MFM_TENSOR_V].n_blocks && !found; b++) {
+            mfm__block_params(m, MFM_TENSOR_V, c, b, v);
+            if (m->t[MFM_TENSOR_W].guest) mfm__block_params(m, MFM_TENSOR_W, c, b, v + m->k);
+            for (i = 0; i < (uint32_t)m->k + (m->t[MFM_TENSOR_W].guest ? 1u : 0u) && !found; i++)
+                if (fabs(v[i]) > 65504.0) {
+                    snprintf(what, size, "%s of block %" PRIu64 " of class %u is %g", i < (uint32_t)m->k ? "a factor" : "w", b, (unsigned)c, (double)v[i]);
+                    found = 1;
+                }
+        }
+    MFM_FREE(v);
+    return found;
+}
+
+MFMDEF mfm_status mfm_model_save_half(const mfm_model *m, const char *path, mfm_error *err) {
+    char what[160];
+    mfm__writer w;
+    mfm_status st;
+    if (!m || !path) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_model_save_half: the model or the path is NULL");
+    if ((st = mfm__check_savable(m, 0, "mfm_model_save_half", err)) != MFM_OK) return st;
+    if (mfm__beyond_half(m, what, sizeof what))
+        return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_model_save_half: %s, beyond float16's range (65504); nothing was written: save it with mfm_model_save",
+                         what);
+    if ((st = mfm__writer_open(&w, path, err)) != MFM_OK) return st;
+    if ((st = mfm__model_write(m, &w, 0, 1, err)) != MFM_OK) {
+        mfm__writer_abort(&w);
+        return st;
+    }
+    return mfm__writer_commit(&w, err);
 }
 
 /* ---- checking a file: the header, the directory, the sections (in parallel) ---- */
@@ -7493,6 +7722,14 @@ static uint64_t mfm__first_not_finite(const unsigned char *p, uint64_t n) {
     }
     for (; i < n; i++)
         if ((mfm__load_le32(p + 4 * i) & 0x7F800000u) == 0x7F800000u) return i;
+    return n;
+}
+
+/* The same for n little-endian float16 values (exponent all ones: infinity or NaN). */
+static uint64_t mfm__first_not_finite_half(const unsigned char *p, uint64_t n) {
+    uint64_t i;
+    for (i = 0; i < n; i++)
+        if ((p[2 * i + 1] & 0x7Cu) == 0x7Cu) return i;
     return n;
 }
 
@@ -7519,9 +7756,15 @@ static void mfm__verify_task(void *ctx, int index) {
         at = (c - j->first_chunk[i]) * MFM__HASH_CHUNK;
         n = mfm__section_span(s) - at < MFM__HASH_CHUNK ? mfm__section_span(s) - at : MFM__HASH_CHUNK;
         j->chunk_hash[c] = mfm__checksum(j->b + s->offset + at, (size_t)n);
-        values = at < s->bytes ? ((s->bytes - at < n ? s->bytes - at : n) / 4) : 0;
-        bad = mfm__first_not_finite(j->b + s->offset + at, values);
-        j->not_finite_at[c] = bad < values ? at + 4 * bad : UINT64_MAX;
+        if (s->flags & MFM__SECTION_HALF) {
+            values = at < s->bytes ? ((s->bytes - at < n ? s->bytes - at : n) / 2) : 0;
+            bad = mfm__first_not_finite_half(j->b + s->offset + at, values);
+            j->not_finite_at[c] = bad < values ? at + 2 * bad : UINT64_MAX;
+        } else {
+            values = at < s->bytes ? ((s->bytes - at < n ? s->bytes - at : n) / 4) : 0;
+            bad = mfm__first_not_finite(j->b + s->offset + at, values);
+            j->not_finite_at[c] = bad < values ? at + 4 * bad : UINT64_MAX;
+        }
     }
 }
 
@@ -7609,9 +7852,10 @@ static mfm_status mfm__read_directory(const unsigned char *b, uint64_t size, con
         int ok = x->offset == at && x->offset % MFM__SECTION_ALIGN == 0;
         if (x->kind == MFM__SECTION_PARAMS) {
             ok = ok && (int)x->tensor > t && x->tensor < MFM_TENSOR_COUNT && tensor_floats[x->tensor] && x->stride >= len && x->stride <= 65536 + 16 &&
-                 x->flags <= (x->tensor == MFM_TENSOR_V && h->model != MFM_MODEL_FFM ? (uint32_t)MFM__SECTION_W_INSIDE : 0u) &&
-                 (!x->flags || x->stride >= h->k + 1) && blocks[x->tensor] * h->n_classes <= size / 4 / x->stride && /* no product below wraps */
-                 x->bytes == 4ull * h->n_classes * blocks[x->tensor] * x->stride;
+                 (x->flags & ~(uint32_t)(x->tensor != MFM_TENSOR_V ? 0 : h->model != MFM_MODEL_FFM ? MFM__SECTION_W_INSIDE | MFM__SECTION_HALF : MFM__SECTION_HALF)) == 0 &&
+                 (!(x->flags & MFM__SECTION_W_INSIDE) || x->stride >= h->k + 1) && !((x->flags & MFM__SECTION_HALF) && (h->flags & MFM__MODEL_STATE)) &&
+                 blocks[x->tensor] * h->n_classes <= size / 2 / x->stride && /* no product below wraps */
+                 x->bytes == (x->flags & MFM__SECTION_HALF ? 2ull : 4ull) * h->n_classes * blocks[x->tensor] * x->stride;
             t = (int)x->tensor;
             w_inside |= (x->flags & MFM__SECTION_W_INSIDE) != 0, has_w |= x->tensor == MFM_TENSOR_W;
         } else {
@@ -7681,7 +7925,7 @@ static mfm_status mfm__model_decode(const unsigned char *b, uint64_t size, const
             return mfm__fail(err, MFM_ERR_BAD_FILE, "%s is %s: %" PRIu64 " bytes where its header says %" PRIu64, name, size < h->file_bytes ? "truncated" : "too long",
                              size, h->file_bytes);
         for (t = 0; t < MFM_TENSOR_COUNT; t++) /* the claim of the header must fit the file, before any product of it */
-            if (tensor_floats[t] > size / 4 / h->n_classes || (h->n_slots - 1) * tensor_floats[t] > size / 4 / h->n_classes)
+            if (tensor_floats[t] > size / 2 / h->n_classes || (h->n_slots - 1) * tensor_floats[t] > size / 2 / h->n_classes) /* float16 V: 2 bytes a value */
                 return mfm__fail(err, MFM_ERR_BAD_FILE, "%s is truncated: %" PRIu64 " bytes, too few for the model its header describes", name, size);
         if ((st = mfm__read_directory(b, size, h, tensor_floats, name, L, err)) != MFM_OK) return st;
         if ((st = mfm__verify_sections(b, L, with_state, name, err)) != MFM_OK) return st;
@@ -7739,7 +7983,8 @@ static mfm_status mfm__model_for_file(const unsigned char *b, const mfm__model_h
 /* Fills a model's tables from a checked file: format 2 block by block from each parameter
    section's layout and slot by slot from the state section (with_state); format 1 slot by slot
    as it lies. A model whose tables lie as the file's sections takes each section whole. */
-static void mfm__fill_from_file(mfm_model *m, const unsigned char *b, const mfm__model_header *h, const mfm__model_layout *L, int with_state) {
+static mfm_status mfm__fill_from_file(mfm_model *m, const unsigned char *b, const mfm__model_header *h, const mfm__model_layout *L, int with_state,
+                                      mfm_error *err) {
     uint64_t at = mfm__model_header_bytes(h->format_version) + 4ull * h->n_class_weights, blk;
     uint32_t c;
     int s, t, slot;
@@ -7748,6 +7993,21 @@ static void mfm__fill_from_file(mfm_model *m, const unsigned char *b, const mfm_
         const mfm__table *tab = &m->t[x->kind == MFM__SECTION_PARAMS ? x->tensor : 0];
         const unsigned char *src = b + x->offset;
         if (x->kind != MFM__SECTION_PARAMS) continue;
+        if (x->flags & MFM__SECTION_HALF) { /* widened block by block (a file of float16 factors) */
+            float *v = (float *)mfm__alloc(x->stride, sizeof(float) + sizeof(uint16_t));
+            uint16_t *hv = (uint16_t *)(void *)(v + x->stride);
+            uint32_t i;
+            if (!v) return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory reading a model's float16 factors");
+            for (c = 0; c < m->n_classes; c++)
+                for (blk = 0; blk < tab->n_blocks; blk++, src += 2ull * x->stride) {
+                    for (i = 0; i < x->stride; i++) hv[i] = (uint16_t)(src[2 * i] | src[2 * i + 1] << 8);
+                    mfm__halves_to_floats(hv, v, x->stride, 0);
+                    memcpy(mfm__block(m, MFM_TENSOR_V, c, blk), v, tab->len * sizeof(float));
+                    if (x->flags & MFM__SECTION_W_INSIDE) *mfm__block(m, MFM_TENSOR_W, c, blk) = v[m->k];
+                }
+            MFM_FREE(v);
+            continue;
+        }
         if (tab->stride == x->stride && tab->stride == tab->len * (uint32_t)m->n_slots && !x->flags) {
             mfm__read_floats(src, tab->data, x->bytes / 4);
             continue;
@@ -7770,6 +8030,7 @@ static void mfm__fill_from_file(mfm_model *m, const unsigned char *b, const mfm_
                 }
                 for (blk = 0; blk < tab->n_blocks; blk++, at += 4ull * tab->len) mfm__read_floats(b + at, mfm__block(m, (mfm_tensor)t, c, blk) + (uint32_t)slot * tab->len, tab->len);
             }
+    return MFM_OK;
 }
 
 /* A model for training from a file's bytes: every table its own, the state as saved or at its
@@ -7784,7 +8045,11 @@ static mfm_status mfm__model_from_bytes(const unsigned char *b, uint64_t size, c
     if ((st = mfm__model_decode(b, size, name, 1, &h, floats, &L, err)) != MFM_OK) return st;
     if ((st = mfm__model_for_file(b, &h, 0, 1, name, out, err)) != MFM_OK) return st;
     if (!(h.flags & MFM__MODEL_STATE)) mfm__init_state(*out);
-    mfm__fill_from_file(*out, b, &h, &L, (h.flags & MFM__MODEL_STATE) != 0);
+    if ((st = mfm__fill_from_file(*out, b, &h, &L, (h.flags & MFM__MODEL_STATE) != 0, err)) != MFM_OK) {
+        mfm_model_free(*out);
+        *out = NULL;
+        return st;
+    }
     (*out)->has_state = (h.flags & MFM__MODEL_STATE) != 0;
     return mfm__ok(err);
 }
@@ -7810,12 +8075,13 @@ MFMDEF mfm_status mfm_model_load(const char *path, mfm_model **out, mfm_error *e
 static int mfm__sections_map(const mfm__model_header *h, const mfm__model_layout *L) {
     mfm__model_layout want;
     mfm_params p = mfm__params_from_header(h);
-    int s;
+    int s, half = 0;
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
     return 0; /* the file's floats are little-endian */
 #endif
     if (h->format_version < 2) return 0;
-    mfm__plan_sections(&p, h->n_features, h->n_fields, h->n_classes, 0, 0, 0, &want);
+    for (s = 0; s < L->n_sections; s++) half |= (L->sec[s].flags & MFM__SECTION_HALF) != 0;
+    mfm__plan_sections(&p, h->n_features, h->n_fields, h->n_classes, 0, 0, half, 0, &want);
     for (s = 0; s < want.n_sections; s++)
         if (s >= L->n_sections || L->sec[s].kind != MFM__SECTION_PARAMS || L->sec[s].tensor != want.sec[s].tensor || L->sec[s].stride != want.sec[s].stride ||
             L->sec[s].flags != want.sec[s].flags)
@@ -7839,12 +8105,19 @@ MFMDEF mfm_status mfm_model_map(const char *path, mfm_model **out, mfm_error *er
     in_place = st == MFM_OK && mfm__sections_map(&h, &L);
     if (st == MFM_OK) st = mfm__model_for_file(map.bytes, &h, 1, !in_place, path, &m, err);
     if (st == MFM_OK && in_place) {
-        for (s = 0; s < L.n_sections; s++)
-            if (L.sec[s].kind == MFM__SECTION_PARAMS) m->t[L.sec[s].tensor].data = (float *)(uintptr_t)(map.bytes + L.sec[s].offset); /* never written */
+        for (s = 0; s < L.n_sections; s++) {
+            mfm__table *tab = &m->t[L.sec[s].kind == MFM__SECTION_PARAMS ? L.sec[s].tensor : 0];
+            if (L.sec[s].kind != MFM__SECTION_PARAMS) continue;
+            if (L.sec[s].flags & MFM__SECTION_HALF)
+                tab->halves = (const uint16_t *)(const void *)(map.bytes + L.sec[s].offset);
+            else
+                tab->data = (float *)(uintptr_t)(map.bytes + L.sec[s].offset); /* never written */
+        }
         mfm__place_guest(m);
+        if (m->t[MFM_TENSOR_W].guest && m->t[MFM_TENSOR_V].halves) m->t[MFM_TENSOR_W].halves = m->t[MFM_TENSOR_V].halves + m->k, m->t[MFM_TENSOR_W].data = NULL;
         m->file = map; /* the model owns the mapping now */
     } else {
-        if (st == MFM_OK) mfm__fill_from_file(m, map.bytes, &h, &L, 0);
+        if (st == MFM_OK && (st = mfm__fill_from_file(m, map.bytes, &h, &L, 0, err)) != MFM_OK) mfm_model_free(m), m = NULL;
         mfm__unmap(&map);
     }
     if (st != MFM_OK) return st;
@@ -9039,11 +9312,16 @@ static void mfm__upload_task(void *ctx, int index) {
     for (i = lo; i < hi; i++) {
         const uint64_t feature = u->first + i;
         float *rec = u->out + i * u->gm->stride;
-        if (V->stride == k) /* a feature's F blocks side by side: one copy */
+        if (V->stride == k && !V->halves) /* a feature's F blocks side by side: one copy */
             memcpy(rec, mfm__block(m, MFM_TENSOR_V, u->cls, feature * F), (size_t)F * k * sizeof(float));
+        else if (V->stride == k) /* the same, widened from float16 */
+            mfm__halves_to_floats(V->halves + (u->cls * V->n_blocks + feature * F) * k, rec, (size_t)F * k, m->f16c);
         else
-            for (g = 0; g < F; g++) memcpy(rec + (uint64_t)g * k, mfm__block(m, MFM_TENSOR_V, u->cls, feature * F + g), (size_t)k * sizeof(float));
-        rec[n_factors] = m->params.pairs_only ? 0.0f : *mfm__block(m, MFM_TENSOR_W, u->cls, feature);
+            for (g = 0; g < F; g++) mfm__block_params(m, MFM_TENSOR_V, u->cls, feature * F + g, rec + (uint64_t)g * k);
+        if (m->params.pairs_only)
+            rec[n_factors] = 0.0f;
+        else
+            mfm__block_params(m, MFM_TENSOR_W, u->cls, feature, rec + n_factors);
         for (g = n_factors + 1; g < u->gm->stride; g++) rec[g] = 0.0f;
     }
 }

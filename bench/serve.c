@@ -5,15 +5,17 @@
    Generates Criteo-shaped rows (bench/synth.h: 39 fields, one id each out of --features), trains
    --model at --k on 1000 of them for 2 epochs (a model is as large as its features make it,
    whatever its rows), and writes to --dir: model.mfm (with the AdaGrad state: the training
-   file), serve.mfm (mfm export --predict-only's file: the parameters alone), rows100.ffm and
-   rows200k.ffm (held-out rows as libffm text). Then, the page cache warm, the best of --repeat:
+   file), serve.mfm (mfm export --predict-only's file: the parameters alone), half.mfm (mfm
+   export --half's: the factors as float16), rows100.ffm and rows200k.ffm (held-out rows as
+   libffm text). Then, the page cache warm, the best of --repeat:
 
    - opening: mfm_model_load (for training: everything read and copied) and mfm_model_map (for
      prediction: the parameters verified and mapped in place) of each file;
    - the command line: `mfm predict FILE ROWS OUT` (--mfm, default build/mfm) of 100 and 200,000
      rows, wall time from fork to exit and the process's peak memory;
    - one-row latency: for each count of --threads, that many threads at once, each predicting
-     --calls single rows from the mapped serving file (every call timed): p50, p99, p99.9, max. */
+     --calls single rows from the mapped serve.mfm and half.mfm (every call timed): p50, p99,
+     p99.9, max. */
 #define _DEFAULT_SOURCE /* wait4: a child's own peak memory */
 #define MODERN_FM_IMPLEMENTATION
 #include "../modern_fm.h"
@@ -138,7 +140,7 @@ static double time_predict(const options *o, const char *model, const char *rows
 
 typedef struct caller {
     const mfm_model *model;
-    const synth_data *rows;
+    const mfm_csr *rows;
     uint64_t first; /* the caller's first row; it walks on from there */
     int calls;
     double *seconds; /* per call */
@@ -147,7 +149,7 @@ typedef struct caller {
 
 static void *call_repeatedly(void *arg) {
     caller *c = (caller *)arg;
-    const synth_data *d = c->rows;
+    const mfm_csr *d = c->rows;
     uint64_t offsets[2] = {0, 0};
     float out[4];
     mfm_csr row;
@@ -157,9 +159,9 @@ static void *call_repeatedly(void *arg) {
     row.n_rows = 1, row.row_offsets = offsets, row.n_features = d->n_features, row.n_fields = d->n_fields;
     pthread_barrier_wait(c->start);
     for (i = 0; i < c->calls; i++) {
-        const uint64_t r = (c->first + (uint64_t)i * 7919) % d->n_rows, at = d->offsets[r];
+        const uint64_t r = (c->first + (uint64_t)i * 7919) % d->n_rows, at = d->row_offsets[r];
         double t0;
-        offsets[1] = d->offsets[r + 1] - at;
+        offsets[1] = d->row_offsets[r + 1] - at;
         row.features = d->features + at, row.fields = d->fields + at, row.values = d->values ? d->values + at : NULL;
         t0 = bench_now();
         bench_check(mfm_predict(c->model, &row, MFM_OUTPUT_PROBABILITY, out, 4, &e), &e, "mfm_predict");
@@ -173,7 +175,7 @@ static int by_value(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-static void latency_row(const mfm_model *m, const synth_data *rows, int threads, int calls) {
+static void latency_row(const mfm_model *m, const mfm_csr *rows, int threads, int calls) {
     pthread_t tid[1024];
     caller c[1024];
     pthread_barrier_t start;
@@ -213,18 +215,23 @@ static void write_rows(const synth_data *all, uint64_t lo, uint64_t hi, const ch
 int main(int argc, char **argv) {
     options o;
     synth_spec s;
-    synth_data all, held_out;
+    synth_data all;
+    mfm_dataset *held_out;
+    mfm_read_options read_options;
+    mfm_csr held_out_rows;
     mfm_params p;
     mfm_model *m, *served;
     mfm_csr train;
     mfm_error e;
-    char cpu[400], model_path[1024], serve_path[1024], few_path[1024], many_path[1024];
-    const char *files[2], *rows[2];
+    char cpu[400], model_path[1024], serve_path[1024], half_path[1024], few_path[1024], many_path[1024];
+    const char *files[3], *rows[2];
+    static const char *const names[3] = {"model.mfm (with state)", "serve.mfm (parameters)", "half.mfm (float16 factors)"};
     double t0;
     int i, j;
     parse_options(argc, argv, &o);
     mkdir(o.dir, 0755);
     path_in(model_path, sizeof model_path, &o, "model.mfm"), path_in(serve_path, sizeof serve_path, &o, "serve.mfm");
+    path_in(half_path, sizeof half_path, &o, "half.mfm");
     path_in(few_path, sizeof few_path, &o, "rows100.ffm"), path_in(many_path, sizeof many_path, &o, "rows200k.ffm");
     bench_machine(cpu, sizeof cpu);
     printf("modern_fm %s serving benchmark\nmachine: %s\n", mfm_version_string(), cpu);
@@ -233,7 +240,7 @@ int main(int argc, char **argv) {
     s.n_rows = TRAIN_ROWS + FEW_ROWS + MANY_ROWS, s.n_fields = 39, s.n_features = o.features, s.per_field = 1, s.zipf_s = 1.1;
     s.hidden_k = 4, s.signal = 1.0, s.base_rate = 0.22, s.seed = 49;
     t0 = bench_now();
-    if (synth_generate(&s, &all) != 0 || synth_split(&all, TRAIN_ROWS + FEW_ROWS, all.n_rows, &held_out) != 0) return 1;
+    if (synth_generate(&s, &all) != 0) return 1;
     write_rows(&all, TRAIN_ROWS, TRAIN_ROWS + FEW_ROWS, few_path);
     write_rows(&all, TRAIN_ROWS + FEW_ROWS, all.n_rows, many_path);
     memset(&p, 0, sizeof p);
@@ -243,23 +250,25 @@ int main(int argc, char **argv) {
     bench_check(mfm_fit(m, &train, &e), &e, "mfm_fit");
     bench_check(mfm_model_save(m, model_path, 1, &e), &e, "mfm_model_save");
     bench_check(mfm_model_save(m, serve_path, 0, &e), &e, "mfm_model_save");
+    bench_check(mfm_model_save_half(m, half_path, &e), &e, "mfm_model_save_half");
     mfm_model_free(m);
+    synth_free(&all); /* a child's peak memory starts from this process's at the fork */
     printf("data: %s k = %d, %u features, 39 fields, trained on %d rows; files written in %.1f s to %s\n\n", mfm_model_type_name(p.model), o.k,
            o.features, TRAIN_ROWS, bench_now() - t0, o.dir);
-    files[0] = model_path, files[1] = serve_path, rows[0] = few_path, rows[1] = many_path;
-    for (i = 0; i < 2; i++) warm(files[i]), warm(rows[i]);
+    files[0] = model_path, files[1] = serve_path, files[2] = half_path, rows[0] = few_path, rows[1] = many_path;
+    for (i = 0; i < 3; i++) warm(files[i]);
+    for (i = 0; i < 2; i++) warm(rows[i]);
 
     printf("Opening a model file (page cache warm, best of %d):\n\n| file | MB | mfm_model_load s | mfm_model_map s |\n|---|---|---|---|\n", o.repeat);
-    for (i = 0; i < 2; i++) {
+    for (i = 0; i < 3; i++) {
         struct stat st;
         stat(files[i], &st);
-        printf("| %s | %.0f | %.3f | %.3f |\n", i ? "serve.mfm (parameters)" : "model.mfm (with state)", (double)st.st_size / 1e6,
-               time_open(files[i], 0, o.repeat), time_open(files[i], 1, o.repeat));
+        printf("| %s | %.0f | %.3f | %.3f |\n", names[i], (double)st.st_size / 1e6, time_open(files[i], 0, o.repeat), time_open(files[i], 1, o.repeat));
     }
 
     printf("\n`mfm predict FILE ROWS OUT`, process start to output written (best of %d; peak memory of the best run):\n\n"
            "| file | rows | seconds | rows/s | peak MB |\n|---|---|---|---|---|\n", o.repeat);
-    for (i = 0; i < 2; i++)
+    for (i = 0; i < 3; i++)
         for (j = 0; j < 2; j++) {
             double best = 1e30, best_peak = 0, peak;
             int r;
@@ -267,17 +276,20 @@ int main(int argc, char **argv) {
                 double t = time_predict(&o, files[i], rows[j], &peak);
                 if (t < best) best = t, best_peak = peak;
             }
-            printf("| %s | %d | %.3f | %.0f | %.0f |\n", i ? "serve.mfm" : "model.mfm", j ? MANY_ROWS : FEW_ROWS, best, (j ? MANY_ROWS : FEW_ROWS) / best,
-                   best_peak);
+            printf("| %.9s | %d | %.3f | %.0f | %.0f |\n", names[i], j ? MANY_ROWS : FEW_ROWS, best, (j ? MANY_ROWS : FEW_ROWS) / best, best_peak);
         }
 
-    bench_check(mfm_model_map(serve_path, &served, &e), &e, "mfm_model_map");
-    printf("\nOne row per mfm_predict call from serve.mfm (mapped), every thread at once, %d calls each:\n\n"
-           "| threads | p50 us | p99 us | p99.9 us | max us | calls/s |\n|---|---|---|---|---|---|\n",
-           o.calls);
-    for (i = 0; i < o.n_threads; i++) latency_row(served, &held_out, o.threads[i], o.calls);
-    mfm_model_free(served);
-    synth_free(&held_out);
-    synth_free(&all);
+    memset(&read_options, 0, sizeof read_options);
+    bench_check(mfm_dataset_read(many_path, &read_options, &held_out, &e), &e, "mfm_dataset_read");
+    held_out_rows = mfm_dataset_csr(held_out);
+    for (j = 1; j < 3; j++) {
+        bench_check(mfm_model_map(files[j], &served, &e), &e, "mfm_model_map");
+        printf("\nOne row per mfm_predict call from %.9s (mapped), every thread at once, %d calls each:\n\n"
+               "| threads | p50 us | p99 us | p99.9 us | max us | calls/s |\n|---|---|---|---|---|---|\n",
+               names[j], o.calls);
+        for (i = 0; i < o.n_threads; i++) latency_row(served, &held_out_rows, o.threads[i], o.calls);
+        mfm_model_free(served);
+    }
+    mfm_dataset_free(held_out);
     return 0;
 }

@@ -39,6 +39,18 @@ int inplace_map_score(const char *path, const mfm_csr *d, float *scores, size_t 
     return ok;
 }
 
+/* The library's float16 conversions, for test_model_half_conversions: every half widened one at
+   a time and (where the CPU has F16C) eight at a time, and one float rounded. */
+void test_halves_widened(float *one_at_a_time, float *eight_at_a_time);
+void test_halves_widened(float *one_at_a_time, float *eight_at_a_time) {
+    static uint16_t all[65536];
+    uint32_t i;
+    for (i = 0; i < 65536; i++) all[i] = (uint16_t)i, one_at_a_time[i] = mfm__half_to_float((uint16_t)i);
+    mfm__halves_to_floats(all, eight_at_a_time, 65536, mfm__f16c());
+}
+uint16_t test_float_to_half(float x);
+uint16_t test_float_to_half(float x) { return mfm__float_to_half(x); }
+
 /* Forgets what the CUDA loader found, so that a forked child loads again under its own
    environment (the loader otherwise loads once per process). */
 void test_cuda_forget(void);

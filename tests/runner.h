@@ -96,6 +96,8 @@
     X(test_inplace_maps_the_other_layout)     \
     X(test_inplace_few_rows_allocate_nothing) \
     X(test_model_map_outlives_its_file)       \
+    X(test_model_half_conversions)            \
+    X(test_model_half_serving)                \
     X(test_faults_output_writer) \
     X(test_faults_unwritable_folder) \
     X(test_faults_kill_during_save) \
@@ -174,6 +176,7 @@
     X(test_cuda_nvrtc_path_missing) \
     X(test_cuda_training_params) \
     X(test_gpu_predict_parity) \
+    X(test_gpu_predict_half)                  \
     X(test_gpu_predict_variants) \
     X(test_gpu_resident_repeated) \
     X(test_gpu_cold_then_warm_start) \

@@ -241,6 +241,36 @@ void test_gpu_predict_parity(void) {
                 }
 }
 
+/* A model whose factors are float16 (mfm_model_save_half, mapped): the GPU widens them as it
+   uploads, and predicts what the CPU predicts from them. */
+void test_gpu_predict_half(void) {
+    static const mfm_model_type models[] = {MFM_MODEL_FM, MFM_MODEL_FFM, MFM_MODEL_FWFM};
+    char path[256];
+    size_t a;
+    if (!gpu_ready()) return;
+    scratch_path(path, sizeof path, "half.mfm");
+    for (a = 0; a < 3; a++) {
+        mfm_params p;
+        mfm_model *m, *half = NULL;
+        mfm_error e;
+        gpu_data g;
+        char what[64];
+        memset(&p, 0, sizeof p);
+        p.model = models[a];
+        p.task = a == 2 ? MFM_TASK_MULTICLASS : MFM_TASK_BINARY;
+        p.k = 4;
+        snprintf(what, sizeof what, "float16 model %d", (int)models[a]);
+        make_data(&g, 41 + a, 2000, 3000, 39, 39, 1);
+        m = random_model(p, 3000, 39, 3, 5 + a);
+        if (m && CHECK(mfm_model_save_half(m, path, &e) == MFM_OK && mfm_model_map(path, &half, &e) == MFM_OK, "%s: %s", what, e.message))
+            compare(half, &g.d, what);
+        mfm_model_free(half);
+        mfm_model_free(m);
+        free_data(&g);
+    }
+    scratch_clean();
+}
+
 /* normalize_rows, pairs_only, linear_only, and rows that cross many transfer chunks. */
 void test_gpu_predict_variants(void) {
     static const mfm_model_type models[] = {MFM_MODEL_FM, MFM_MODEL_FFM, MFM_MODEL_FWFM};

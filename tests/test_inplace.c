@@ -49,29 +49,33 @@ static mfm_model *serving_model(test_data *td, mfm_params *p, mfm_model_type mod
 }
 
 /* A call of a few rows is a server's: it allocates nothing and starts no thread (a pool of more
-   than one worker would allocate), for every model and for a mapped model, with n_threads 0
+   than one worker would allocate), for every model, mapped, and mapped with float16 factors
+   (whose w lies apart from V in this copy), with n_threads 0
    (every core); a call of many rows does split among threads. */
 void test_inplace_few_rows_allocate_nothing(void) {
     static const mfm_model_type models[] = {MFM_MODEL_FM, MFM_MODEL_FFM, MFM_MODEL_FWFM};
-    char path[256];
+    char path[256], half_path[256];
     size_t mi;
     scratch_path(path, sizeof path, "serve.mfm");
+    scratch_path(half_path, sizeof half_path, "half.mfm");
     for (mi = 0; mi < 3; mi++) {
         test_data td;
         mfm_params p;
-        mfm_model *m = serving_model(&td, &p, models[mi], MFM_TASK_MULTICLASS, 400, 8, 70 + mi), *mapped = NULL;
+        mfm_model *m = serving_model(&td, &p, models[mi], MFM_TASK_MULTICLASS, 400, 8, 70 + mi), *mapped = NULL, *half = NULL;
         float out[64 * 3];
         mfm_csr few;
         unsigned long before;
         int pass;
-        if (!CHECK(m && mfm_model_save(m, path, 0, NULL) == MFM_OK && mfm_model_map(path, &mapped, NULL) == MFM_OK, "%s: train, save and map",
-                   model_name(p.model))) {
+        if (!CHECK(m && mfm_model_save(m, path, 0, NULL) == MFM_OK && mfm_model_map(path, &mapped, NULL) == MFM_OK &&
+                       mfm_model_save_half(m, half_path, NULL) == MFM_OK && mfm_model_map(half_path, &half, NULL) == MFM_OK,
+                   "%s: train, save and map", model_name(p.model))) {
+            mfm_model_free(mapped);
             mfm_model_free(m);
             data_free(&td);
             continue;
         }
-        for (pass = 0; pass < 2; pass++) {
-            mfm_model *x = pass ? mapped : m;
+        for (pass = 0; pass < 3; pass++) {
+            mfm_model *x = pass == 2 ? half : pass ? mapped : m;
             mfm_params q = *mfm_model_params(x);
             q.n_threads = 0;
             CHECK(mfm_model_set_params(x, &q, NULL) == MFM_OK, "set_params");
@@ -79,12 +83,12 @@ void test_inplace_few_rows_allocate_nothing(void) {
             few.n_rows = 1;
             before = inplace_allocations;
             CHECK(mfm_predict(x, &few, MFM_OUTPUT_PROBABILITY, out, sizeof out / sizeof out[0], NULL) == MFM_OK, "predict one row");
-            CHECK(inplace_allocations == before, "%s%s: one row's prediction allocated %lu times", model_name(p.model), pass ? " (mapped)" : "",
+            CHECK(inplace_allocations == before, "%s%s: one row's prediction allocated %lu times", model_name(p.model), pass == 2 ? " (float16)" : pass ? " (mapped)" : "",
                   inplace_allocations - before);
             few.n_rows = 32;
             before = inplace_allocations;
             CHECK(mfm_predict(x, &few, MFM_OUTPUT_LABEL, out, sizeof out / sizeof out[0], NULL) == MFM_OK, "predict 32 rows");
-            CHECK(inplace_allocations == before, "%s%s: 32 rows' prediction allocated %lu times", model_name(p.model), pass ? " (mapped)" : "",
+            CHECK(inplace_allocations == before, "%s%s: 32 rows' prediction allocated %lu times", model_name(p.model), pass == 2 ? " (float16)" : pass ? " (mapped)" : "",
                   inplace_allocations - before);
             few.n_rows = 64; /* two threads' worth: the counter sees the pool's buffers */
             before = inplace_allocations;
@@ -92,6 +96,7 @@ void test_inplace_few_rows_allocate_nothing(void) {
             CHECK(mfm__cores() == 1 || inplace_allocations > before, "%s: 64 rows on %d cores allocated nothing (the counter counts nothing)",
                   model_name(p.model), mfm__cores());
         }
+        mfm_model_free(half);
         mfm_model_free(mapped);
         mfm_model_free(m);
         data_free(&td);

@@ -19,6 +19,7 @@
 #include "seal.h"
 
 #include <errno.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1016,5 +1017,183 @@ void test_model_map_outlives_its_file(void) {
     mfm_model_free(a);
     mfm_model_free(b);
     data_free(&td);
+    scratch_clean();
+}
+
+/* ---- float16 factors for serving ---- */
+
+/* x rounded to the nearest float16 value, ties to even, computed in double here (|x| < 65504). */
+static float round_to_half(float x) {
+    double a = fabs((double)x), quantum, q;
+    int e;
+    if (a == 0) return x;
+    e = (int)floor(log2(a));
+    if (e < -14) e = -14; /* subnormal halves: steps of 2^-24 */
+    quantum = ldexp(1.0, e - 10);
+    q = nearbyint((double)x / quantum); /* the default rounding: to nearest, ties to even */
+    return (float)(q * quantum);
+}
+
+void test_halves_widened(float *one_at_a_time, float *eight_at_a_time); /* tests/impl.c */
+uint16_t test_float_to_half(float x);
+
+/* The value of half bits h, from the IEEE definition (NaN for NaN). */
+static double half_value(uint32_t h) {
+    const int sign = h >> 15, e = (int)(h >> 10 & 31), frac = (int)(h & 1023);
+    const double v = e == 31 ? (frac ? NAN : HUGE_VAL) : e ? ldexp(1024 + frac, e - 25) : ldexp(frac, -24);
+    return sign ? -v : v;
+}
+
+/* Every float16 widens to its IEEE value, one at a time and eight at a time (F16C where the CPU
+   has it); floats round to the nearest half, ties to even: every half, the midpoints between
+   neighbours (ties) and a float either side of each, zeros, subnormals, the largest half, and
+   beyond it infinity. */
+void test_model_half_conversions(void) {
+    float *one = (float *)malloc(65536 * sizeof(float)), *eight = (float *)malloc(65536 * sizeof(float));
+    uint32_t h, bad = 0;
+    test_halves_widened(one, eight);
+    for (h = 0; h < 65536; h++) {
+        const double v = half_value(h);
+        if (isnan(v) ? !(isnan(one[h]) && isnan(eight[h])) : !((double)one[h] == v && (double)eight[h] == v && !signbit(one[h]) == !signbit(v)))
+            if (bad++ < 5) (void)CHECK(0, "half 0x%04x widens to %g / %g, its value is %g", (unsigned)h, (double)one[h], (double)eight[h], v);
+        if (!isnan(v) && test_float_to_half((float)v) != h) /* every half is its own nearest */
+            if (bad++ < 5) (void)CHECK(0, "%g rounds to half 0x%04x, not 0x%04x", v, (unsigned)test_float_to_half((float)v), (unsigned)h);
+        if ((h & 0x7C00u) != 0x7C00u && (h & 0x7FFFu) != 0x7BFFu) { /* the tie with the next half up, and a float either side */
+            const double next = half_value(h + 1), mid = (v + next) / 2;
+            const uint32_t even = (h & 1u) ? h + 1 : h;
+            const float at = (float)mid, below = nextafterf(at, (float)v), above = nextafterf(at, (float)next);
+            if ((double)at == mid && (test_float_to_half(at) != even || test_float_to_half(below) != h || test_float_to_half(above) != h + 1))
+                if (bad++ < 5) (void)CHECK(0, "around the tie %.9g between 0x%04x and 0x%04x: %04x %04x %04x", mid, (unsigned)h, (unsigned)(h + 1),
+                                     (unsigned)test_float_to_half(below), (unsigned)test_float_to_half(at), (unsigned)test_float_to_half(above));
+        }
+    }
+    CHECK(bad == 0, "%u conversions wrong", bad);
+    CHECK(test_float_to_half(65504.0f) == 0x7BFF && test_float_to_half(65520.0f) == 0x7C00 && test_float_to_half(1e30f) == 0x7C00 &&
+              test_float_to_half(-0.0f) == 0x8000 && test_float_to_half(1e-9f) == 0 && test_float_to_half(3e-8f) == 1,
+          "the edges: 65504 %04x, 65520 %04x, 1e30 %04x, -0 %04x, 1e-9 %04x, 3e-8 %04x", (unsigned)test_float_to_half(65504.0f),
+          (unsigned)test_float_to_half(65520.0f), (unsigned)test_float_to_half(1e30f), (unsigned)test_float_to_half(-0.0f), (unsigned)test_float_to_half(1e-9f),
+          (unsigned)test_float_to_half(3e-8f));
+    free(one);
+    free(eight);
+}
+
+/* Every value of tensor t of every class of m, rounded to float16 (FFM's w stays as it is: only
+   V's blocks, and FM's and FwFM's w inside them, are float16). */
+static void round_tensor_to_half(mfm_model *m, mfm_tensor t) {
+    mfm_model_info info;
+    size_t n = mfm_tensor_size(m, t), i;
+    float *x = (float *)malloc(n * sizeof(float));
+    uint32_t c;
+    mfm_model_get_info(m, &info);
+    for (c = 0; c < info.n_classes; c++) {
+        CHECK(mfm_model_get_tensor(m, t, 0, c, x, n, NULL) == MFM_OK, "get_tensor");
+        for (i = 0; i < n; i++) x[i] = round_to_half(x[i]);
+        CHECK(mfm_model_set_tensor(m, t, 0, c, x, n, NULL) == MFM_OK, "set_tensor");
+    }
+    free(x);
+}
+
+/* mfm_model_save_half: V (and FM's and FwFM's w inside its blocks) as float16 in a file of the
+   documented size. Mapped, the model holds exactly the values rounded to nearest (rounded here
+   independently) and scores every row as a float32 model holding those values does, bit for
+   bit; mfm_model_load widens them to the same values; a clone trains once its state is reset.
+   A factor beyond float16's range, a damaged section and a NaN behind valid checksums are
+   refused with a sentence; the inspections that read factors in place refuse it. */
+void test_model_half_serving(void) {
+    static const mfm_model_type models[] = {MFM_MODEL_FM, MFM_MODEL_FFM, MFM_MODEL_FWFM, MFM_MODEL_FM};
+    static const mfm_task tasks[] = {MFM_TASK_BINARY, MFM_TASK_BINARY, MFM_TASK_MULTICLASS, MFM_TASK_REGRESSION};
+    char path[256];
+    size_t mi;
+    scratch_path(path, sizeof path, "half.mfm");
+    for (mi = 0; mi < 4; mi++) {
+        mfm_params p = file_params(models[mi], tasks[mi], MFM_OPTIMIZER_ADAGRAD);
+        mfm_model *m, *want = NULL, *mapped = NULL, *loaded = NULL, *clone = NULL;
+        const char *what = model_name(models[mi]);
+        mfm_model_info info;
+        mfm_interaction top[4];
+        size_t found, n;
+        unsigned char *bytes;
+        uint64_t sections;
+        test_data td;
+        mfm_error e;
+        mfm_status st;
+        v2_layout L;
+        if (mi == 3) p.k = 16; /* w apart from V: k + 1 floats pass a line */
+        if (!(m = make_model(&p, N_FEATURES, N_FIELDS, 3))) continue;
+        make_data(&td, tasks[mi], 60 + mi);
+        model_randomize(m, 9 + mi, 0.7);
+        mfm_model_get_info(m, &info);
+        REQUIRE(mfm_model_clone(m, &want, &e) == MFM_OK, "clone: %s", e.message);
+        round_tensor_to_half(want, MFM_TENSOR_V);
+        if (models[mi] != MFM_MODEL_FFM && p.k < 16) round_tensor_to_half(want, MFM_TENSOR_W); /* w inside V's blocks */
+        st = mfm_model_save_half(m, path, &e);
+        if (!CHECK(st == MFM_OK, "%s: save_half: %s", what, st ? e.message : "")) goto next;
+        bytes = read_whole_file(path, &n);
+        prediction_floats(&p, info.n_features, info.n_fields, info.k, &sections);
+        if (CHECK(bytes && v2_read(bytes, n, &L) && L.n_sections == sections, "%s: the file's directory", what)) {
+            uint64_t s, at = seal_align_up(V2_HEADER_BYTES + 4 * (models[mi] == MFM_MODEL_FWFM ? 0 : 0));
+            for (s = 0; s < L.n_sections; s++) {
+                const int v = L.s[s].tensor == 2;
+                const uint64_t values = L.s[s].bytes / (v ? 2 : 4);
+                CHECK(L.s[s].offset == at && (L.s[s].flags & 2) == (v ? 2u : 0u) && values % info.n_classes == 0, "%s: section %llu at %llu, flags %u", what,
+                      (unsigned long long)s, (unsigned long long)L.s[s].offset, L.s[s].flags);
+                at += seal_align_up(L.s[s].bytes);
+            }
+            CHECK(at == L.directory, "%s: the sections end at %llu, the directory is at %llu", what, (unsigned long long)at, (unsigned long long)L.directory);
+        }
+        st = mfm_model_map(path, &mapped, &e);
+        if (CHECK(st == MFM_OK, "%s: map: %s", what, st ? e.message : "")) {
+            mfm_model_info mi_info;
+            same_slots(want, mapped, 0, 0, what);
+            scores_equal(want, mapped, &td.csr, what);
+            mfm_model_get_info(mapped, &mi_info);
+            CHECK(mi_info.memory_bytes < info.memory_bytes / 2, "%s: a mapped float16 model holds %llu bytes", what, (unsigned long long)mi_info.memory_bytes);
+            st = mfm_top_interactions(mapped, &td.csr, 0, 4, top, &found, &e);
+            CHECK(st == MFM_ERR_INVALID_ARGUMENT && strstr(e.message, "float16"), "%s: top interactions of float16 factors: %d", what, (int)st);
+            if (CHECK(mfm_model_clone(mapped, &clone, &e) == MFM_OK, "%s: clone: %s", what, e.message)) {
+                same_slots(want, clone, 0, 0, what);
+                mfm_model_reset_state(clone);
+                CHECK(mfm_fit(clone, &td.csr, &e) == MFM_OK, "%s: the clone trains: %s", what, e.message);
+            }
+        }
+        st = mfm_model_load(path, &loaded, &e);
+        if (CHECK(st == MFM_OK, "%s: load: %s", what, st ? e.message : "")) {
+            same_slots(want, loaded, 0, 0, what);
+            scores_equal(want, loaded, &td.csr, what);
+        }
+        if (bytes && L.n_sections >= 2) {
+            const v2_section *v = &L.s[L.n_sections - (models[mi] == MFM_MODEL_FWFM ? 2 : 1)];
+            unsigned char *c = (unsigned char *)malloc(n);
+            memcpy(c, bytes, n);
+            c[v->offset + 3] ^= 0x20;
+            expect_bad_model(c, n, MFM_ERR_BAD_FILE, "checksum", "a flip in the float16 factors");
+            memcpy(c, bytes, n);
+            c[v->offset + 2] = 0x00, c[v->offset + 3] = 0x7E; /* a float16 NaN */
+            v2_reseal(c, n, test_checksum);
+            expect_bad_model(c, n, MFM_ERR_BAD_FILE, "not finite", "a float16 NaN behind valid checksums");
+            free(c);
+        }
+        free(bytes);
+        { /* beyond float16's range: refused, nothing written */
+            float big = 70000.0f;
+            float *v = (float *)calloc(mfm_tensor_size(m, MFM_TENSOR_V), sizeof(float));
+            char other[300];
+            snprintf(other, sizeof other, "%s.big", path);
+            mfm_model_get_tensor(m, MFM_TENSOR_V, 0, 0, v, mfm_tensor_size(m, MFM_TENSOR_V), NULL);
+            v[5] = big;
+            mfm_model_set_tensor(m, MFM_TENSOR_V, 0, 0, v, mfm_tensor_size(m, MFM_TENSOR_V), NULL);
+            st = mfm_model_save_half(m, other, &e);
+            CHECK(st == MFM_ERR_INVALID_ARGUMENT && strstr(e.message, "65504") && access(other, F_OK) != 0, "%s: a factor of 70000: %d %s", what, (int)st,
+                  st ? e.message : "saved");
+            free(v);
+        }
+    next:
+        mfm_model_free(clone);
+        mfm_model_free(loaded);
+        mfm_model_free(mapped);
+        mfm_model_free(want);
+        mfm_model_free(m);
+        data_free(&td);
+    }
     scratch_clean();
 }

@@ -250,7 +250,7 @@ typedef struct settings {
     mfm_params p; /* the library parameters; zero = the library's default */
     int model, task, optimizer, format, output, to, metric; /* indices into the name tables */
     uint32_t n_features, n_fields;
-    int auto_stop, no_auto_stop, no_normalize, libffm, cache, no_state, quiet, help, backend, clear;
+    int auto_stop, no_auto_stop, no_normalize, libffm, cache, no_state, half, quiet, help, backend, clear;
     const char *validation, *class_weight, *resume, *build;
     const char *lr_grid, *l2_grid; /* tune's grids, comma lists */
     const char *args[3];
@@ -326,6 +326,7 @@ static const option options[] = {
     OPTION_FLAG(CMD_TRAIN, NULL, "--cache", cache, "keep TRAIN.mfmd, reused while TRAIN is unchanged"),
     OPTION_FLAG(CMD_TRAIN, NULL, "--no-state", no_state, "save without the optimizer state"),
     OPTION_FLAG(CMD_EXPORT, NULL, "--predict-only", no_state, "the parameters alone: the file to serve from (no optimizer state)"),
+    OPTION_FLAG(CMD_EXPORT, NULL, "--half", half, "the factors as float16, a quarter of the file (implies --predict-only; logloss within 1e-4)"),
     OPTION_FLAG(CMD_TRAIN, NULL, "--quiet", quiet, "no per-epoch lines"),
     OPTION_NAME(CMD_PREDICT, "--output", output, output_set, "(default: probabilities, regression: values)"),
     OPTION_NAME(CMD_TRAIN | CMD_PREDICT | CMD_EVAL, "--backend", backend, backend_set, "where training or prediction runs; cuda never falls back (cpu)"),
@@ -1395,12 +1396,12 @@ static int cmd_export(const settings *s, job *j) {
     int rc = check_output(out, "OUT", in, "MODEL"), with_state;
     if (rc != 0) return rc;
     /* for the parameters alone, the state is never read */
-    if ((s->no_state ? mfm_model_map(in, &j->model, &e) : mfm_model_load(in, &j->model, &e)) != MFM_OK) return fail("%s", e.message);
+    if ((s->no_state || s->half ? mfm_model_map(in, &j->model, &e) : mfm_model_load(in, &j->model, &e)) != MFM_OK) return fail("%s", e.message);
     mfm_model_get_info(j->model, &info);
-    with_state = !s->no_state && info.has_state && info.n_state_slots > 0;
-    if (mfm_model_save(j->model, out, with_state, &e) != MFM_OK) return fail("%s", e.message);
+    with_state = !s->no_state && !s->half && info.has_state && info.n_state_slots > 0;
+    if ((s->half ? mfm_model_save_half(j->model, out, &e) : mfm_model_save(j->model, out, with_state, &e)) != MFM_OK) return fail("%s", e.message);
     printf("exported %s to %s (model file format %d, %s)\n", in, out, MFM_MODEL_FILE_VERSION,
-           with_state ? "with the optimizer state" : "the parameters alone");
+           s->half ? "the parameters alone, the factors as float16" : with_state ? "with the optimizer state" : "the parameters alone");
     return 0;
 }
 
@@ -1614,7 +1615,7 @@ static const command commands[] = {
      "Prints the model's metrics on DATA: logloss, AUC and accuracy (binary), RMSE (regression),\n"
      "logloss and accuracy (multiclass)."},
     {"convert", CMD_CONVERT, 2, 2, "[options] IN OUT", cmd_convert, "Converts a data file (OUT \"-\" = standard output)."},
-    {"export", CMD_EXPORT, 2, 2, "[--predict-only] MODEL OUT", cmd_export,
+    {"export", CMD_EXPORT, 2, 2, "[--predict-only] [--half] MODEL OUT", cmd_export,
      "Writes MODEL again to OUT in the current file format (an older file is upgraded), with its\n"
      "optimizer state unless --predict-only: then the parameters alone, half the size for AdaGrad,\n"
      "the file to serve from. Predictions from OUT are the same bits as from MODEL."},
