@@ -676,8 +676,8 @@ MFMDEF mfm_status mfm_model_load_memory(const void *bytes, size_t size, mfm_mode
    V's blocks) as IEEE float16, rounded to nearest: a quarter of the file with AdaGrad state.
    Scores are still summed in float32; on held-out data the change is at most 4.4e-5 of the
    logloss (docs/PERFORMANCE.md). mfm_model_map maps the halves (half the memory) and widens a
-   row's blocks as it scores it, which costs CPU time: one FFM row takes longer than from a
-   float32 file. mfm_model_load widens the whole file. A factor beyond 65504 is refused. */
+   row's blocks as it scores it, at about a float32 file's speed. mfm_model_load widens the
+   whole file. A factor beyond 65504 is refused. */
 MFMDEF mfm_status mfm_model_save_half(const mfm_model *model, const char *path, mfm_error *err);
 /* Opens a model for prediction, the way a server should: maps the file's parameters read-only
    in place (no copy; the optimizer state is neither read nor kept) after verifying their
@@ -6803,7 +6803,7 @@ static mfm__row mfm__row_widened(const mfm_model *m, const mfm__row *row, mfm_mo
     return r;
 }
 
-/* The float16 blocks of row r's features, asked for at once. */
+/* The float16 blocks of row r's features, and their w where it lies apart, asked for at once. */
 static void mfm__prefetch_halves(const mfm_model *m, const mfm_csr *d, uint64_t r) {
     const mfm__table *V = &m->t[MFM_TENSOR_V];
     const uint64_t F = m->params.model == MFM_MODEL_FFM ? m->n_fields : 1, bytes = 2 * F * V->stride;
@@ -6814,6 +6814,7 @@ static void mfm__prefetch_halves(const mfm_model *m, const mfm_csr *d, uint64_t 
             const char *p = (const char *)(V->halves + (c * V->n_blocks + (uint64_t)d->features[j] * F) * V->stride);
             for (at = 0; at < bytes; at += 64) MFM__PREFETCH(p + at);
             MFM__PREFETCH(p + bytes - 1);
+            if (m->t[MFM_TENSOR_W].data) MFM__PREFETCH(mfm__block(m, MFM_TENSOR_W, c, d->features[j]));
         }
 }
 
