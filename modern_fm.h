@@ -676,7 +676,7 @@ MFMDEF mfm_status mfm_model_load_memory(const void *bytes, size_t size, mfm_mode
    V's blocks) as IEEE float16, rounded to nearest: a quarter of the file with AdaGrad state.
    Scores are still summed in float32; on held-out data the change is at most 4.4e-5 of the
    logloss (docs/PERFORMANCE.md). mfm_model_map maps the halves (half the memory) and widens a
-   row's blocks as it scores it: a row takes 1.1-2x as long on the CPU as from a float32 file.
+   row's blocks as it scores it: a row takes up to 2.7x as long on the CPU as from float32.
    mfm_model_load widens the whole file. A factor beyond 65504 is refused. */
 MFMDEF mfm_status mfm_model_save_half(const mfm_model *model, const char *path, mfm_error *err);
 /* Opens a model for prediction, the way a server should: maps the file's parameters read-only
