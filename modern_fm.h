@@ -685,7 +685,9 @@ MFMDEF mfm_status mfm_model_save_half(const mfm_model *model, const char *path, 
    The model predicts, evaluates and is inspected like any other, from many threads at once,
    and saves without its state; it does not train or take new tensors (MFM_ERR_INVALID_ARGUMENT:
    load the file with mfm_model_load for that). A file of format 1, of another byte order or of
-   another layout is read into memory instead, with the same results. mfm_model_free unmaps. */
+   another layout is read into memory instead, with the same results. mfm_model_free unmaps.
+   Replace a mapped file by renaming a new one over it (mfm_model_save does): one rewritten in
+   place is read as it changes, and one cut short ends the process (SIGBUS). */
 MFMDEF mfm_status mfm_model_map(const char *path, mfm_model **out, mfm_error *err);
 
 typedef struct mfm_model_file_info {
@@ -1445,7 +1447,9 @@ static mfm_status mfm__map(const char *path, mfm__mapping *m, mfm_error *err) {
 #if defined(_WIN32)
     {
         LARGE_INTEGER size;
-        m->file = CreateFileA(path, GENERIC_READ, FILE_SHARE_READ, NULL, OPEN_EXISTING, FILE_ATTRIBUTE_NORMAL, NULL);
+        /* FILE_SHARE_DELETE: a model mapped for prediction stays open for its life, and a new
+           model renamed over its file must not fail for it */
+        m->file = CreateFileA(path, GENERIC_READ, FILE_SHARE_READ | FILE_SHARE_DELETE, NULL, OPEN_EXISTING, FILE_ATTRIBUTE_NORMAL, NULL);
         if (m->file == INVALID_HANDLE_VALUE) return mfm__fail(err, MFM_ERR_IO, "cannot open %s (Windows error %lu)", path, (unsigned long)GetLastError());
         if (!GetFileSizeEx(m->file, &size)) {
             CloseHandle(m->file);
@@ -6758,29 +6762,29 @@ typedef struct mfm__predictor {
     float *scratch;  /* per worker: C x k sums then C scores */
     double *prob;    /* per worker: C */
     float *scaled;   /* per worker: the longest row, for normalize_rows */
-    float *widened;  /* per worker, float16 factors only: mfm__row_widened's floats, then its ids */
+    float *widened;  /* per worker, float16 factors only: mfm__row_widened's floats */
     uint64_t widened_floats;
+    uint32_t *ids;   /* per worker, float16 factors only: the row's features renumbered (max_row_nnz) */
     uint32_t max_row_nnz;
     int n_workers;
 } mfm__predictor;
 
-/* Floats (ids included) of mfm__row_widened's buffer for rows of up to z non-zeros; 0 for a
-   model of float32 parameters. */
+/* Floats of mfm__row_widened's buffer for rows of up to z non-zeros; 0 for a model of float32
+   parameters. */
 static uint64_t mfm__widened_floats(const mfm_model *m, uint32_t z) {
     const uint64_t F = m->params.model == MFM_MODEL_FFM ? m->n_fields : 1;
-    return m->t[MFM_TENSOR_V].halves ? (uint64_t)m->n_classes * z * (F * m->t[MFM_TENSOR_V].stride + 1) + z : 0;
+    return m->t[MFM_TENSOR_V].halves ? (uint64_t)m->n_classes * z * (F * m->t[MFM_TENSOR_V].stride + 1) : 0;
 }
 
 /* A model whose factors are float16 (mfm_model_save_half) scores a row through a model of that
    row alone: the blocks of the row's features (every class; for FFM every field) widened into
    buf, the features renumbered 0 .. z-1, FFM's w copied beside them. The float32 score paths
    then run as they are, and give the bits a float32 model holding the same values would. */
-static mfm__row mfm__row_widened(const mfm_model *m, const mfm__row *row, mfm_model *local, float *buf) {
+static mfm__row mfm__row_widened(const mfm_model *m, const mfm__row *row, mfm_model *local, float *buf, uint32_t *ids) {
     const mfm__table *V = &m->t[MFM_TENSOR_V], *W = &m->t[MFM_TENSOR_W];
     const uint32_t F = m->params.model == MFM_MODEL_FFM ? m->n_fields : 1, z = row->z;
     const uint64_t nb = (uint64_t)z * F, per_feature = (uint64_t)F * V->stride;
     float *w = buf + m->n_classes * nb * V->stride;
-    uint32_t *ids = (uint32_t *)(void *)(w + (uint64_t)m->n_classes * z);
     const int f16c = m->f16c;
     mfm__row r = *row;
     uint32_t a, c;
@@ -6854,7 +6858,7 @@ static void mfm__predict_task(void *ctx, int index) {
             mfm__row whole = mfm__get_row(m, pr->d, r, pr->ones, pr->scaled + (uint64_t)index * pr->max_row_nnz), row;
             mfm_model local;
             if (r + 1 < hi) mfm__prefetch_halves(m, pr->d, r + 1);
-            row = mfm__row_widened(m, &whole, &local, buf);
+            row = mfm__row_widened(m, &whole, &local, buf, pr->ids + (uint64_t)index * pr->max_row_nnz);
             for (c = 0; c < C; c++) score[c] = mfm__score(&local, c, &row, sum + (uint64_t)c * m->k, NULL, NULL);
             mfm__row_output(m, pr->kind, score, pr->out + r * width, prob);
         }
@@ -6920,7 +6924,8 @@ static mfm_status mfm__predict_gpu(const mfm_model *m, const mfm_csr *d, mfm_out
    where they fit (no allocation, no thread start); threads start only for MFM__PREDICT_ROWS rows
    each (a thread's start costs about as much as scoring 30 FFM rows). */
 #define MFM__PREDICT_ROWS 32
-#define MFM__STACK_FLOATS 8192
+#define MFM__STACK_FLOATS 8192 /* and MFM__STACK_IDS ids: about 36 KB of the caller's stack */
+#define MFM__STACK_IDS 1024
 
 /* allow_gpu = 0: always the CPU (a validation pass inside CPU training must not depend on the
    machine). */
@@ -6930,6 +6935,7 @@ static mfm_status mfm__predict(const mfm_model *m, const mfm_csr *d, mfm_output 
     mfm__pool pool;
     mfm_status st;
     float *ones, stack_floats[MFM__STACK_FLOATS];
+    uint32_t stack_ids[MFM__STACK_IDS];
     double stack_prob[64];
     uint64_t r, stack_need;
     int on_stack;
@@ -6948,12 +6954,13 @@ static mfm_status mfm__predict(const mfm_model *m, const mfm_csr *d, mfm_output 
     pr.max_row_nnz = info.max_row_nnz;
     pr.widened_floats = mfm__widened_floats(m, info.max_row_nnz);
     stack_need = 2ull * info.max_row_nnz + (uint64_t)m->n_classes * (m->k + 1) + pr.widened_floats;
-    on_stack = pr.n_workers == 1 && stack_need <= MFM__STACK_FLOATS && m->n_classes <= 64;
+    on_stack = pr.n_workers == 1 && stack_need <= MFM__STACK_FLOATS && m->n_classes <= 64 && (!pr.widened_floats || info.max_row_nnz <= MFM__STACK_IDS);
     if (on_stack) {
         pr.ones = ones = stack_floats;
         pr.scaled = stack_floats + info.max_row_nnz;
         pr.scratch = stack_floats + 2ull * info.max_row_nnz;
         pr.widened = pr.widened_floats ? pr.scratch + (uint64_t)m->n_classes * (m->k + 1) : NULL;
+        pr.ids = pr.widened_floats ? stack_ids : NULL;
         pr.prob = stack_prob;
     } else {
         pr.ones = ones = (float *)mfm__alloc(info.max_row_nnz, sizeof(float));
@@ -6961,8 +6968,9 @@ static mfm_status mfm__predict(const mfm_model *m, const mfm_csr *d, mfm_output 
         pr.prob = (double *)mfm__alloc((uint64_t)pr.n_workers * m->n_classes, sizeof(double));
         pr.scaled = (float *)mfm__alloc((uint64_t)pr.n_workers * info.max_row_nnz, sizeof(float));
         pr.widened = pr.widened_floats ? (float *)mfm__alloc((uint64_t)pr.n_workers * pr.widened_floats, sizeof(float)) : NULL;
+        pr.ids = pr.widened_floats ? (uint32_t *)mfm__alloc((uint64_t)pr.n_workers * info.max_row_nnz, sizeof(uint32_t)) : NULL;
     }
-    st = ones && pr.scratch && pr.prob && pr.scaled && (pr.widened || !pr.widened_floats) ? mfm__pool_start(&pool, pr.n_workers, err)
+    st = ones && pr.scratch && pr.prob && pr.scaled && ((pr.widened && pr.ids) || !pr.widened_floats) ? mfm__pool_start(&pool, pr.n_workers, err)
                                        : mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for prediction buffers");
     if (st == MFM_OK) {
         for (r = 0; r < info.max_row_nnz; r++) ones[r] = 1.0f;
@@ -6975,6 +6983,7 @@ static mfm_status mfm__predict(const mfm_model *m, const mfm_csr *d, mfm_output 
         MFM_FREE(pr.prob);
         MFM_FREE(pr.scaled);
         MFM_FREE(pr.widened);
+        MFM_FREE(pr.ids);
     }
     return st == MFM_OK ? mfm__ok(err) : st;
 }
@@ -7667,8 +7676,10 @@ MFMDEF mfm_status mfm_model_write(const mfm_model *m, mfm_output_file *out, int 
     return mfm__model_write(m, &out->w, with_state, 0, err);
 }
 
-/* The first factor (or FM's and FwFM's w inside V's blocks) that float16 cannot hold. */
+/* The first factor (or FM's and FwFM's w, where the file keeps it inside V's blocks, whatever
+   this model's own layout) that float16 cannot hold. */
 static int mfm__beyond_half(const mfm_model *m, char *what, size_t size) {
+    const int w_inside = mfm__guest_stride(&m->params, 1) != 0;
     float *v = (float *)mfm__alloc((uint64_t)m->k + 1, sizeof(float));
     uint64_t b;
     uint32_t c, i;
@@ -7676,8 +7687,8 @@ static int mfm__beyond_half(const mfm_model *m, char *what, size_t size) {
     for (c = 0; c < m->n_classes && v && !found; c++)
         for (b = 0; b < m->t[MFM_TENSOR_V].n_blocks && !found; b++) {
             mfm__block_params(m, MFM_TENSOR_V, c, b, v);
-            if (m->t[MFM_TENSOR_W].guest) mfm__block_params(m, MFM_TENSOR_W, c, b, v + m->k);
-            for (i = 0; i < (uint32_t)m->k + (m->t[MFM_TENSOR_W].guest ? 1u : 0u) && !found; i++)
+            if (w_inside) mfm__block_params(m, MFM_TENSOR_W, c, b, v + m->k);
+            for (i = 0; i < (uint32_t)m->k + (w_inside ? 1u : 0u) && !found; i++)
                 if (fabs(v[i]) > 65504.0) {
                     snprintf(what, size, "%s of block %" PRIu64 " of class %u is %g", i < (uint32_t)m->k ? "a factor" : "w", b, (unsigned)c, (double)v[i]);
                     found = 1;

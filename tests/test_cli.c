@@ -523,6 +523,10 @@ void test_cli_export(void) {
     rc = run_tool(cmd, out, sizeof out, errs, sizeof errs);
     if (CHECK(rc == 0, "'%s' exited with %d: %s", cmd, rc, errs) && CHECK(mfm_model_file_inspect(upgraded, &fu, &e) == MFM_OK, "%s", e.message))
         CHECK(fu.format_version == 2 && fu.has_state, "the upgraded file: format %u, state %d", fu.format_version, fu.has_state);
+    snprintf(cmd, sizeof cmd, "%s export --predict-only %s - > %s", MFM_TOOL, model, upgraded); /* to standard output: the model alone */
+    rc = run_tool(cmd, out, sizeof out, errs, sizeof errs);
+    CHECK(rc == 0 && mfm_model_file_inspect(upgraded, &fu, &e) == MFM_OK && !fu.has_state, "export to standard output: exit %d: %s", rc,
+          rc ? errs : e.message);
     snprintf(cmd, sizeof cmd, "%s export %s %s", MFM_TOOL, model, model);
     rc = run_tool(cmd, out, sizeof out, errs, sizeof errs);
     CHECK(rc == 2 && strstr(errs, "same file"), "export onto MODEL itself: exit %d: %s", rc, errs);

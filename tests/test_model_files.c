@@ -1195,5 +1195,21 @@ void test_model_half_serving(void) {
         mfm_model_free(m);
         data_free(&td);
     }
+    { /* Adam keeps FM's w apart from V in memory, the file puts it inside: its range is checked too */
+        mfm_params p = file_params(MFM_MODEL_FM, MFM_TASK_BINARY, MFM_OPTIMIZER_ADAM);
+        mfm_model *m;
+        mfm_error e;
+        mfm_status st;
+        float w[N_FEATURES];
+        p.k = 4;
+        if ((m = make_model(&p, N_FEATURES, 0, 1)) != NULL) {
+            mfm_model_get_tensor(m, MFM_TENSOR_W, 0, 0, w, N_FEATURES, NULL);
+            w[3] = 1e5f;
+            mfm_model_set_tensor(m, MFM_TENSOR_W, 0, 0, w, N_FEATURES, NULL);
+            st = mfm_model_save_half(m, path, &e);
+            CHECK(st == MFM_ERR_INVALID_ARGUMENT && strstr(e.message, "w of block 3"), "FM under Adam with w = 1e5: %d %s", (int)st, st ? e.message : "saved");
+        }
+        mfm_model_free(m);
+    }
     scratch_clean();
 }

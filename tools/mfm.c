@@ -1400,7 +1400,7 @@ static int cmd_export(const settings *s, job *j) {
     mfm_model_get_info(j->model, &info);
     with_state = !s->no_state && !s->half && info.has_state && info.n_state_slots > 0;
     if ((s->half ? mfm_model_save_half(j->model, out, &e) : mfm_model_save(j->model, out, with_state, &e)) != MFM_OK) return fail("%s", e.message);
-    printf("exported %s to %s (model file format %d, %s)\n", in, out, MFM_MODEL_FILE_VERSION,
+    fprintf(is_std_stream(out) ? stderr : stdout, "exported %s to %s (model file format %d, %s)\n", in, out, MFM_MODEL_FILE_VERSION,
            s->half ? "the parameters alone, the factors as float16" : with_state ? "with the optimizer state" : "the parameters alone");
     return 0;
 }
