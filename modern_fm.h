@@ -695,6 +695,7 @@ typedef struct mfm_model_file_info {
     uint32_t writer_version; /* MFM_VERSION_NUMBER of the library that wrote it */
     uint64_t file_bytes;
     int has_state;
+    int half;                /* the factors are float16 (mfm_model_save_half) */
     mfm_model_info model;
     mfm_params params;       /* as trained; callbacks and class_weights are NULL */
 } mfm_model_file_info;
@@ -8156,6 +8157,7 @@ MFMDEF mfm_status mfm_model_file_inspect(const char *path, mfm_model_file_info *
     out->format_version = h.format_version;
     out->writer_version = h.writer_version;
     out->has_state = (h.flags & MFM__MODEL_STATE) != 0;
+    for (t = 0; t < L.n_sections; t++) out->half |= (L.sec[t].flags & MFM__SECTION_HALF) != 0;
     out->params = mfm__params_from_header(&h);
     out->model.model = out->params.model;
     out->model.task = out->params.task;

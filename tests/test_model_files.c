@@ -1141,6 +1141,10 @@ void test_model_half_serving(void) {
             }
             CHECK(at == L.directory, "%s: the sections end at %llu, the directory is at %llu", what, (unsigned long long)at, (unsigned long long)L.directory);
         }
+        {
+            mfm_model_file_info fi;
+            CHECK(mfm_model_file_inspect(path, &fi, &e) == MFM_OK && fi.half && !fi.has_state, "%s: inspect of a float16 file: half %d", what, fi.half);
+        }
         st = mfm_model_map(path, &mapped, &e);
         if (CHECK(st == MFM_OK, "%s: map: %s", what, st ? e.message : "")) {
             mfm_model_info mi_info;

@@ -1435,6 +1435,7 @@ static void show_model_file(const char *path, const mfm_model_file_info *f) {
     show("parameters", "%llu", (unsigned long long)m->n_parameters);
     show("memory", "%.1f MB (parameters, optimizer state, padding)", (double)m->memory_bytes / 1e6);
     show("optimizer state", "%s", f->has_state ? "stored (training resumes exactly)" : "not stored");
+    if (f->half) show("factors", "float16 (mfm export --half): for prediction");
     /* the params as a person reads them: a literal zero (MFM_ZERO, -0) is 0 */
     show("learning rate", "%g", shown(p->learning_rate));
     show("l2 linear/factors", "%g / %g", shown(p->l2_linear), shown(p->l2_factors));
