@@ -2266,14 +2266,19 @@ static void mfm__halves_to_floats(const uint16_t *h, float *f, size_t n, int f16
     for (i = 0; i < n; i++) f[i] = mfm__half_to_float(h[i]);
 }
 
-/* The parameters (slot 0) of block b of tensor t, class c, into out (len floats): the table's
-   own floats, or its halves widened. */
-static void mfm__block_params(const mfm_model *m, mfm_tensor t, uint32_t c, uint64_t b, float *out) {
+/* The parameters (slot 0) of blocks b .. b + n - 1 of tensor t, class c, into out (n x len
+   floats): the table's own floats, or its halves widened; one run where the blocks lie side by
+   side (parameters only, stride len). */
+static void mfm__block_params(const mfm_model *m, mfm_tensor t, uint32_t c, uint64_t b, uint64_t n, float *out) {
     const mfm__table *tab = &m->t[t];
-    if (tab->halves)
-        mfm__halves_to_floats(tab->halves + (c * tab->n_blocks + b) * tab->stride, out, tab->len, 0);
-    else
-        memcpy(out, mfm__block(m, t, c, b), tab->len * sizeof(float));
+    const uint64_t run = tab->stride == tab->len ? n : 1;
+    uint64_t i;
+    for (i = 0; i < n; i += run, out += run * tab->len) {
+        if (tab->halves)
+            mfm__halves_to_floats(tab->halves + (c * tab->n_blocks + b + i) * tab->stride, out, (size_t)(run * tab->len), m->f16c);
+        else
+            memcpy(out, mfm__block(m, t, c, b + i), (size_t)(run * tab->len) * sizeof(float));
+    }
 }
 
 MFMDEF void mfm_model_free(mfm_model *model) {
@@ -2382,15 +2387,19 @@ static void mfm__shape_tables(const mfm_params *p, uint32_t n_features, uint32_t
     tab[MFM_TENSOR_W].guest = guest_stride != 0;
 }
 
-/* W's blocks inside V's, after V's k values and their state (>>model, above). */
+/* W's blocks inside V's, after V's k values and their state (>>model, above): floats, or the
+   halves of a mapped float16 file. */
 static void mfm__place_guest(mfm_model *m) {
-    if (m->t[MFM_TENSOR_W].guest && m->t[MFM_TENSOR_V].data) m->t[MFM_TENSOR_W].data = m->t[MFM_TENSOR_V].data + (uint32_t)m->k * (uint32_t)m->n_slots;
+    mfm__table *V = &m->t[MFM_TENSOR_V], *W = &m->t[MFM_TENSOR_W];
+    if (!W->guest) return;
+    if (V->data) W->data = V->data + (uint32_t)m->k * (uint32_t)m->n_slots;
+    if (V->halves) W->halves = V->halves + (uint32_t)m->k * (uint32_t)m->n_slots;
 }
 
 /* A model of a checked shape (p resolved and validated) whose tables hold n_slots slots a block:
    1 + the optimizer's for training, 1 for a model opened for prediction (parameters only).
    With `allocate`, the tables get zeroed memory of their own; without, a mapped file gives it
-   (mfm__place_tables). Parameters and state are not drawn: the caller fills them. */
+   (mfm_model_map). Parameters and state are not drawn: the caller fills them. */
 static mfm_status mfm__model_new(const mfm_params *params, uint32_t n_features, uint32_t n_fields, uint32_t n_classes, int n_slots, int allocate,
                                  mfm_model **out, mfm_error *err) {
     mfm_params p = *params;
@@ -2509,10 +2518,13 @@ MFMDEF mfm_status mfm_model_clone(const mfm_model *m, mfm_model **out, mfm_error
     if (!m || !out) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_model_clone: the model or the output pointer is NULL");
     *out = NULL;
     if ((st = mfm_model_create(&m->params, m->n_features, m->n_fields, m->n_classes, &c, err)) != MFM_OK) return st;
-    for (t = 0; t < MFM_TENSOR_COUNT && !m->for_prediction; t++) memcpy(c->t[t].data, m->t[t].data, mfm__table_bytes(m, t));
-    for (t = 0; t < MFM_TENSOR_COUNT && m->for_prediction; t++) { /* the parameters only, block by block; the state at its start */
+    for (t = 0; t < MFM_TENSOR_COUNT; t++) {
         uint64_t b, nb = m->t[t].n_blocks * m->n_classes;
-        for (b = 0; b < nb; b++) mfm__block_params(m, (mfm_tensor)t, 0, b, mfm__block(c, (mfm_tensor)t, 0, b));
+        if (!m->for_prediction) {
+            memcpy(c->t[t].data, m->t[t].data, mfm__table_bytes(m, t));
+            continue;
+        }
+        for (b = 0; b < nb; b++) mfm__block_params(m, (mfm_tensor)t, 0, b, 1, mfm__block(c, (mfm_tensor)t, 0, b)); /* the state stays at its start */
     }
     c->epochs_trained = m->epochs_trained;
     c->has_state = m->has_state;
@@ -2592,7 +2604,7 @@ static mfm_status mfm__tensor_copy(const mfm_model *m, mfm_tensor t, int slot, u
         if (to_model)
             memcpy(mfm__block(m, t, cls, b) + (uint32_t)slot * tab->len, u, tab->len * sizeof(float));
         else if (slot == 0)
-            mfm__block_params(m, t, cls, b, u);
+            mfm__block_params(m, t, cls, b, 1, u);
         else
             memcpy(u, mfm__block(m, t, cls, b) + (uint32_t)slot * tab->len, tab->len * sizeof(float));
     }
@@ -7059,31 +7071,6 @@ MFMDEF double mfm_auc(const float *labels, const float *scores, size_t n) {
     return (rank_sum - positives * (positives + 1) / 2) / (positives * negatives);
 }
 
-static mfm_status mfm__score_metrics(const mfm_model *m, const mfm_csr *d, const float *scores, mfm_metrics *out, mfm_error *err);
-
-static mfm_status mfm__evaluate(const mfm_model *m, const mfm_csr *d, mfm_metrics *out, int allow_gpu, mfm_error *err) {
-    uint32_t n_classes, C;
-    mfm__data_info info;
-    mfm_status st;
-    float *scores;
-    uint64_t n;
-    if (!m || !out) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_evaluate: the model or the output is NULL");
-    out->n_rows = 0;
-    out->logloss = out->auc = out->accuracy = out->rmse = NAN;
-    if ((st = mfm__check_csr(d, m->params.model != MFM_MODEL_FM, &info, err)) != MFM_OK) return st;
-    if ((st = mfm__check_shape(m, d, &info, err)) != MFM_OK) return st;
-    n_classes = C = m->n_classes;
-    if ((st = mfm__check_targets(m->params.task, d, &n_classes, 0, err)) != MFM_OK) return st;
-    n = out->n_rows = d->n_rows;
-    if (n == 0) return mfm__ok(err);
-    scores = (float *)mfm__alloc(n * C, sizeof(float));
-    st = scores ? mfm__predict(m, d, MFM_OUTPUT_SCORE, scores, (size_t)(n * C), allow_gpu, err)
-                : mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for %" PRIu64 " scores", n * C);
-    if (st == MFM_OK) st = mfm__score_metrics(m, d, scores, out, err);
-    MFM_FREE(scores);
-    return st == MFM_OK ? mfm__ok(err) : st;
-}
-
 /* The metrics of rows whose labels are in d, from their scores (n_rows x C). */
 static mfm_status mfm__score_metrics(const mfm_model *m, const mfm_csr *d, const float *scores, mfm_metrics *out, mfm_error *err) {
     const int multiclass = m->params.task == MFM_TASK_MULTICLASS;
@@ -7119,46 +7106,51 @@ static mfm_status mfm__score_metrics(const mfm_model *m, const mfm_csr *d, const
     return MFM_OK;
 }
 
-MFMDEF mfm_status mfm_evaluate(const mfm_model *m, const mfm_csr *d, mfm_metrics *out, mfm_error *err) { return mfm__evaluate(m, d, out, 1, err); }
-
-/* mfm_predict_evaluate and mfm_gpu_predict_evaluate: the scores of `shape`'s rows from the CPU
-   (m, or the GPU that its backend names) or from a GPU copy (gm), then the metrics and the
-   outputs of `kind` from those scores. */
-static mfm_status mfm__predict_evaluate(const mfm_model *shape, const mfm_model *m, mfm_gpu_model *gm, const mfm_csr *d, mfm_output kind, float *out,
-                                        size_t capacity, mfm_metrics *metrics, const char *fn, mfm_error *err) {
+/* mfm_evaluate, mfm_predict_evaluate and mfm_gpu_predict_evaluate: the scores of `shape`'s rows
+   from the CPU (m, or the GPU that its backend names when allow_gpu) or from a GPU copy (gm),
+   then the metrics and, with `outputs`, the outputs of `kind` from those scores. */
+static mfm_status mfm__predict_evaluate(const mfm_model *shape, const mfm_model *m, mfm_gpu_model *gm, const mfm_csr *d, int outputs, mfm_output kind,
+                                        float *out, size_t capacity, mfm_metrics *metrics, int allow_gpu, const char *fn, mfm_error *err) {
     mfm__data_info info;
-    uint32_t n_classes;
+    uint32_t n_classes = shape->n_classes;
+    const uint64_t C = shape->n_classes;
     mfm_status st;
     float *scores;
     double *prob;
     uint64_t r, n;
-    size_t width;
-    if (!metrics) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "%s: the metrics are NULL", fn);
     metrics->n_rows = 0;
     metrics->logloss = metrics->auc = metrics->accuracy = metrics->rmse = NAN;
-    if ((st = mfm__predict_check(shape, d, &kind, out, capacity, &info, fn, err)) != MFM_OK) return st;
-    n_classes = shape->n_classes;
+    if (outputs && (st = mfm__check_kind(shape, &kind, fn, err)) != MFM_OK) return st;
+    if ((st = mfm__check_csr(d, shape->params.model != MFM_MODEL_FM, &info, err)) != MFM_OK) return st;
+    if ((st = mfm__check_shape(shape, d, &info, err)) != MFM_OK) return st;
+    if (outputs && (st = mfm__check_room(shape, d->n_rows, kind, out, capacity, fn, err)) != MFM_OK) return st;
     if ((st = mfm__check_targets(shape->params.task, d, &n_classes, 0, err)) != MFM_OK) return st;
-    if ((n = d->n_rows) == 0) return mfm__ok(err);
-    width = mfm_output_width(shape, kind);
-    scores = (float *)mfm__alloc(n * shape->n_classes, sizeof(float));
-    prob = (double *)mfm__alloc(shape->n_classes, sizeof(double));
+    n = metrics->n_rows = d->n_rows;
+    if (n == 0) return mfm__ok(err);
+    scores = (float *)mfm__alloc(n * C, sizeof(float));
+    prob = (double *)mfm__alloc(C, sizeof(double));
     if (!scores || !prob)
-        st = mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for %" PRIu64 " scores", n * shape->n_classes);
+        st = mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for %" PRIu64 " scores", n * C);
     else
-        st = m ? mfm__predict(m, d, MFM_OUTPUT_SCORE, scores, (size_t)(n * shape->n_classes), 1, err)
-               : mfm_gpu_predict(gm, d, MFM_OUTPUT_SCORE, scores, (size_t)(n * shape->n_classes), err);
+        st = m ? mfm__predict(m, d, MFM_OUTPUT_SCORE, scores, (size_t)(n * C), allow_gpu, err) : mfm_gpu_predict(gm, d, MFM_OUTPUT_SCORE, scores, (size_t)(n * C), err);
     if (st == MFM_OK) st = mfm__score_metrics(shape, d, scores, metrics, err);
-    for (r = 0; r < n && st == MFM_OK; r++) mfm__row_output(shape, kind, scores + r * shape->n_classes, out + r * width, prob);
+    for (r = 0; r < n && st == MFM_OK && outputs; r++) mfm__row_output(shape, kind, scores + r * C, out + r * mfm_output_width(shape, kind), prob);
     MFM_FREE(scores);
     MFM_FREE(prob);
     return st == MFM_OK ? mfm__ok(err) : st;
 }
 
+static mfm_status mfm__evaluate(const mfm_model *m, const mfm_csr *d, mfm_metrics *out, int allow_gpu, mfm_error *err) {
+    if (!m || !out) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_evaluate: the model or the output is NULL");
+    return mfm__predict_evaluate(m, m, NULL, d, 0, MFM_OUTPUT_SCORE, NULL, 0, out, allow_gpu, "mfm_evaluate", err);
+}
+
+MFMDEF mfm_status mfm_evaluate(const mfm_model *m, const mfm_csr *d, mfm_metrics *out, mfm_error *err) { return mfm__evaluate(m, d, out, 1, err); }
+
 MFMDEF mfm_status mfm_predict_evaluate(const mfm_model *m, const mfm_csr *d, mfm_output kind, float *out, size_t capacity, mfm_metrics *metrics,
                                        mfm_error *err) {
-    if (!m) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_predict_evaluate: the model is NULL");
-    return mfm__predict_evaluate(m, m, NULL, d, kind, out, capacity, metrics, "mfm_predict_evaluate", err);
+    if (!m || !metrics) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_predict_evaluate: the model or the metrics are NULL");
+    return mfm__predict_evaluate(m, m, NULL, d, 1, kind, out, capacity, metrics, 1, "mfm_predict_evaluate", err);
 }
 
 /* ============================================================================================
@@ -7368,6 +7360,7 @@ typedef struct mfm__section {
 typedef struct mfm__model_layout {
     mfm__section sec[MFM__MAX_SECTIONS];
     int n_sections;
+    int half;            /* V's section is float16 */
     uint64_t header_end; /* where the first section starts (the directory, when there is none) */
 } mfm__model_layout;
 
@@ -7441,6 +7434,7 @@ static uint64_t mfm__plan_sections(const mfm_params *p, uint32_t n_features, uin
         s->kind = MFM__SECTION_PARAMS, s->tensor = (uint32_t)t, s->stride = tab[t].stride;
         s->flags = t == MFM_TENSOR_V && tab[MFM_TENSOR_W].guest ? MFM__SECTION_W_INSIDE : 0;
         s->flags |= t == MFM_TENSOR_V && half ? MFM__SECTION_HALF : 0;
+        L->half |= (s->flags & MFM__SECTION_HALF) != 0;
         s->offset = at;
         s->bytes = (s->flags & MFM__SECTION_HALF ? 2 : 4) * n_classes * tab[t].n_blocks * tab[t].stride;
         at += mfm__section_span(s);
@@ -7538,6 +7532,12 @@ static void mfm__floats_to_le(float *x, uint64_t n) {
 #endif
 }
 
+/* Bytes of the header part or the directory to the file and into their checksum. */
+static void mfm__emit_head(mfm__writer *w, mfm__hash *head, const void *p, size_t n) {
+    mfm__write(w, p, n);
+    mfm__hash_update(head, p, n);
+}
+
 /* Bytes of one section to the file and its checksum. */
 static void mfm__emit(mfm__writer *w, mfm__section_hash *sh, const void *p, uint64_t n) {
     mfm__write(w, p, (size_t)n);
@@ -7575,10 +7575,10 @@ static void mfm__write_section(const mfm_model *m, mfm__writer *w, mfm__section_
                     float *rec = buf + used;
                     memset(rec, 0, width * sizeof(float));
                     if (slot == 0)
-                        mfm__block_params(m, (mfm_tensor)t, c, b, rec);
+                        mfm__block_params(m, (mfm_tensor)t, c, b, 1, rec);
                     else
                         memcpy(rec, mfm__block(m, (mfm_tensor)t, c, b) + (uint32_t)slot * tab->len, tab->len * sizeof(float));
-                    if (s->flags & MFM__SECTION_W_INSIDE) mfm__block_params(m, MFM_TENSOR_W, c, b, rec + m->k);
+                    if (s->flags & MFM__SECTION_W_INSIDE) mfm__block_params(m, MFM_TENSOR_W, c, b, 1, rec + m->k);
                     if ((used += width) >= MFM__SAVE_FLOATS) mfm__emit_floats(w, sh, buf, &used, (s->flags & MFM__SECTION_HALF) != 0);
                 }
             }
@@ -7619,19 +7619,16 @@ static mfm_status mfm__model_write(const mfm_model *m, mfm__writer *w, int with_
         return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory saving a model");
     w->unhashed = 1; /* the checksums are the sections' and the header's own */
     mfm__hash_init(&head);
-    mfm__write(w, header, header_bytes);
-    mfm__hash_update(&head, header, header_bytes);
+    mfm__emit_head(w, &head, header, header_bytes);
     for (i = 0; i < h.n_class_weights; i++) {
         unsigned char le[4];
         uint32_t u;
         memcpy(&u, m->class_weight_values + i, 4);
         mfm__store_le(le, u, 4);
-        mfm__write(w, le, 4);
-        mfm__hash_update(&head, le, 4);
+        mfm__emit_head(w, &head, le, 4);
     }
     at = header_bytes + 4ull * h.n_class_weights;
-    mfm__write(w, zeros, (size_t)(L.header_end - at));
-    mfm__hash_update(&head, zeros, (size_t)(L.header_end - at));
+    mfm__emit_head(w, &head, zeros, (size_t)(L.header_end - at));
     for (s = 0; s < L.n_sections; s++) {
         mfm__section_hash sh;
         mfm__section_hash_init(&sh);
@@ -7640,15 +7637,13 @@ static mfm_status mfm__model_write(const mfm_model *m, mfm__writer *w, int with_
         L.sec[s].checksum = mfm__section_hash_final(&sh);
     }
     mfm__store_le(entry, (uint64_t)L.n_sections, 8); /* u32 count, u32 0 */
-    mfm__write(w, entry, 8);
-    mfm__hash_update(&head, entry, 8);
+    mfm__emit_head(w, &head, entry, 8);
     for (s = 0; s < L.n_sections; s++) {
         const mfm__section *x = &L.sec[s];
         mfm__store_le(entry, x->kind, 4), mfm__store_le(entry + 4, x->tensor, 4), mfm__store_le(entry + 8, x->stride, 4);
         mfm__store_le(entry + 12, x->flags, 4), mfm__store_le(entry + 16, x->offset, 8), mfm__store_le(entry + 24, x->bytes, 8);
         mfm__store_le(entry + 32, x->checksum, 8);
-        mfm__write(w, entry, MFM__SECTION_ENTRY_BYTES);
-        mfm__hash_update(&head, entry, MFM__SECTION_ENTRY_BYTES);
+        mfm__emit_head(w, &head, entry, MFM__SECTION_ENTRY_BYTES);
     }
     mfm__store_le(entry, mfm__hash_final(&head), 8);
     mfm__write(w, entry, 8);
@@ -7656,17 +7651,23 @@ static mfm_status mfm__model_write(const mfm_model *m, mfm__writer *w, int with_
     return MFM_OK;
 }
 
-MFMDEF mfm_status mfm_model_save(const mfm_model *m, const char *path, int with_state, mfm_error *err) {
+/* A checked model into the file at path, through the crash-safe writer. */
+static mfm_status mfm__model_save(const mfm_model *m, const char *path, int with_state, int half, mfm_error *err) {
     mfm__writer w;
     mfm_status st;
-    if (!m || !path) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_model_save: the model or the path is NULL");
-    if ((st = mfm__check_savable(m, with_state, "mfm_model_save", err)) != MFM_OK) return st;
     if ((st = mfm__writer_open(&w, path, err)) != MFM_OK) return st;
-    if ((st = mfm__model_write(m, &w, with_state, 0, err)) != MFM_OK) {
+    if ((st = mfm__model_write(m, &w, with_state, half, err)) != MFM_OK) {
         mfm__writer_abort(&w);
         return st;
     }
     return mfm__writer_commit(&w, err);
+}
+
+MFMDEF mfm_status mfm_model_save(const mfm_model *m, const char *path, int with_state, mfm_error *err) {
+    mfm_status st;
+    if (!m || !path) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_model_save: the model or the path is NULL");
+    if ((st = mfm__check_savable(m, with_state, "mfm_model_save", err)) != MFM_OK) return st;
+    return mfm__model_save(m, path, with_state, 0, err);
 }
 
 MFMDEF mfm_status mfm_model_write(const mfm_model *m, mfm_output_file *out, int with_state, mfm_error *err) {
@@ -7687,8 +7688,8 @@ static int mfm__beyond_half(const mfm_model *m, char *what, size_t size) {
     int found = 0;
     for (c = 0; c < m->n_classes && v && !found; c++)
         for (b = 0; b < m->t[MFM_TENSOR_V].n_blocks && !found; b++) {
-            mfm__block_params(m, MFM_TENSOR_V, c, b, v);
-            if (w_inside) mfm__block_params(m, MFM_TENSOR_W, c, b, v + m->k);
+            mfm__block_params(m, MFM_TENSOR_V, c, b, 1, v);
+            if (w_inside) mfm__block_params(m, MFM_TENSOR_W, c, b, 1, v + m->k);
             for (i = 0; i < (uint32_t)m->k + (w_inside ? 1u : 0u) && !found; i++)
                 if (fabs(v[i]) > 65504.0) {
                     snprintf(what, size, "%s of block %" PRIu64 " of class %u is %g", i < (uint32_t)m->k ? "a factor" : "w", b, (unsigned)c, (double)v[i]);
@@ -7701,19 +7702,13 @@ static int mfm__beyond_half(const mfm_model *m, char *what, size_t size) {
 
 MFMDEF mfm_status mfm_model_save_half(const mfm_model *m, const char *path, mfm_error *err) {
     char what[160];
-    mfm__writer w;
     mfm_status st;
     if (!m || !path) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_model_save_half: the model or the path is NULL");
     if ((st = mfm__check_savable(m, 0, "mfm_model_save_half", err)) != MFM_OK) return st;
     if (mfm__beyond_half(m, what, sizeof what))
         return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_model_save_half: %s, beyond float16's range (65504); nothing was written: save it with mfm_model_save",
                          what);
-    if ((st = mfm__writer_open(&w, path, err)) != MFM_OK) return st;
-    if ((st = mfm__model_write(m, &w, 0, 1, err)) != MFM_OK) {
-        mfm__writer_abort(&w);
-        return st;
-    }
-    return mfm__writer_commit(&w, err);
+    return mfm__model_save(m, path, 0, 1, err);
 }
 
 /* ---- checking a file: the header, the directory, the sections (in parallel) ---- */
@@ -7872,6 +7867,7 @@ static mfm_status mfm__read_directory(const unsigned char *b, uint64_t size, con
                  x->bytes == (x->flags & MFM__SECTION_HALF ? 2ull : 4ull) * h->n_classes * blocks[x->tensor] * x->stride;
             t = (int)x->tensor;
             w_inside |= (x->flags & MFM__SECTION_W_INSIDE) != 0, has_w |= x->tensor == MFM_TENSOR_W;
+            L->half |= (x->flags & MFM__SECTION_HALF) != 0;
         } else {
             ok = ok && x->kind == MFM__SECTION_STATE && s == L->n_sections - 1 && (h->flags & MFM__MODEL_STATE) && x->tensor == 0 && x->stride == 0 && x->flags == 0 &&
                  x->bytes == 4 * state_floats;
@@ -8089,13 +8085,12 @@ MFMDEF mfm_status mfm_model_load(const char *path, mfm_model **out, mfm_error *e
 static int mfm__sections_map(const mfm__model_header *h, const mfm__model_layout *L) {
     mfm__model_layout want;
     mfm_params p = mfm__params_from_header(h);
-    int s, half = 0;
+    int s;
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
     return 0; /* the file's floats are little-endian */
 #endif
     if (h->format_version < 2) return 0;
-    for (s = 0; s < L->n_sections; s++) half |= (L->sec[s].flags & MFM__SECTION_HALF) != 0;
-    mfm__plan_sections(&p, h->n_features, h->n_fields, h->n_classes, 0, 0, half, 0, &want);
+    mfm__plan_sections(&p, h->n_features, h->n_fields, h->n_classes, 0, 0, L->half, 0, &want);
     for (s = 0; s < want.n_sections; s++)
         if (s >= L->n_sections || L->sec[s].kind != MFM__SECTION_PARAMS || L->sec[s].tensor != want.sec[s].tensor || L->sec[s].stride != want.sec[s].stride ||
             L->sec[s].flags != want.sec[s].flags)
@@ -8128,7 +8123,6 @@ MFMDEF mfm_status mfm_model_map(const char *path, mfm_model **out, mfm_error *er
                 tab->data = (float *)(uintptr_t)(map.bytes + L.sec[s].offset); /* never written */
         }
         mfm__place_guest(m);
-        if (m->t[MFM_TENSOR_W].guest && m->t[MFM_TENSOR_V].halves) m->t[MFM_TENSOR_W].halves = m->t[MFM_TENSOR_V].halves + m->k, m->t[MFM_TENSOR_W].data = NULL;
         m->file = map; /* the model owns the mapping now */
     } else {
         if (st == MFM_OK && (st = mfm__fill_from_file(m, map.bytes, &h, &L, 0, err)) != MFM_OK) mfm_model_free(m), m = NULL;
@@ -8157,7 +8151,7 @@ MFMDEF mfm_status mfm_model_file_inspect(const char *path, mfm_model_file_info *
     out->format_version = h.format_version;
     out->writer_version = h.writer_version;
     out->has_state = (h.flags & MFM__MODEL_STATE) != 0;
-    for (t = 0; t < L.n_sections; t++) out->half |= (L.sec[t].flags & MFM__SECTION_HALF) != 0;
+    out->half = L.half;
     out->params = mfm__params_from_header(&h);
     out->model.model = out->params.model;
     out->model.task = out->params.task;
@@ -9319,24 +9313,18 @@ typedef struct mfm__upload {
 static void mfm__upload_task(void *ctx, int index) {
     const mfm__upload *u = (const mfm__upload *)ctx;
     const mfm_model *m = u->m;
-    const mfm__table *V = &m->t[MFM_TENSOR_V];
-    const uint32_t F = m->params.model == MFM_MODEL_FFM ? m->n_fields : 1, k = (uint32_t)m->k, n_factors = u->gm->w_offset;
+    const uint32_t F = m->params.model == MFM_MODEL_FFM ? m->n_fields : 1, n_factors = u->gm->w_offset;
     uint64_t i, lo, hi;
     uint32_t g;
     mfm__share(u->n, u->n_workers, index, &lo, &hi);
     for (i = lo; i < hi; i++) {
         const uint64_t feature = u->first + i;
         float *rec = u->out + i * u->gm->stride;
-        if (V->stride == k && !V->halves) /* a feature's F blocks side by side: one copy */
-            memcpy(rec, mfm__block(m, MFM_TENSOR_V, u->cls, feature * F), (size_t)F * k * sizeof(float));
-        else if (V->stride == k) /* the same, widened from float16 */
-            mfm__halves_to_floats(V->halves + (u->cls * V->n_blocks + feature * F) * k, rec, (size_t)F * k, m->f16c);
-        else
-            for (g = 0; g < F; g++) mfm__block_params(m, MFM_TENSOR_V, u->cls, feature * F + g, rec + (uint64_t)g * k);
+        mfm__block_params(m, MFM_TENSOR_V, u->cls, feature * F, F, rec); /* FFM: the feature's F blocks, one run where they lie side by side */
         if (m->params.pairs_only)
             rec[n_factors] = 0.0f;
         else
-            mfm__block_params(m, MFM_TENSOR_W, u->cls, feature, rec + n_factors);
+            mfm__block_params(m, MFM_TENSOR_W, u->cls, feature, 1, rec + n_factors);
         for (g = n_factors + 1; g < u->gm->stride; g++) rec[g] = 0.0f;
     }
 }
@@ -9560,8 +9548,8 @@ static uint64_t mfm__chunk_end(const mfm_csr *d, uint64_t r0) {
 
 MFMDEF mfm_status mfm_gpu_predict_evaluate(mfm_gpu_model *gm, const mfm_csr *d, mfm_output kind, float *out, size_t capacity, mfm_metrics *metrics,
                                            mfm_error *err) {
-    if (!gm) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_gpu_predict_evaluate: the GPU model is NULL");
-    return mfm__predict_evaluate(&gm->shape, NULL, gm, d, kind, out, capacity, metrics, "mfm_gpu_predict_evaluate", err);
+    if (!gm || !metrics) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_gpu_predict_evaluate: the GPU model or the metrics are NULL");
+    return mfm__predict_evaluate(&gm->shape, NULL, gm, d, 1, kind, out, capacity, metrics, 1, "mfm_gpu_predict_evaluate", err);
 }
 
 MFMDEF mfm_status mfm_gpu_predict(mfm_gpu_model *gm, const mfm_csr *d, mfm_output kind, float *out, size_t capacity, mfm_error *err) {
