@@ -4106,6 +4106,7 @@ MFM__INLINE static void mfm__ffm_ask(const float *table, uint64_t per_feature, c
     if (!s || a >= s->z) return;
     p = (const char *)(table + s->feat[a] * per_feature + s->first);
     for (at = 0; at < s->bytes; at += 64) MFM__PREFETCH(p + at);
+    if (s->bytes) MFM__PREFETCH(p + s->bytes - 1); /* a span that starts inside a line ends one line further */
 }
 
 /* ... and those of its features from the a-th on: what a shorter row's pair loop left. */
@@ -4899,15 +4900,22 @@ MFM__INLINE static void mfm__prefetch_feature(const mfm_model *m, uint32_t c, ui
     if (!m->params.linear_only && m->params.model != MFM_MODEL_FFM && !m->t[MFM_TENSOR_W].guest) MFM__PREFETCH(mfm__block(m, MFM_TENSOR_V, c, id));
 }
 
+/* Asked for all at once, FFM's spans go in two passes: each feature's first line (with its w),
+   then the rest. Every feature's page is then looked up at the start, side by side, rather than
+   each lookup waiting behind the lines of the features before it. */
 MFM__INLINE static void mfm__prefetch_row(const mfm_model *m, const mfm_csr *d, uint64_t r, mfm__ffm_span *later) {
     const mfm__ffm_span span = mfm__ffm_span_of(m, d, r);
     const mfm__table *V = &m->t[MFM_TENSOR_V];
+    const uint64_t per_feature = (uint64_t)m->n_fields * V->stride;
     uint32_t c, a;
-    for (c = 0; c < m->n_classes; c++)
+    for (c = 0; c < m->n_classes; c++) {
+        const float *table = V->data + (uint64_t)c * V->n_blocks * V->stride;
         for (a = 0; a < span.z; a++) {
             mfm__prefetch_feature(m, c, span.feat[a]);
-            if (!later && span.bytes) mfm__ffm_ask(V->data + (uint64_t)c * V->n_blocks * V->stride, (uint64_t)m->n_fields * V->stride, &span, a);
+            if (!later && span.bytes) MFM__PREFETCH(table + span.feat[a] * per_feature + span.first);
         }
+        for (a = 0; !later && span.bytes && a < span.z; a++) mfm__ffm_ask(table, per_feature, &span, a);
+    }
     if (later) *later = span;
 }
 
@@ -6826,13 +6834,17 @@ static void mfm__prefetch_halves(const mfm_model *m, const mfm_csr *d, uint64_t 
     const uint64_t F = m->params.model == MFM_MODEL_FFM ? m->n_fields : 1, bytes = 2 * F * V->stride;
     uint64_t j, at;
     uint32_t c;
-    for (c = 0; c < m->n_classes; c++)
+    for (c = 0; c < m->n_classes; c++) { /* first lines and w, then the rest (mfm__prefetch_row) */
         for (j = d->row_offsets[r]; j < d->row_offsets[r + 1]; j++) {
-            const char *p = (const char *)(V->halves + (c * V->n_blocks + (uint64_t)d->features[j] * F) * V->stride);
-            for (at = 0; at < bytes; at += 64) MFM__PREFETCH(p + at);
-            MFM__PREFETCH(p + bytes - 1);
+            MFM__PREFETCH(V->halves + (c * V->n_blocks + (uint64_t)d->features[j] * F) * V->stride);
             if (m->t[MFM_TENSOR_W].data) MFM__PREFETCH(mfm__block(m, MFM_TENSOR_W, c, d->features[j]));
         }
+        for (j = d->row_offsets[r]; j < d->row_offsets[r + 1]; j++) {
+            const char *p = (const char *)(V->halves + (c * V->n_blocks + (uint64_t)d->features[j] * F) * V->stride);
+            for (at = 64; at < bytes; at += 64) MFM__PREFETCH(p + at);
+            MFM__PREFETCH(p + bytes - 1);
+        }
+    }
 }
 
 /* One row's output of `kind` from its C scores; prob: room for C doubles. */
