@@ -179,6 +179,7 @@ typedef enum mfm_optimizer {
     MFM_OPTIMIZER_ADAGRAD,
     MFM_OPTIMIZER_ADAM, /* lazy: each coordinate counts its own steps */
     MFM_OPTIMIZER_FTRL, /* FTRL-Proximal; the only one that takes L1 */
+    MFM_OPTIMIZER_ROWWISE_ADAGRAD, /* AdaGrad with one accumulator per factor vector: less state, less traffic */
     MFM_OPTIMIZER_COUNT,
     MFM_OPTIMIZER_FORCE_U32 = 0x7FFFFFFF
 } mfm_optimizer;
@@ -457,7 +458,12 @@ MFMDEF const mfm_params *mfm_model_params(const mfm_model *model);
 /* Number of floats in one class of a tensor (0 where the model has no such tensor). */
 MFMDEF size_t mfm_tensor_size(const mfm_model *model, mfm_tensor tensor);
 
-/* Copy one class's tensor slot out of / into the model (count = mfm_tensor_size). */
+/* ... and in one class of its slot `slot` (0: the parameters, mfm_tensor_size; 1 on: the
+   optimizer's state, as many, except row-wise AdaGrad's one accumulator per vector of V). 0 for
+   a slot the model does not keep. */
+MFMDEF size_t mfm_tensor_slot_size(const mfm_model *model, mfm_tensor tensor, int slot);
+
+/* Copy one class's tensor slot out of / into the model (count = mfm_tensor_slot_size). */
 MFMDEF mfm_status mfm_model_get_tensor(const mfm_model *model, mfm_tensor tensor, int slot, uint32_t cls,
                                  float *out, size_t count, mfm_error *err);
 MFMDEF mfm_status mfm_model_set_tensor(mfm_model *model, mfm_tensor tensor, int slot, uint32_t cls,
@@ -1937,7 +1943,11 @@ static int mfm__threads(int n_threads) { return n_threads > 0 ? n_threads : mfm_
    ============================================================================================ */
 
 static const char *mfm__model_names[] = {"FM", "FM", "FFM", "FwFM"};
-static const char *mfm__optimizer_names[] = {"AdaGrad", "SGD", "AdaGrad", "Adam", "FTRL"};
+static const char *mfm__optimizer_names[] = {"AdaGrad", "SGD", "AdaGrad", "Adam", "FTRL", "row-wise AdaGrad"};
+
+/* AdaGrad and row-wise AdaGrad share everything but the shape of V's accumulator: the sum of a
+   batch's gradients, adagrad_init, the linear terms' line search. */
+static int mfm__adagrad_kind(mfm_optimizer o) { return o == MFM_OPTIMIZER_ADAGRAD || o == MFM_OPTIMIZER_ROWWISE_ADAGRAD; }
 
 MFMDEF const char *mfm_version_string(void) { return MFM_VERSION_STRING; }
 
@@ -1964,7 +1974,7 @@ static const char *mfm__enum_name(const char *const *names, int count, int value
     }
 MFM__ENUM_NAME(mfm_model_type_name, mfm_model_type, MFM_MODEL_COUNT, "fm", "fm", "ffm", "fwfm")
 MFM__ENUM_NAME(mfm_task_name, mfm_task, MFM_TASK_COUNT, "binary", "binary", "regression", "multiclass")
-MFM__ENUM_NAME(mfm_optimizer_name, mfm_optimizer, MFM_OPTIMIZER_COUNT, "adagrad", "sgd", "adagrad", "adam", "ftrl")
+MFM__ENUM_NAME(mfm_optimizer_name, mfm_optimizer, MFM_OPTIMIZER_COUNT, "adagrad", "sgd", "adagrad", "adam", "ftrl", "rowwise-adagrad")
 MFM__ENUM_NAME(mfm_backend_name, mfm_backend, MFM_BACKEND_COUNT, "cpu", "cpu", "cuda", "auto")
 MFM__ENUM_NAME(mfm_class_weight_name, mfm_class_weight, MFM_CLASS_WEIGHT_COUNT, "none", "none", "balanced", "explicit")
 MFM__ENUM_NAME(mfm_metric_name, mfm_metric, MFM_METRIC_COUNT, "default", "logloss", "auc", "half-mse", "rmse", "cross-entropy")
@@ -1993,7 +2003,7 @@ MFMDEF mfm_params mfm_params_resolve(const mfm_params *params) {
     if (p.field == 0 && !signbit(p.field)) p.field = value;
     /* On rows of unit length a step moves a score about sqrt(z) times less than on one-hot rows,
        so AdaGrad's defaults there are larger; FFM's smaller one keeps its many vectors apart. */
-    if (p.optimizer == MFM_OPTIMIZER_ADAGRAD && p.normalize_rows > 0) {
+    if (mfm__adagrad_kind(p.optimizer) && p.normalize_rows > 0) {
         MFM__REAL_DEFAULT(learning_rate, p.model == MFM_MODEL_FFM ? 0.2 : 0.5)
         if (p.model == MFM_MODEL_FFM) MFM__REAL_DEFAULT(init_scale, 0.1)
     }
@@ -2140,7 +2150,8 @@ typedef struct mfm__table {
     void *allocation;  /* what data lies in; NULL for a guest */
     uint64_t n_blocks; /* per class */
     uint32_t len;
-    uint32_t stride;   /* floats from a block to the next: len * (1 + state slots), or the host's */
+    uint32_t state_len; /* floats of each state slot of a block: len, or 1 (row-wise AdaGrad's one accumulator) */
+    uint32_t stride;   /* floats from a block to the next: len + state_len * state slots, or the host's */
     int guest;         /* W only: its blocks lie in V's */
     const uint16_t *halves; /* instead of data: the parameters as IEEE float16, where a model maps
                                mfm_model_save_half's file (V, and W inside it); data is NULL then */
@@ -2165,6 +2176,7 @@ struct mfm_model {
 static int mfm__state_slots(mfm_optimizer o) {
     switch (o) {
     case MFM_OPTIMIZER_ADAGRAD:
+    case MFM_OPTIMIZER_ROWWISE_ADAGRAD:
         return 1;
     case MFM_OPTIMIZER_ADAM:
         return 3;
@@ -2179,6 +2191,14 @@ static float *mfm__block(const mfm_model *m, mfm_tensor t, uint32_t cls, uint64_
     const mfm__table *tab = &m->t[t];
     return tab->data + (cls * tab->n_blocks + b) * tab->stride;
 }
+
+/* Slot `slot` of a block: the parameters (0, len floats), then each state slot (state_len). */
+static float *mfm__block_slot(const mfm_model *m, mfm_tensor t, uint32_t cls, uint64_t b, int slot) {
+    const mfm__table *tab = &m->t[t];
+    return mfm__block(m, t, cls, b) + (slot ? tab->len + (uint32_t)(slot - 1) * tab->state_len : 0);
+}
+
+static uint32_t mfm__slot_len(const mfm__table *tab, int slot) { return slot ? tab->state_len : tab->len; }
 
 /* The floats of a table's own memory, blocks x classes x stride, saturating so that an
    impossible size fails to allocate: a guest has none (its blocks are its host's). */
@@ -2324,9 +2344,9 @@ static void mfm__init_state(mfm_model *m) {
         uint32_t i;
         for (b = 0; b < nb; b++) {
             float *state = tab->data + b * tab->stride + tab->len;
-            memset(state, 0, (size_t)tab->len * (size_t)(m->n_slots - 1) * sizeof(float));
-            if (m->params.optimizer == MFM_OPTIMIZER_ADAGRAD)
-                for (i = 0; i < tab->len; i++) state[i] = (float)m->params.adagrad_init;
+            memset(state, 0, (size_t)tab->state_len * (size_t)(m->n_slots - 1) * sizeof(float));
+            if (mfm__adagrad_kind(m->params.optimizer))
+                for (i = 0; i < tab->state_len; i++) state[i] = (float)m->params.adagrad_init;
         }
     }
 }
@@ -2363,8 +2383,13 @@ static int mfm__use_avx(void); /* >>score */
 #ifndef MFM__W_GUEST
 #define MFM__W_GUEST 1
 #endif
+/* The floats of one block of `len` parameters and its n_slots - 1 state slots. */
+static uint32_t mfm__block_floats(const mfm_params *p, uint32_t len, int n_slots) {
+    return len + (p->optimizer == MFM_OPTIMIZER_ROWWISE_ADAGRAD ? 1u : len) * (uint32_t)(n_slots - 1);
+}
+
 static uint32_t mfm__guest_stride(const mfm_params *p, int n_slots) {
-    const uint32_t pair = (uint32_t)(p->k + 1) * (uint32_t)n_slots;
+    const uint32_t pair = mfm__block_floats(p, (uint32_t)p->k, n_slots) + mfm__block_floats(p, 1, n_slots);
     uint32_t stride = 1;
     if (!MFM__W_GUEST || p->model == MFM_MODEL_FFM || p->linear_only || pair > 16) return 0;
     while (stride < pair) stride *= 2;
@@ -2382,7 +2407,8 @@ static void mfm__shape_tables(const mfm_params *p, uint32_t n_features, uint32_t
     tab[MFM_TENSOR_R].n_blocks = p->model == MFM_MODEL_FWFM ? (uint64_t)n_fields * n_fields : 0;
     for (t = 0; t < MFM_TENSOR_COUNT; t++) {
         tab[t].len = t == MFM_TENSOR_V ? (uint32_t)p->k : 1;
-        tab[t].stride = guest_stride && (t == MFM_TENSOR_V || t == MFM_TENSOR_W) ? guest_stride : tab[t].len * (uint32_t)n_slots;
+        tab[t].state_len = p->optimizer == MFM_OPTIMIZER_ROWWISE_ADAGRAD ? 1 : tab[t].len;
+        tab[t].stride = guest_stride && (t == MFM_TENSOR_V || t == MFM_TENSOR_W) ? guest_stride : mfm__block_floats(p, tab[t].len, n_slots);
     }
     tab[MFM_TENSOR_W].guest = guest_stride != 0;
 }
@@ -2391,9 +2417,10 @@ static void mfm__shape_tables(const mfm_params *p, uint32_t n_features, uint32_t
    halves of a mapped float16 file. */
 static void mfm__place_guest(mfm_model *m) {
     mfm__table *V = &m->t[MFM_TENSOR_V], *W = &m->t[MFM_TENSOR_W];
+    const uint32_t at = V->len + V->state_len * (uint32_t)(m->n_slots - 1); /* V's block: its parameters and state */
     if (!W->guest) return;
-    if (V->data) W->data = V->data + (uint32_t)m->k * (uint32_t)m->n_slots;
-    if (V->halves) W->halves = V->halves + (uint32_t)m->k * (uint32_t)m->n_slots;
+    if (V->data) W->data = V->data + at;
+    if (V->halves) W->halves = V->halves + at;
 }
 
 /* A model of a checked shape (p resolved and validated) whose tables hold n_slots slots a block:
@@ -2555,9 +2582,11 @@ MFMDEF void mfm_model_get_info(const mfm_model *m, mfm_model_info *out) {
 
 MFMDEF const mfm_params *mfm_model_params(const mfm_model *m) { return m ? &m->params : NULL; }
 
-MFMDEF size_t mfm_tensor_size(const mfm_model *m, mfm_tensor t) {
-    if (!m || (unsigned)t >= MFM_TENSOR_COUNT) return 0;
-    return (size_t)(m->t[t].n_blocks * m->t[t].len);
+MFMDEF size_t mfm_tensor_size(const mfm_model *m, mfm_tensor t) { return mfm_tensor_slot_size(m, t, 0); }
+
+MFMDEF size_t mfm_tensor_slot_size(const mfm_model *m, mfm_tensor t, int slot) {
+    if (!m || (unsigned)t >= MFM_TENSOR_COUNT || slot < 0 || slot >= m->n_slots) return 0;
+    return (size_t)(m->t[t].n_blocks * mfm__slot_len(&m->t[t], slot));
 }
 
 /* The refusal of every call that would write a model opened for prediction. */
@@ -2591,22 +2620,23 @@ static mfm_status mfm__tensor_copy(const mfm_model *m, mfm_tensor t, int slot, u
                          slot, mfm__optimizer_names[m->params.optimizer], m->n_slots - 1);
     if (cls >= m->n_classes)
         return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "%s: class %u does not exist: the model has %u class(es)", fn, (unsigned)cls, (unsigned)m->n_classes);
-    if ((uint64_t)count != tab->n_blocks * tab->len)
-        return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "%s: count = %" PRIu64 " but the tensor holds %" PRIu64 " values per class", fn, (uint64_t)count,
-                         tab->n_blocks * tab->len);
+    if ((uint64_t)count != tab->n_blocks * mfm__slot_len(tab, slot))
+        return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "%s: count = %" PRIu64 " but the tensor's slot %d holds %" PRIu64 " values per class", fn,
+                         (uint64_t)count, slot, tab->n_blocks * mfm__slot_len(tab, slot));
     if (to_model) {
         size_t i;
         for (i = 0; i < count; i++)
             if (!mfm__finite(user[i])) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "%s: value %" PRIu64 " is not finite", fn, (uint64_t)i);
     }
     for (b = 0; b < tab->n_blocks; b++) {
-        float *u = user + b * tab->len;
+        const uint32_t n = mfm__slot_len(tab, slot);
+        float *u = user + b * n;
         if (to_model)
-            memcpy(mfm__block(m, t, cls, b) + (uint32_t)slot * tab->len, u, tab->len * sizeof(float));
+            memcpy(mfm__block_slot(m, t, cls, b, slot), u, n * sizeof(float));
         else if (slot == 0)
             mfm__block_params(m, t, cls, b, 1, u);
         else
-            memcpy(u, mfm__block(m, t, cls, b) + (uint32_t)slot * tab->len, tab->len * sizeof(float));
+            memcpy(u, mfm__block_slot(m, t, cls, b, slot), n * sizeof(float));
     }
     return mfm__ok(err);
 }
@@ -4411,12 +4441,21 @@ static double mfm__softmax(const float *s, uint32_t n, double *p) {
    >>optimizers  One step per touched coordinate with the batch's mean data gradient
    ============================================================================================ */
 
+#define MFM__ROWWISE_FLOATS 64 /* row-wise AdaGrad keeps a vector's gradient in registers up to k = 64 */
+
 typedef struct mfm__optim {
     mfm_optimizer kind;
     int wide; /* AdaGrad's batch-1 steps eight lanes wide (mfm__use_avx) */
     float lr, ftrl_beta;
     double beta1, beta2, eps;
 } mfm__optim;
+
+/* Whether blocks of len coordinates step as AdaGrad's: AdaGrad's own, and row-wise AdaGrad's of
+   one coordinate (w0, w, r), which take AdaGrad's step to the bit (mfm__rowwise_adagrad) in the
+   same layout, so they take AdaGrad's fast paths. */
+static int mfm__steps_as_adagrad(const mfm__optim *o, uint32_t len) {
+    return o->kind == MFM_OPTIMIZER_ADAGRAD || (o->kind == MFM_OPTIMIZER_ROWWISE_ADAGRAD && len == 1);
+}
 
 /* One AdaGrad step of four coordinates in lanes, gd their mean data gradient. */
 MFM__INLINE static void mfm__adagrad4(mfm__f4 *theta, mfm__f4 *G, mfm__f4 gd, float lr, float l2) {
@@ -4446,6 +4485,74 @@ MFM__INLINE static void mfm__adagrad_span(const mfm__optim *o, float *theta, flo
 /* AdaGrad on a block [theta x len][G x len]. */
 MFM__INLINE static void mfm__adagrad(const mfm__optim *o, float *blk, uint32_t len, const float *gsum, float rows, float l2) {
     mfm__adagrad_span(o, blk, blk + len, len, gsum, rows, l2);
+}
+
+/* Row-wise AdaGrad on a block [theta x len][G], gsum the data-gradient sums over `rows` rows:
+   with g = gsum / rows + l2 theta, G takes the mean of the len squares g^2 (their sum times
+   1 / len) and every coordinate steps by g (lr / sqrt(G + 1e-10)). The squares are summed four
+   lanes wide (lane t mod 4 over the groups of four, then (l0 + l1) + (l2 + l3)), then the rest
+   one by one. g is computed twice, the same way, rather than kept: a vector may be long. The
+   rate's square root and division wait on the squares; where several vectors step together
+   (an FFM pair, a row's FM vectors) their rates are taken in one lane each, with the same bits. */
+MFM__INLINE static float mfm__rowwise_squares(const float *blk, uint32_t len, const float *gsum, float rows, float l2) {
+    const mfm__f4 rows4 = mfm__f4_set1(rows), l24 = mfm__f4_set1(l2);
+    mfm__f4 lanes = mfm__f4_set1(0.0f);
+    float squares;
+    uint32_t t;
+    for (t = 0; t + 4 <= len; t += 4) {
+        const mfm__f4 g4 = mfm__f4_add(mfm__f4_div(mfm__f4_load(gsum + t), rows4), mfm__f4_mul(l24, mfm__f4_load(blk + t)));
+        lanes = mfm__f4_add(lanes, mfm__f4_mul(g4, g4));
+    }
+    squares = mfm__f4_sum(lanes);
+    for (; t < len; t++) {
+        const float g = gsum[t] / rows + l2 * blk[t];
+        squares += g * g;
+    }
+    return squares;
+}
+
+/* The rates of four vectors whose accumulators are G4, lane by lane. */
+MFM__INLINE static mfm__f4 mfm__rowwise_rates(float lr, mfm__f4 G4) {
+    return mfm__f4_div(mfm__f4_set1(lr), mfm__f4_sqrt(mfm__f4_add(G4, mfm__f4_set1(1e-10f))));
+}
+
+MFM__INLINE static void mfm__rowwise_move(float *blk, uint32_t len, const float *gsum, float rows, float l2, float rate) {
+    const mfm__f4 rows4 = mfm__f4_set1(rows), l24 = mfm__f4_set1(l2), rate4 = mfm__f4_set1(rate);
+    uint32_t t;
+    for (t = 0; t + 4 <= len; t += 4) {
+        const mfm__f4 th = mfm__f4_load(blk + t), g4 = mfm__f4_add(mfm__f4_div(mfm__f4_load(gsum + t), rows4), mfm__f4_mul(l24, th));
+        mfm__f4_store(blk + t, mfm__f4_sub(th, mfm__f4_mul(g4, rate4)));
+    }
+    for (; t < len; t++) blk[t] -= (gsum[t] / rows + l2 * blk[t]) * rate;
+}
+
+/* A vector of one (w0, w, r, V at k = 1) takes AdaGrad's step to the bit, so that those blocks
+   share AdaGrad's fast paths (mfm__steps_as_adagrad). */
+MFM__INLINE static void mfm__rowwise_adagrad(float lr, float *blk, uint32_t len, const float *gsum, float rows, float l2) {
+    float rate[4];
+    if (len == 1) {
+        const float g = gsum[0] / rows + l2 * blk[0];
+        blk[1] += g * g;
+        blk[0] -= lr * g / sqrtf(blk[1] + 1e-10f);
+        return;
+    }
+    blk[len] += mfm__rowwise_squares(blk, len, gsum, rows, l2) * (1.0f / (float)len);
+    mfm__f4_store(rate, mfm__rowwise_rates(lr, mfm__f4_set1(blk[len])));
+    mfm__rowwise_move(blk, len, gsum, rows, l2, rate[0]);
+}
+
+/* n blocks blk[i] of len > 1 coordinates, gradient grad[i * len ...] of a one-row batch: four
+   rates at a time. */
+static void mfm__rowwise_blocks(float lr, float *const *blk, const float *grad, uint32_t n, uint32_t len, float l2) {
+    const float inv = 1.0f / (float)len;
+    float G[4], rate[4];
+    uint32_t i, j;
+    for (i = 0; i < n; i += 4) {
+        const uint32_t m = n - i < 4 ? n - i : 4;
+        for (j = 0; j < 4; j++) G[j] = j < m ? (blk[i + j][len] += mfm__rowwise_squares(blk[i + j], len, grad + (uint64_t)(i + j) * len, 1.0f, l2) * inv) : 0.0f;
+        mfm__f4_store(rate, mfm__rowwise_rates(lr, mfm__f4_set4(G[0], G[1], G[2], G[3])));
+        for (j = 0; j < m; j++) mfm__rowwise_move(blk[i + j], len, grad + (uint64_t)(i + j) * len, 1.0f, l2, rate[j]);
+    }
 }
 
 #if defined(MFM__AVX)
@@ -4533,6 +4640,23 @@ MFM__INLINE static void mfm__ffm_pair_adagrad(float lr, float *va, float *vb, fl
 
 MFM__INLINE static void mfm__ffm_row_adagrad(const mfm__optim *o, const mfm_model *m, uint32_t c, const mfm__row *row, float dlds, uint32_t k, float l2, const mfm__ffm_span *next) {
     MFM__FFM_ROW_PAIRS(mfm__ffm_pair_adagrad);
+}
+
+/* The pair (a, b) under row-wise AdaGrad (k <= MFM__ROWWISE_FLOATS): both gradients from the old
+   values, then both vectors' steps, their rates in two lanes (k > 1: mfm__rowwise_adagrad). */
+MFM__INLINE static void mfm__ffm_pair_rowwise(float lr, float *va, float *vb, float coef, uint32_t k, float l2) {
+    float ga[MFM__ROWWISE_FLOATS], gb[MFM__ROWWISE_FLOATS], rate[4];
+    uint32_t t;
+    for (t = 0; t < k; t++) ga[t] = 0 + coef * vb[t], gb[t] = 0 + coef * va[t];
+    va[k] += mfm__rowwise_squares(va, k, ga, 1.0f, l2) * (1.0f / (float)k);
+    vb[k] += mfm__rowwise_squares(vb, k, gb, 1.0f, l2) * (1.0f / (float)k);
+    mfm__f4_store(rate, mfm__rowwise_rates(lr, mfm__f4_set4(va[k], vb[k], 0.0f, 0.0f)));
+    mfm__rowwise_move(va, k, ga, 1.0f, l2, rate[0]);
+    mfm__rowwise_move(vb, k, gb, 1.0f, l2, rate[1]);
+}
+
+MFM__INLINE static void mfm__ffm_row_rowwise(const mfm__optim *o, const mfm_model *m, uint32_t c, const mfm__row *row, float dlds, uint32_t k, float l2, const mfm__ffm_span *next) {
+    MFM__FFM_ROW_PAIRS(mfm__ffm_pair_rowwise);
 }
 
 #if defined(MFM__AVX)
@@ -4634,7 +4758,7 @@ static void mfm__adagrad_blocks(const mfm__optim *o, float *const *blk, const fl
 /* Steps `len` coordinates of a block; gsum holds their data-gradient sums over a batch of
    `rows` rows. w0 passes l1 = l2 = 0: it is never regularized. */
 static void mfm__step(const mfm__optim *o, float *blk, uint32_t len, const float *gsum, float rows, float l1, float l2) {
-    float *theta = blk, *s1 = blk + len, *s2 = blk + 2 * len, *s3 = blk + 3 * len;
+    float *theta = blk, *s1 = blk + len, *s2 = blk + 2 * len, *s3 = blk + 3 * len; /* a state slot of len floats (row-wise AdaGrad: one) */
     uint32_t i;
     switch (o->kind) {
     case MFM_OPTIMIZER_SGD:
@@ -4642,6 +4766,9 @@ static void mfm__step(const mfm__optim *o, float *blk, uint32_t len, const float
         break;
     case MFM_OPTIMIZER_ADAGRAD:
         mfm__adagrad(o, blk, len, gsum, rows, l2);
+        break;
+    case MFM_OPTIMIZER_ROWWISE_ADAGRAD:
+        mfm__rowwise_adagrad(o->lr, blk, len, gsum, rows, l2);
         break;
     case MFM_OPTIMIZER_ADAM: { /* s1 = m, s2 = v, s3 = t; the bias corrections are shared by equal t */
         double t_seen = -1, c1 = 1, c2 = 1;
@@ -4696,7 +4823,7 @@ static void mfm__step(const mfm__optim *o, float *blk, uint32_t len, const float
    once (most of a CTR model's) nor grows for the others (its accumulator scales alike). With
    the mean, batch 4096 trained FFM 0.04 logloss worse than batch 1 (docs/DEFAULTS.md). The
    kernels (mfm_train_apply) divide the same way. */
-#define MFM__BATCH_ROWS(optimizer, n_batch) ((optimizer) == MFM_OPTIMIZER_ADAGRAD ? 1.0f : (float)(n_batch))
+#define MFM__BATCH_ROWS(optimizer, n_batch) (mfm__adagrad_kind(optimizer) ? 1.0f : (float)(n_batch))
 
 #ifndef MFM__FFM_DENSE_FLOATS /* FFM keys gradients by feature while fields x classes x k fit */
 #define MFM__FFM_DENSE_FLOATS 4096
@@ -5382,8 +5509,12 @@ static void mfm__gradient_row(const mfm__trainer *tr, mfm__worker *wk, int me, u
 /* One step for each of n blocks of len coordinates (blk[i], gradient grad[i * len ...]). */
 static void mfm__steps(const mfm__optim *o, float *const *blk, const float *grad, uint32_t n, uint32_t len, float l1, float l2) {
     uint32_t i;
-    if (o->kind == MFM_OPTIMIZER_ADAGRAD) {
+    if (mfm__steps_as_adagrad(o, len)) {
         mfm__adagrad_blocks(o, blk, grad, n, len, l2);
+        return;
+    }
+    if (o->kind == MFM_OPTIMIZER_ROWWISE_ADAGRAD) {
+        mfm__rowwise_blocks(o->lr, blk, grad, n, len, l2);
         return;
     }
     for (i = 0; i < n; i++) mfm__step(o, blk[i], len, grad + (uint64_t)i * len, 1.0f, l1, l2);
@@ -5454,7 +5585,7 @@ static void mfm__fwfm_row_update(const mfm__trainer *tr, mfm__worker *wk, uint32
     uint64_t a, n_r = 0;
     for (a = 0; a < z; a++) v[a] = mfm__block(m, MFM_TENSOR_V, c, row->feat[a]);
 #if defined(MFM__AVX)
-    if (tr->opt.wide && tr->opt.kind == MFM_OPTIMIZER_ADAGRAD && rs == 2 && mfm__fwfm_dense(m, row))
+    if (tr->opt.wide && mfm__steps_as_adagrad(&tr->opt, 1) && rs == 2 && mfm__fwfm_dense(m, row))
         mfm__fwfm_dense_r_adagrad(&tr->opt, (float *)r, z, x, dot, g, l2v);
     else
 #endif
@@ -5503,6 +5634,13 @@ static void mfm__update_row(const mfm__trainer *tr, mfm__worker *wk, uint32_t c,
     if (p->linear_only) return;
     switch (p->model) {
     case MFM_MODEL_FFM: /* slot (a, field b) is read by the pair (a, b) alone */
+        if (o->kind == MFM_OPTIMIZER_ROWWISE_ADAGRAD && k > 1 && k <= MFM__ROWWISE_FLOATS) {
+            if (k == 4)
+                mfm__ffm_row_rowwise(o, m, c, row, g, 4, l2v, next);
+            else
+                mfm__ffm_row_rowwise(o, m, c, row, g, (uint32_t)k, l2v, next);
+            break;
+        }
         if (o->kind == MFM_OPTIMIZER_ADAGRAD) { /* k = 4 gets its own copy, with the k-loop unrolled */
 #if defined(MFM__AVX)
             if (o->wide) {
@@ -5840,7 +5978,7 @@ static void mfm__apply_task(void *ctx, int index) {
             mfm__apply_linear(tr, o, (mfm_tensor)t, l2[t]);
             continue;
         }
-        if (tr->opt.kind == MFM_OPTIMIZER_ADAGRAD && m->n_classes == 1 && len <= MFM__APPLY_FLOATS) {
+        if (mfm__steps_as_adagrad(&tr->opt, len) && m->n_classes == 1 && len <= MFM__APPLY_FLOATS) {
             mfm__apply_adagrad(tr, o, (mfm_tensor)t, rows, l2[t]);
             continue;
         }
@@ -5850,7 +5988,7 @@ static void mfm__apply_task(void *ctx, int index) {
                     for (c = 0; c < m->n_classes; c++) {
                         float *blk = mfm__block(m, (mfm_tensor)t, c, o->ids[j] * parts + f);
                         const float *g = o->g + ((j * parts + f) * m->n_classes + c) * len;
-                        if (tr->opt.kind == MFM_OPTIMIZER_ADAGRAD) /* the default, inlined */
+                        if (mfm__steps_as_adagrad(&tr->opt, len)) /* the default, inlined */
                             mfm__adagrad(&tr->opt, blk, len, g, rows, l2[t]);
                         else
                             mfm__step(&tr->opt, blk, len, g, rows, l1[t], l2[t]);
@@ -6030,7 +6168,7 @@ static int mfm__trainer_init(mfm__trainer *tr, mfm_model *m, const mfm_csr *d, c
         tr->dlds = (float *)mfm__alloc(rows * C, sizeof(float));
         tr->kept = (unsigned char *)mfm__alloc(rows, 1);
         if (!tr->dlds || !tr->kept) return 0;
-        tr->line = p->optimizer == MFM_OPTIMIZER_ADAGRAD && p->batch_size > 1 && !p->pairs_only;
+        tr->line = mfm__adagrad_kind(p->optimizer) && p->batch_size > 1 && !p->pairs_only;
         if (tr->line) {
             tr->scores = (float *)mfm__alloc(rows * C, sizeof(float));
             tr->along = (double *)mfm__alloc(rows * 2, sizeof(double));
@@ -6176,7 +6314,8 @@ static int mfm__tables_finite_on(const mfm_model *m, mfm__pool *pool) {
    for messages. */
 static int mfm__describe_not_finite(const mfm_model *m, int n_slots, char *out, size_t size) {
     static const char *const state[][3] = {{"", "", ""}, {"", "", ""}, {"AdaGrad accumulator", "", ""},
-                                           {"Adam first moment", "Adam second moment", "Adam step count"}, {"FTRL z", "FTRL n", ""}};
+                                           {"Adam first moment", "Adam second moment", "Adam step count"}, {"FTRL z", "FTRL n", ""},
+                                           {"row-wise AdaGrad accumulator", "", ""}};
     const uint32_t F = m->n_fields ? m->n_fields : 1;
     uint64_t b;
     uint32_t c, i;
@@ -6185,15 +6324,17 @@ static int mfm__describe_not_finite(const mfm_model *m, int n_slots, char *out, 
         for (c = 0; c < m->n_classes; c++)
             for (b = 0; b < m->t[t].n_blocks; b++)
                 for (slot = 0; slot < n_slots; slot++)
-                    for (i = 0; i < m->t[t].len; i++) {
-                        const float x = mfm__block(m, (mfm_tensor)t, c, b)[(uint32_t)slot * m->t[t].len + i];
+                    for (i = 0; i < mfm__slot_len(&m->t[t], slot); i++) {
+                        const float x = mfm__block_slot(m, (mfm_tensor)t, c, b, slot)[i];
                         char where[96], cls[32] = "", what[48] = "";
                         if (mfm__finite(x)) continue;
                         if (t == MFM_TENSOR_W0) snprintf(where, sizeof where, "the bias w0");
                         else if (t == MFM_TENSOR_W) snprintf(where, sizeof where, "w[%" PRIu64 "]", b);
                         else if (t == MFM_TENSOR_R) snprintf(where, sizeof where, "r[%" PRIu64 ", %" PRIu64 "]", b / F, b % F);
-                        else if (m->params.model == MFM_MODEL_FFM) snprintf(where, sizeof where, "v[feature %" PRIu64 ", field %" PRIu64 "][%u]", b / F, b % F, (unsigned)i);
-                        else snprintf(where, sizeof where, "v[%" PRIu64 "][%u]", b, (unsigned)i);
+                        else if (m->params.model == MFM_MODEL_FFM) snprintf(where, sizeof where, "v[feature %" PRIu64 ", field %" PRIu64 "]", b / F, b % F);
+                        else snprintf(where, sizeof where, "v[%" PRIu64 "]", b);
+                        if (t == MFM_TENSOR_V && mfm__slot_len(&m->t[t], slot) > 1) /* a value of the vector, not its one accumulator */
+                            snprintf(where + strlen(where), sizeof where - strlen(where), "[%u]", (unsigned)i);
                         if (m->n_classes > 1) snprintf(cls, sizeof cls, " of class %u", (unsigned)c);
                         if (slot > 0) snprintf(what, sizeof what, "the %s of ", state[m->params.optimizer][slot - 1]);
                         snprintf(out, size, "%s%s%s is %s", what, where, cls, mfm__not_finite_name(x));
@@ -7440,7 +7581,7 @@ static uint64_t mfm__plan_sections(const mfm_params *p, uint32_t n_features, uin
     L->header_end = at;
     for (t = 0; t < MFM_TENSOR_COUNT; t++) {
         mfm__section *s;
-        state_floats += tab[t].n_blocks * tab[t].len * n_classes * (uint64_t)state_slots;
+        state_floats += tab[t].n_blocks * tab[t].state_len * n_classes * (uint64_t)state_slots;
         if (tab[t].guest || tab[t].n_blocks * tab[t].len == 0) continue;
         s = &L->sec[L->n_sections++];
         s->kind = MFM__SECTION_PARAMS, s->tensor = (uint32_t)t, s->stride = tab[t].stride;
@@ -7581,7 +7722,7 @@ static void mfm__write_section(const mfm_model *m, mfm__writer *w, mfm__section_
         if (s->kind == MFM__SECTION_PARAMS && (uint32_t)t != s->tensor) continue;
         for (c = 0; c < m->n_classes; c++)
             for (slot = s->kind == MFM__SECTION_PARAMS ? 0 : 1; slot < (s->kind == MFM__SECTION_PARAMS ? 1 : m->n_slots); slot++) {
-                const uint32_t width = s->kind == MFM__SECTION_PARAMS ? s->stride : tab->len;
+                const uint32_t width = s->kind == MFM__SECTION_PARAMS ? s->stride : tab->state_len;
                 uint64_t b;
                 for (b = 0; b < tab->n_blocks; b++) {
                     float *rec = buf + used;
@@ -7589,7 +7730,7 @@ static void mfm__write_section(const mfm_model *m, mfm__writer *w, mfm__section_
                     if (slot == 0)
                         mfm__block_params(m, (mfm_tensor)t, c, b, 1, rec);
                     else
-                        memcpy(rec, mfm__block(m, (mfm_tensor)t, c, b) + (uint32_t)slot * tab->len, tab->len * sizeof(float));
+                        memcpy(rec, mfm__block_slot(m, (mfm_tensor)t, c, b, slot), tab->state_len * sizeof(float));
                     if (s->flags & MFM__SECTION_W_INSIDE) mfm__block_params(m, MFM_TENSOR_W, c, b, 1, rec + m->k);
                     if ((used += width) >= MFM__SAVE_FLOATS) mfm__emit_floats(w, sh, buf, &used, (s->flags & MFM__SECTION_HALF) != 0);
                 }
@@ -7866,7 +8007,8 @@ static mfm_status mfm__read_directory(const unsigned char *b, uint64_t size, con
     if (mfm__hash_final(&head) != mfm__load_le64(b + size - 8))
         return mfm__fail(err, MFM_ERR_BAD_FILE, "%s is corrupt: the checksum of its header and directory does not match their contents", name);
     /* behind a valid checksum, a crafted directory is still refused */
-    for (t = 0; t < MFM_TENSOR_COUNT; t++) state_floats += tensor_floats[t] * h->n_classes * (h->n_slots - 1u);
+    for (t = 0; t < MFM_TENSOR_COUNT; t++) /* a slot of len floats a block, or of one (row-wise AdaGrad) */
+        state_floats += (h->optimizer == MFM_OPTIMIZER_ROWWISE_ADAGRAD ? blocks[t] : tensor_floats[t]) * h->n_classes * (h->n_slots - 1u);
     for (s = 0, at = L->header_end, t = -1; s < L->n_sections; s++) {
         mfm__section *x = &L->sec[s];
         const uint32_t len = x->tensor == MFM_TENSOR_V ? h->k : 1;
@@ -7931,7 +8073,8 @@ static mfm_status mfm__model_decode(const unsigned char *b, uint64_t size, const
     if (version >= 2 && mfm__checksum(b, at) != mfm__load_le64(b + at))
         return mfm__fail(err, MFM_ERR_BAD_FILE, "%s is corrupt: the checksum of its header does not match its contents", name);
     if (h->format_version == 0 || h->endian_mark != MFM__ENDIAN_MARK || h->flags > MFM__MODEL_STATE || h->model == 0 || h->model > MFM_MODEL_FWFM ||
-        h->task == 0 || h->task > MFM_TASK_MULTICLASS || h->optimizer == 0 || h->optimizer > MFM_OPTIMIZER_FTRL || h->k == 0 || h->k > 65536 ||
+        h->task == 0 || h->task > MFM_TASK_MULTICLASS || h->optimizer == 0 || h->optimizer >= MFM_OPTIMIZER_COUNT ||
+        (version < 2 && h->optimizer == MFM_OPTIMIZER_ROWWISE_ADAGRAD) || h->k == 0 || h->k > 65536 ||
         h->n_classes == 0 || (h->task != MFM_TASK_MULTICLASS && h->n_classes != 1) || h->n_slots != 1u + (uint32_t)mfm__state_slots((mfm_optimizer)h->optimizer) ||
         (h->model == MFM_MODEL_FM) != (h->n_fields == 0) ||
         h->n_class_weights != (h->class_weight != MFM_CLASS_WEIGHT_EXPLICIT ? 0 : h->task == MFM_TASK_BINARY ? 2 : h->n_classes))
@@ -8030,7 +8173,7 @@ static mfm_status mfm__fill_from_file(mfm_model *m, const unsigned char *b, cons
             MFM_FREE(v);
             continue;
         }
-        if (tab->stride == x->stride && tab->stride == tab->len * (uint32_t)m->n_slots && !x->flags) {
+        if (tab->stride == x->stride && tab->stride == tab->len && !x->flags) { /* a table of parameters only, laid out as the section */
             mfm__read_floats(src, tab->data, x->bytes / 4);
             continue;
         }
@@ -8046,11 +8189,12 @@ static mfm_status mfm__fill_from_file(mfm_model *m, const unsigned char *b, cons
         for (c = 0; c < m->n_classes; c++)
             for (slot = h->format_version >= 2 ? 1 : 0; slot < (h->flags & MFM__MODEL_STATE ? (int)h->n_slots : 1); slot++) {
                 const mfm__table *tab = &m->t[t];
+                const uint32_t n = mfm__slot_len(tab, slot);
                 if (slot >= m->n_slots || (slot > 0 && !with_state)) {
-                    at += 4ull * tab->n_blocks * tab->len;
+                    at += 4ull * tab->n_blocks * n;
                     continue;
                 }
-                for (blk = 0; blk < tab->n_blocks; blk++, at += 4ull * tab->len) mfm__read_floats(b + at, mfm__block(m, (mfm_tensor)t, c, blk) + (uint32_t)slot * tab->len, tab->len);
+                for (blk = 0; blk < tab->n_blocks; blk++, at += 4ull * n) mfm__read_floats(b + at, mfm__block_slot(m, (mfm_tensor)t, c, blk, slot), n);
             }
     return MFM_OK;
 }
@@ -8303,7 +8447,7 @@ typedef struct mfm__gpu_device {
     mfm__cu_function fm, finish;
     mfm__cu_function pairs[2][4]; /* [FFM, FwFM][any k, k = 4, 8, 16] */
     mfm__cu_function train_rows[2][4];     /* [fast, exact][any k, k = 4, 8, 16] (kernels/train.cu) */
-    mfm__cu_function train_apply[2][4][2]; /* [fast, exact][SGD, AdaGrad, Adam, FTRL][k a multiple of 8: the _wide kernel] */
+    mfm__cu_function train_apply[2][5][2]; /* [fast, exact][SGD, AdaGrad, Adam, FTRL, row-wise AdaGrad][k a multiple of 8: the _wide kernel] */
     mfm__cu_function train_list;           /* lists a large batch's features from a sweep of their marks */
     mfm__cu_function line[3];              /* the linear terms' line search: delta, alpha, settle */
     mfm__cu_function ffm_starts, ffm_place, ffm_gather[4]; /* deterministic FFM's gathered sums: gather [any k, k = 4, 8, 16] */
@@ -9186,14 +9330,14 @@ static mfm_status mfm__gpu_device_ready_locked(int d, mfm_error *err) {
                 snprintf(name, sizeof name, "%s", i == 8 ? "mfm_predict_fm" : "mfm_finish");
             if ((r = cu->cuModuleGetFunction(f, dev->module, name)) != 0) st = mfm__cu_fail(err, r, name);
         }
-        for (i = 0; i < 24 && st == MFM_OK; i++) { /* rows [fast, exact][k], then apply [fast, exact][optimizer][narrow, wide] */
-            static const char *const sums[2] = {"fast", "exact"}, *const optimizers[4] = {"sgd", "adagrad", "adam", "ftrl"};
+        for (i = 0; i < 28 && st == MFM_OK; i++) { /* rows [fast, exact][k], then apply [fast, exact][optimizer][narrow, wide] */
+            static const char *const sums[2] = {"fast", "exact"}, *const optimizers[5] = {"sgd", "adagrad", "adam", "ftrl", "rowwise"};
             const int j = i - 8; /* the apply kernels' index */
-            mfm__cu_function *f = i < 8 ? &dev->train_rows[i / 4][i % 4] : &dev->train_apply[j / 8][j % 8 / 2][j % 2];
+            mfm__cu_function *f = i < 8 ? &dev->train_rows[i / 4][i % 4] : &dev->train_apply[j / 10][j % 10 / 2][j % 2];
             if (i < 8)
                 snprintf(name, sizeof name, "mfm_train_rows_%s%s", sums[i / 4], ks[i % 4]);
             else
-                snprintf(name, sizeof name, "mfm_train_apply_%s_%s%s", sums[j / 8], optimizers[j % 8 / 2], j % 2 ? "_wide" : "");
+                snprintf(name, sizeof name, "mfm_train_apply_%s_%s%s", sums[j / 10], optimizers[j % 10 / 2], j % 2 ? "_wide" : "");
             if ((r = cu->cuModuleGetFunction(f, dev->module, name)) != 0) st = mfm__cu_fail(err, r, name);
         }
         for (i = 0; i < 6 && st == MFM_OK; i++) { /* deterministic FFM: starts, place, gather [k] */
@@ -9890,6 +10034,46 @@ static mfm_status mfm__gpu_take(mfm__gpu_trainer *g, mfm__cu_ptr *p, uint64_t by
 }
 
 /* Device memory set to zero, or to a copy of `bytes` bytes at host. */
+/* A table's stride on the device: the host's, except where blocks of a multiple of four values
+   would start off 16 bytes (row-wise AdaGrad's V, k values and one accumulator): the kernels load
+   such blocks four values at a time, so there each block is padded to a multiple of four floats. */
+static uint32_t mfm__gpu_stride(const mfm__table *tab) { return tab->len % 4 == 0 && tab->stride % 4 != 0 ? (tab->stride + 3) / 4 * 4 : tab->stride; }
+
+static uint64_t mfm__gpu_table_bytes(const mfm_model *m, int t) {
+    const mfm__table *tab = &m->t[t];
+    return tab->guest ? 0 : tab->n_blocks * m->n_classes * (uint64_t)mfm__gpu_stride(tab) * sizeof(float);
+}
+
+/* Copies table t between the host's blocks and the device's (up: to the device), a staging
+   buffer of whole blocks at a time where their strides differ (the padding goes up as zeros).
+   The trainer's stream is idle. */
+static mfm_status mfm__gpu_table_copy(const mfm_model *m, int t, mfm__cu_ptr dev, int up, mfm_error *err) {
+    const mfm__table *tab = &m->t[t];
+    const uint32_t ds = mfm__gpu_stride(tab);
+    const uint64_t blocks = tab->n_blocks * m->n_classes, per = ((uint64_t)4 << 20) / (4 * ds) + 1;
+    mfm__cu_result r = 0;
+    float *stage;
+    uint64_t b, i;
+    if (ds == tab->stride)
+        r = up ? mfm__cuda.cu.cuMemcpyHtoD(dev, tab->data, (size_t)mfm__gpu_table_bytes(m, t)) : mfm__cuda.cu.cuMemcpyDtoH(tab->data, dev, (size_t)mfm__gpu_table_bytes(m, t));
+    else if (!(stage = (float *)mfm__calloc((size_t)(per * ds), sizeof(float))))
+        return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory staging the model's tables for the GPU");
+    else {
+        for (b = 0; b < blocks && r == 0; b += per) {
+            const uint64_t n = blocks - b < per ? blocks - b : per;
+            const mfm__cu_ptr at = dev + (mfm__cu_ptr)(b * ds * sizeof(float));
+            if (up) {
+                for (i = 0; i < n; i++) memcpy(stage + i * ds, tab->data + (b + i) * tab->stride, tab->stride * sizeof(float));
+                r = mfm__cuda.cu.cuMemcpyHtoD(at, stage, (size_t)(n * ds * sizeof(float)));
+            } else if ((r = mfm__cuda.cu.cuMemcpyDtoH(stage, at, (size_t)(n * ds * sizeof(float)))) == 0) {
+                for (i = 0; i < n; i++) memcpy(tab->data + (b + i) * tab->stride, stage + i * ds, tab->stride * sizeof(float));
+            }
+        }
+        MFM_FREE(stage);
+    }
+    return r ? mfm__cu_fail(err, r, up ? "cuMemcpyHtoD (the model's tables to the GPU)" : "cuMemcpyDtoH (the trained model back from the GPU; its tables may be partly overwritten)") : MFM_OK;
+}
+
 static mfm_status mfm__gpu_put(mfm__gpu_trainer *g, mfm__cu_ptr *p, const void *host, uint64_t bytes, const char *what, mfm_error *err) {
     mfm__cu_result r;
     mfm_status st = mfm__gpu_take(g, p, bytes, what, err);
@@ -9975,13 +10159,13 @@ static mfm_status mfm__gpu_fit_start(mfm__gpu_trainer **out, mfm_model *m, const
         const mfm__table *tab = &m->t[t];
         const uint64_t sums = tab->n_blocks * C * tab->len;
         a->n_blocks[t] = tab->n_blocks;
-        a->stride[t] = tab->stride;
+        a->stride[t] = mfm__gpu_stride(tab);
         a->len[t] = tab->len;
         if (!tab->n_blocks) continue;
         if (tab->guest) /* W (>>model): V comes after it, so its table is placed below */
             a->table[t] = 0;
-        else
-            st = mfm__gpu_put(g, &a->table[t], tab->data, mfm__table_bytes(m, t), "the model's parameters and optimizer state", err);
+        else if ((st = mfm__gpu_take(g, &a->table[t], mfm__gpu_table_bytes(m, t), "the model's parameters and optimizer state", err)) == MFM_OK)
+            st = mfm__gpu_table_copy(m, t, a->table[t], 1, err);
         if (st != MFM_OK || t == MFM_TENSOR_W0) continue;
         if (a->gather && t == MFM_TENSOR_V) { /* the gather rounds V's sums: floats, and exact ones for features of several chunks */
             st = mfm__gpu_put(g, &a->grad[t], NULL, sums * 4, "the gradient sums", err);
@@ -10022,7 +10206,7 @@ static mfm_status mfm__gpu_fit_start(mfm__gpu_trainer **out, mfm_model *m, const
     if (st == MFM_OK && p->model == MFM_MODEL_FM && !p->linear_only) st = mfm__gpu_take(g, &a->sums, g->batch_rows * C * (uint64_t)m->k * 4, "a batch's FM sums", err);
     if (st == MFM_OK && class_weights)
         st = mfm__gpu_put(g, &a->class_weights, class_weights, (p->task == MFM_TASK_BINARY ? 2 : C) * sizeof(float), "the class weights", err);
-    a->line = p->optimizer == MFM_OPTIMIZER_ADAGRAD && p->batch_size > 1 && !p->pairs_only; /* the CPU's tr->line */
+    a->line = mfm__adagrad_kind(p->optimizer) && p->batch_size > 1 && !p->pairs_only; /* the CPU's tr->line */
     if (st == MFM_OK && a->line) {
         const uint64_t w_sums = m->t[MFM_TENSOR_W].n_blocks * C;
         st = mfm__gpu_put(g, &a->grad_sq, NULL, w_sums * gsize, "the linear terms' line search", err);
@@ -10302,11 +10486,12 @@ static mfm_status mfm__gpu_fit_tables(mfm__gpu_trainer *g, int where, mfm_error 
     mfm_status st;
     int t;
     if ((st = mfm__gpu_enter(g->m->params.device, &dev, &saved, err)) != MFM_OK) return st;
+    if (where != MFM__KEEP_BEST) r = mfm__cuda.cu.cuStreamSynchronize(g->stream); /* the copies below wait for no stream */
     for (t = 0; t < MFM_TENSOR_COUNT && st == MFM_OK && r == 0; t++) {
-        const size_t bytes = mfm__table_bytes(g->m, t);
+        const size_t bytes = (size_t)mfm__gpu_table_bytes(g->m, t);
         if (!g->a.table[t] || !bytes) continue; /* a guest's blocks come with its host's */
         if (where != MFM__KEEP_BEST)
-            r = mfm__cuda.cu.cuMemcpyDtoHAsync(g->m->t[t].data, where == MFM__RETURN_BEST ? g->best[t] : g->a.table[t], bytes, g->stream);
+            st = mfm__gpu_table_copy(g->m, t, where == MFM__RETURN_BEST ? g->best[t] : g->a.table[t], 0, err);
         else if (g->best[t] || (st = mfm__gpu_take(g, &g->best[t], bytes, "the best epoch's parameters (early stopping)", err)) == MFM_OK)
             r = mfm__cuda.cu.cuMemcpyDtoDAsync(g->best[t], g->a.table[t], bytes, g->stream);
     }

@@ -4,7 +4,7 @@
    First a data-file table: the rows written as libffm text, parsed back with one thread and
    with every core, written as a binary dataset file and loaded back (mmap + checksum). Then
    one table row per (model, k, batch size, threads; "2h": two Hogwild threads, params.hogwild):
-   one AdaGrad run over the training rows, then prediction (probabilities) and metrics on
+   one run of the optimizer (--optimizer, AdaGrad unless named) over the training rows, then prediction (probabilities) and metrics on
    held-out rows on as many threads; with --repeat N, N runs of each, the thread counts of a (model, k, batch)
    taking turns, and the fastest of each reported, so that a noisy machine's slow spells fall
    on no one row. Data generation is timed on its own and kept out of every rate. `bench
@@ -34,6 +34,7 @@ typedef struct options {
     uint32_t features;
     int epochs, repeat;
     double lr;
+    int optimizer; /* mfm_optimizer */
     uint64_t seed;
     list models, k, batch, threads;
 } options;
@@ -79,7 +80,8 @@ static void usage(int code) {
            "  --rows N       training rows (default 50000; a quarter as many test rows)\n"
            "  --features N   feature ids over all fields (default 262144)\n"
            "  --epochs N     epochs per run (default 1)\n"
-           "  --lr X         AdaGrad learning rate (default: the library's, by model)\n"
+           "  --lr X         learning rate (default: the library's, by model)\n"
+           "  --optimizer O  adagrad (default), rowwise-adagrad, sgd, adam or ftrl\n"
            "  --models LIST  e.g. fm,ffm,fwfm, any case (default all three)\n"
            "  --k LIST       factors, e.g. 4,8,16 (default)\n"
            "  --batch LIST   batch sizes, e.g. 1,256 (default)\n"
@@ -105,6 +107,7 @@ static void parse_options(int argc, char **argv, options *o) {
     o->epochs = 1;
     o->repeat = 1;
     o->lr = 0; /* the library's default: rows normalized, FFM 0.2, FM and FwFM 0.5 */
+    o->optimizer = MFM_OPTIMIZER_ADAGRAD;
     o->seed = 1;
     set_list(&o->models, 3, models);
     set_list(&o->k, 3, ks);
@@ -142,6 +145,11 @@ static void parse_options(int argc, char **argv, options *o) {
             ok = (o->repeat = parse_number(v)) > 0;
         else if (strcmp(a, "--lr") == 0)
             ok = (o->lr = strtod(v, NULL)) >= 0;
+        else if (strcmp(a, "--optimizer") == 0) {
+            for (o->optimizer = MFM_OPTIMIZER_SGD; o->optimizer < MFM_OPTIMIZER_COUNT && strcmp(v, mfm_optimizer_name((mfm_optimizer)o->optimizer)) != 0;)
+                o->optimizer++;
+            ok = o->optimizer < MFM_OPTIMIZER_COUNT;
+        }
         else if (strcmp(a, "--seed") == 0)
             o->seed = strtoull(v, NULL, 10);
         else if (strcmp(a, "--models") == 0)
@@ -281,7 +289,7 @@ static void run_once(const options *o, const mfm_csr *train, const mfm_csr *test
     mfm_error e;
     double t0, t1, t2, tp, t3, peak;
     p.model = (mfm_model_type)model;
-    p.optimizer = MFM_OPTIMIZER_ADAGRAD;
+    p.optimizer = (mfm_optimizer)o->optimizer;
     p.k = k;
     p.batch_size = batch;
     p.n_threads = threads & ~HOGWILD;
@@ -451,9 +459,9 @@ int main(int argc, char **argv) {
     printf("          generated in %.2f s (not part of any rate); constant-CTR logloss %.4f\n", gen_seconds,
            -(ctr * log(ctr) + (1 - ctr) * log(1 - ctr)));
     if (o.lr > 0)
-        printf("training  AdaGrad, learning rate %g, %d epoch(s); rows/s = rows x epochs / wall seconds of mfm_fit", o.lr, o.epochs);
+        printf("training  %s, learning rate %g, %d epoch(s); rows/s = rows x epochs / wall seconds of mfm_fit", mfm_optimizer_name((mfm_optimizer)o.optimizer), o.lr, o.epochs);
     else
-        printf("training  AdaGrad with the library's defaults, %d epoch(s); rows/s = rows x epochs / wall seconds of mfm_fit", o.epochs);
+        printf("training  %s with the library's defaults, %d epoch(s); rows/s = rows x epochs / wall seconds of mfm_fit", mfm_optimizer_name((mfm_optimizer)o.optimizer), o.epochs);
     if (o.repeat > 1) printf(", the fastest of %d runs (thread counts in turns)", o.repeat);
     printf("\n          (vs_1thr: train_rows/s against the same model, k and batch on one thread;\n"
            "          thr 2h: two Hogwild threads, lock-free on shared parameters, not reproducible)\n");

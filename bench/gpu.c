@@ -12,10 +12,11 @@
    GPU fast and deterministic (two epochs, the second timed), with the test logloss of each GPU run.
 
        gpu [--rows N] [--train-rows N] [--features N] [--shape criteo|avazu] [--predict | --train] [--quick]
-           [--model fm,ffm,fwfm] [--k N] [--batch N] [--gpu-only]
+           [--model fm,ffm,fwfm] [--k N] [--batch N] [--optimizer NAME] [--gpu-only]
 
-   --model (one or more, comma-separated), --k and --batch pick training cells; --gpu-only leaves
-   the CPU column out (profiling). */
+   --model (one or more, comma-separated), --k and --batch pick training cells; --optimizer trains
+   with another optimizer than AdaGrad (rowwise-adagrad, sgd, adam, ftrl; the ceilings stay
+   AdaGrad's); --gpu-only leaves the CPU column out (profiling). */
 #define _POSIX_C_SOURCE 200809L
 #define MODERN_FM_IMPLEMENTATION
 #include "../modern_fm.h"
@@ -158,9 +159,9 @@ static const double train_ceiling_ffm[2][3] = {{28.6, 14.3, 7.2}, {89.6, 45.0, 2
 static const double train_ceiling_fm[2][3] = {{310, 200, 140}, {550, 350, 250}};
 
 /* Which training cells run: shape -1, k and batch 0 mean all; models is a bit per model type;
-   cpu 0 leaves the CPU out. */
+   cpu 0 leaves the CPU out; the optimizer every cell trains with. */
 typedef struct cell_filter {
-    int shape, models, k, batch, cpu;
+    int shape, models, k, batch, cpu, optimizer;
 } cell_filter;
 
 /* The training table: per shape, model, k and batch, CPU (2 threads, on the first cpu_rows rows)
@@ -170,8 +171,8 @@ static void train_table(uint64_t n_rows, uint32_t n_features, uint64_t cpu_rows,
     static const int ks[] = {4, 8, 16}, batches[] = {256, 4096, 65536};
     const uint64_t n_test = n_rows / 20;
     int shape, i, b;
-    printf("\ntraining: AdaGrad (lr 0.05), %llu rows + %llu test rows per shape, %u features; CPU: 2 threads, one epoch on the first %llu rows; GPU: two epochs\n",
-           (unsigned long long)n_rows, (unsigned long long)n_test, (unsigned)n_features, (unsigned long long)cpu_rows);
+    printf("\ntraining: %s (lr 0.05), %llu rows + %llu test rows per shape, %u features; CPU: 2 threads, one epoch on the first %llu rows; GPU: two epochs\n",
+           mfm_optimizer_name((mfm_optimizer)only.optimizer), (unsigned long long)n_rows, (unsigned long long)n_test, (unsigned)n_features, (unsigned long long)cpu_rows);
     printf("%-7s %-5s %3s %6s | %10s | %11s %11s %6s %8s | %11s %6s %8s\n", "shape", "model", "k", "batch", "CPU rows/s", "GPU rows/s", "with copies", "% ceil",
            "logloss", "determ.", "% fast", "logloss");
     for (shape = 0; shape < 2; shape++) {
@@ -200,7 +201,7 @@ static void train_table(uint64_t n_rows, uint32_t n_features, uint64_t cpu_rows,
             mfm_error e;
             if (!(only.models >> model & 1) || (only.k && k != only.k)) continue;
             memset(&p, 0, sizeof p);
-            p.model = model, p.k = k, p.learning_rate = 0.05;
+            p.model = model, p.k = k, p.learning_rate = 0.05, p.optimizer = (mfm_optimizer)only.optimizer;
             bench_check(mfm_model_create(&p, train.n_features, train.n_fields, 1, &init, &e), &e, "create");
             for (b = 0; b < 3; b++) {
                 double cpu = NAN, cpu_call, gpu, gpu_call, det, det_call, loss_cpu, loss, loss_det;
@@ -230,7 +231,7 @@ int main(int argc, char **argv) {
     mfm_error e;
     uint64_t train_rows = 10000000, cpu_rows = 200000;
     int i, shape, quick = 0, what = 3; /* what: 1 prediction, 2 training, 3 both */
-    cell_filter only = {-1, ~0, 0, 0, 1};
+    cell_filter only = {-1, ~0, 0, 0, 1, MFM_OPTIMIZER_ADAGRAD};
     for (i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--probe")) return probe();
         if (!strcmp(argv[i], "--rows") && i + 1 < argc) n_rows = strtoull(argv[++i], NULL, 10);
@@ -250,6 +251,15 @@ int main(int argc, char **argv) {
             }
         } else if (!strcmp(argv[i], "--k") && i + 1 < argc) only.k = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--batch") && i + 1 < argc) only.batch = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--optimizer") && i + 1 < argc) {
+            const char *name = argv[++i];
+            for (only.optimizer = MFM_OPTIMIZER_SGD; only.optimizer < MFM_OPTIMIZER_COUNT && strcmp(name, mfm_optimizer_name((mfm_optimizer)only.optimizer)); only.optimizer++) {
+            }
+            if (only.optimizer == MFM_OPTIMIZER_COUNT) {
+                fprintf(stderr, "gpu: --optimizer %s is not an optimizer (adagrad, rowwise-adagrad, sgd, adam, ftrl)\n", name);
+                return 2;
+            }
+        }
         else if (!strcmp(argv[i], "--gpu-only")) only.cpu = 0;
         else if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--predict")) what = 1;

@@ -40,7 +40,7 @@ enum { MFM_W0 = 0, MFM_W = 1, MFM_V = 2, MFM_R = 3 };     /* mfm_tensor */
 enum { MFM_FEATURES = 0, MFM_PAIRS = 1 };                 /* what is listed: features, entries of R */
 enum { MFM_FM = 1, MFM_FFM = 2, MFM_FWFM = 3 };           /* mfm_model_type */
 enum { MFM_REGRESSION = 2, MFM_MULTICLASS = 3 };          /* mfm_task */
-enum { MFM_SGD = 1, MFM_ADAGRAD = 2, MFM_ADAM = 3, MFM_FTRL = 4 }; /* mfm_optimizer */
+enum { MFM_SGD = 1, MFM_ADAGRAD = 2, MFM_ADAM = 3, MFM_FTRL = 4, MFM_ROWWISE = 5 }; /* mfm_optimizer */
 
 /* A batch row as the rows kernel saw it, for the gathering FFM kernels. */
 struct mfm_batch_row {
@@ -197,18 +197,26 @@ __device__ __forceinline__ void mfm_add4(const mfm_sums &s, mfm_u64 i, float4 v)
     }
 }
 
-/* Sum i of s, which goes back to zero for the next batch. */
+/* Sum i of s, read; mfm_take also sets it back to zero for the next batch. */
 template <bool EXACT>
-__device__ __forceinline__ float mfm_take(const mfm_sums &s, mfm_u64 i) {
+__device__ __forceinline__ float mfm_peek(const mfm_sums &s, mfm_u64 i) {
     if (EXACT) {
-        mfm_u64 *w = static_cast<mfm_u64 *>(s.at) + i;
+        const mfm_u64 *w = static_cast<const mfm_u64 *>(s.at) + i;
         const mfm_exact sum = {w[0], w[s.n]};
-        w[0] = w[s.n] = 0;
         return (float)mfm_exact_value(sum);
     }
-    float *g = static_cast<float *>(s.at) + i;
-    const float v = *g;
-    *g = 0;
+    return static_cast<const float *>(s.at)[i];
+}
+
+template <bool EXACT>
+__device__ __forceinline__ float mfm_take(const mfm_sums &s, mfm_u64 i) {
+    const float v = mfm_peek<EXACT>(s, i);
+    if (EXACT) {
+        mfm_u64 *w = static_cast<mfm_u64 *>(s.at) + i;
+        w[0] = w[s.n] = 0;
+    } else {
+        static_cast<float *>(s.at)[i] = 0;
+    }
     return v;
 }
 
@@ -832,7 +840,7 @@ __device__ __forceinline__ void mfm_step(const mfm_train_args &a, int t, float &
     const float l1 = a.l1[t], l2 = a.l2[t];
     if (OPT == MFM_SGD) {
         theta -= a.lr * (gsum / rows + l2 * theta);
-    } else if (OPT == MFM_ADAGRAD) {
+    } else if (OPT == MFM_ADAGRAD || OPT == MFM_ROWWISE) { /* row-wise: a block of one only (mfm_step_block) */
         const float g = gsum / rows + l2 * theta;
         s1 += g * g;
         theta -= a.lr * g / sqrtf(s1 + 1e-10f);
@@ -883,7 +891,7 @@ __device__ __forceinline__ void mfm_store(float *p, const float *v) {
    every load first, so that they are in flight together, then the steps, then the stores. */
 template <int N, int OPT>
 __device__ __forceinline__ void mfm_step_run(const mfm_train_args &a, int t, float *blk, mfm_u32 len, mfm_u32 j, const float *gsum, float rows) {
-    const mfm_u32 slots = OPT == MFM_SGD ? 1 : OPT == MFM_ADAGRAD ? 2 : OPT == MFM_ADAM ? 4 : 3; /* the parameter and its state */
+    const mfm_u32 slots = OPT == MFM_SGD ? 1 : OPT == MFM_ADAGRAD || OPT == MFM_ROWWISE ? 2 : OPT == MFM_ADAM ? 4 : 3; /* the parameter and its state */
     float v[4][N];
 #pragma unroll
     for (mfm_u32 s = 0; s < 4; s++) {
@@ -912,10 +920,40 @@ __device__ __forceinline__ void mfm_line_step(const mfm_train_args &a, int t, fl
     *step = -a.lr * g / sqrtf(blk[1] + 1e-10f);
 }
 
+/* Row-wise AdaGrad's step of a block of len > 1 values and its one accumulator (modern_fm.h,
+   mfm__rowwise_adagrad): the squares summed in the CPU's order (lanes t mod 4, then the rest),
+   the rate lr / sqrt(G + 1e-10) once, then each value's step; the sums read twice, taken the
+   second time. */
+template <bool EXACT>
+__device__ __forceinline__ void mfm_rowwise_step(const mfm_train_args &a, int t, float *blk, mfm_u32 len, mfm_u64 at, float rows) {
+    const mfm_sums sums = mfm_sums_of(a, t);
+    const float l2 = a.l2[t];
+    float lanes[4] = {0, 0, 0, 0}, squares;
+    mfm_u32 j = 0;
+    for (; j + 4 <= len; j += 4)
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const float g = mfm_peek<EXACT>(sums, at + j + u) / rows + l2 * blk[j + u];
+            lanes[u] = __fadd_rn(lanes[u], __fmul_rn(g, g));
+        }
+    squares = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+    for (; j < len; j++) {
+        const float g = mfm_peek<EXACT>(sums, at + j) / rows + l2 * blk[j];
+        squares = __fadd_rn(squares, __fmul_rn(g, g));
+    }
+    blk[len] += squares * (1.0f / (float)len);
+    const float rate = a.lr / sqrtf(blk[len] + 1e-10f);
+    for (j = 0; j < len; j++) blk[j] -= (mfm_take<EXACT>(sums, at + j) / rows + l2 * blk[j]) * rate;
+}
+
 template <bool EXACT, int OPT, bool WIDE>
 __device__ __forceinline__ void mfm_step_block(const mfm_train_args &a, int t, mfm_u32 c, mfm_u64 b, float rows) {
     const mfm_u32 len = a.len[t];
-    if (OPT == MFM_ADAGRAD && a.line && t == MFM_W) { /* len 1 */
+    if (OPT == MFM_ROWWISE && len > 1) {
+        mfm_rowwise_step<EXACT>(a, t, mfm_block(a, t, c, b), len, mfm_grad_at(a, t, c, b, 0), rows);
+        return;
+    }
+    if ((OPT == MFM_ADAGRAD || OPT == MFM_ROWWISE) && a.line && t == MFM_W) { /* len 1 */
         const mfm_u64 at = mfm_grad_at(a, t, c, b, 0);
         const float gsum = mfm_take<EXACT>(mfm_sums_of(a, t), at), squares = mfm_take<EXACT>(mfm_sums_sq(a), at);
         mfm_line_step(a, t, mfm_block(a, t, c, b), gsum, squares, a.line_step[1] + at);
@@ -1062,12 +1100,12 @@ __device__ void mfm_train_apply(const mfm_train_args &a) {
     __shared__ double shared[256];
     const mfm_u32 C = a.n_classes;
     const mfm_u64 *count = a.count + 2 * a.parity;
-    const float rows = OPT == MFM_ADAGRAD ? 1.0f : (float)a.n_batch; /* AdaGrad: the sum (modern_fm.h, MFM__BATCH_ROWS) */
+    const float rows = OPT == MFM_ADAGRAD || OPT == MFM_ROWWISE ? 1.0f : (float)a.n_batch; /* AdaGrad: the sum (modern_fm.h, MFM__BATCH_ROWS) */
     if (blockIdx.x < C) { /* w0: pairs_only touches it with a zero gradient */
         const mfm_u32 c = blockIdx.x;
         const float *dlds = a.dlds;
         float sum = mfm_block_sum(reinterpret_cast<float *>(shared), a.n_batch, [=](mfm_u64 q) { return dlds[q * C + c]; });
-        if (OPT == MFM_ADAGRAD && a.line) {
+        if ((OPT == MFM_ADAGRAD || OPT == MFM_ROWWISE) && a.line) {
             __syncthreads();
             const float squares = mfm_block_sum(reinterpret_cast<float *>(shared), a.n_batch, [=](mfm_u64 q) { return dlds[q * C + c] * dlds[q * C + c]; });
             if (threadIdx.x == 0) mfm_line_step(a, MFM_W0, mfm_block(a, MFM_W0, c, 0), sum, squares, a.line_step[0] + c);
@@ -1228,7 +1266,7 @@ MFM_TRAIN_FFM_GATHER(_k4, 4)
 MFM_TRAIN_FFM_GATHER(_k8, 8)
 MFM_TRAIN_FFM_GATHER(_k16, 16)
 
-/* mfm_train_apply_{fast,exact}_{sgd,adagrad,adam,ftrl}{,_wide} (_wide: k a multiple of 8). The
+/* mfm_train_apply_{fast,exact}_{sgd,adagrad,adam,ftrl,rowwise}{,_wide} (_wide: k a multiple of 8). The
    narrow kernels may take 85 registers (three blocks a multiprocessor): at 64 they spilled, and
    fast FFM k = 4 ran 2 % slower. The exact sums' wide kernel takes 104 (two blocks) and waits
    on its reads (Nsight Compute): the host gives it large batches only (deterministic FM k = 16,
@@ -1240,7 +1278,9 @@ MFM_TRAIN_APPLY(fast, false, sgd, MFM_SGD)
 MFM_TRAIN_APPLY(fast, false, adagrad, MFM_ADAGRAD)
 MFM_TRAIN_APPLY(fast, false, adam, MFM_ADAM)
 MFM_TRAIN_APPLY(fast, false, ftrl, MFM_FTRL)
+MFM_TRAIN_APPLY(fast, false, rowwise, MFM_ROWWISE)
 MFM_TRAIN_APPLY(exact, true, sgd, MFM_SGD)
 MFM_TRAIN_APPLY(exact, true, adagrad, MFM_ADAGRAD)
 MFM_TRAIN_APPLY(exact, true, adam, MFM_ADAM)
 MFM_TRAIN_APPLY(exact, true, ftrl, MFM_FTRL)
+MFM_TRAIN_APPLY(exact, true, rowwise, MFM_ROWWISE)

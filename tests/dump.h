@@ -15,7 +15,7 @@ static size_t dump_model(const mfm_model *m, float *out, size_t cap) {
     for (t = 0; t < MFM_TENSOR_COUNT; t++)
         for (c = 0; c < info.n_classes; c++)
             for (slot = 0; slot <= info.n_state_slots; slot++) {
-                size_t n = mfm_tensor_size(m, (mfm_tensor)t);
+                size_t n = mfm_tensor_slot_size(m, (mfm_tensor)t, slot);
                 if (!n) continue;
                 if (used + n > cap || mfm_model_get_tensor(m, (mfm_tensor)t, slot, c, out + used, n, NULL) != MFM_OK) return 0;
                 used += n;

@@ -51,10 +51,11 @@ void ref_load(ref_model *r, const mfm_model *m) {
             size_t n = r->size[t], i;
             float *buf = (float *)xcalloc(n, sizeof(float));
             r->t[s][t] = (double *)xcalloc(n * r->n_classes, sizeof(double));
-            for (c = 0; c < r->n_classes && n; c++) {
-                mfm_status st = mfm_model_get_tensor(m, (mfm_tensor)t, s, c, buf, n, NULL);
+            for (c = 0; c < r->n_classes && n; c++) { /* a slot may hold fewer (row-wise AdaGrad: one a vector) */
+                const size_t count = mfm_tensor_slot_size(m, (mfm_tensor)t, s);
+                mfm_status st = mfm_model_get_tensor(m, (mfm_tensor)t, s, c, buf, count, NULL);
                 CHECK(st == MFM_OK, "mfm_model_get_tensor(tensor %d, slot %d, class %u) failed with status %d", t, s, (unsigned)c, (int)st);
-                for (i = 0; i < n; i++) r->t[s][t][c * n + i] = buf[i];
+                for (i = 0; i < count; i++) r->t[s][t][c * n + i] = buf[i];
             }
             free(buf);
         }
@@ -246,7 +247,7 @@ ref_opt ref_opt_from_params(const mfm_params *p) {
     o.l2[MFM_TENSOR_W] = p->l2_linear;
     o.l1[MFM_TENSOR_V] = o.l1[MFM_TENSOR_R] = p->l1_factors;
     o.l2[MFM_TENSOR_V] = o.l2[MFM_TENSOR_R] = p->l2_factors;
-    o.linear_line = o.kind == MFM_OPTIMIZER_ADAGRAD && p->batch_size > 1 && !p->pairs_only;
+    o.linear_line = (o.kind == MFM_OPTIMIZER_ADAGRAD || o.kind == MFM_OPTIMIZER_ROWWISE_ADAGRAD) && p->batch_size > 1 && !p->pairs_only;
     return o; /* W0: l1 = l2 = 0, never regularized */
 }
 
@@ -255,7 +256,8 @@ void ref_opt_step(const ref_opt *o, double *theta, double *s1, double *s2, doubl
     case MFM_OPTIMIZER_SGD:
         *theta -= o->lr * (g + l2 * *theta);
         break;
-    case MFM_OPTIMIZER_ADAGRAD: { /* s1 = G */
+    case MFM_OPTIMIZER_ADAGRAD:
+    case MFM_OPTIMIZER_ROWWISE_ADAGRAD: { /* s1 = G; row-wise on one coordinate (w0, w, r) is AdaGrad (ref_rowwise_vector: V) */
         double gp = g + l2 * *theta;
         *s1 += gp * gp;
         *theta -= o->lr * gp / sqrt(*s1 + 1e-10);
@@ -359,6 +361,25 @@ static void linear_line_steps(ref_model *r, const ref_model *start, const ref_op
     ref_free(&trial);
 }
 
+/* Row-wise AdaGrad on class c's vectors of V (k values each; the state slot holds one value a
+   vector, at the vector's index): g' = g + l2 theta, G += the mean of the k squares, every
+   value steps by lr g' / sqrt(G + 1e-10). grad: the batch's gradient sums (AdaGrad's divisor: 1). */
+static void rowwise_vectors(ref_model *r, const ref_opt *o, uint32_t c, const double *grad, const unsigned char *mask) {
+    const size_t k = (size_t)r->k, n = r->size[MFM_TENSOR_V], at = c * n;
+    size_t v, i;
+    if (!CHECK(k <= 64, "the reference's row-wise AdaGrad takes k up to 64, not %zu", k)) return;
+    for (v = 0; v < n / k; v++) {
+        double *theta = &r->t[0][MFM_TENSOR_V][at + v * k], *G = &r->t[1][MFM_TENSOR_V][at + v], squares = 0, gp[64];
+        if (!mask[v * k]) continue;
+        for (i = 0; i < k; i++) {
+            gp[i] = grad[at + v * k + i] + o->l2[MFM_TENSOR_V] * theta[i];
+            squares += gp[i] * gp[i];
+        }
+        *G += squares / (double)k;
+        for (i = 0; i < k; i++) theta[i] -= o->lr * gp[i] / sqrt(*G + 1e-10);
+    }
+}
+
 void ref_apply_batch(ref_model *r, const ref_opt *o, const mfm_csr *d, const uint64_t *rows, size_t n_rows, const double *weights,
                      double eps) {
     double *grad[MFM_TENSOR_COUNT];
@@ -373,6 +394,10 @@ void ref_apply_batch(ref_model *r, const ref_opt *o, const mfm_csr *d, const uin
         for (c = 0; c < r->n_classes; c++) {
             size_t i;
             if (o->linear_line && t <= MFM_TENSOR_W) continue;
+            if (o->kind == MFM_OPTIMIZER_ROWWISE_ADAGRAD && t == MFM_TENSOR_V) {
+                rowwise_vectors(r, o, c, grad[t], mask[t]);
+                continue;
+            }
             for (i = 0; i < r->size[t]; i++) {
                 size_t at = c * r->size[t] + i;
                 double *state[REF_MAX_SLOTS] = {NULL, NULL, NULL, NULL};
@@ -380,7 +405,7 @@ void ref_apply_batch(ref_model *r, const ref_opt *o, const mfm_csr *d, const uin
                 if (!mask[t][i]) continue;
                 for (s = 1; s < r->n_slots; s++) state[s] = &r->t[s][t][at];
                 /* the batch's mean gradient; AdaGrad's sum (docs/SPEC.md section 12) */
-                const double divisor = o->kind == MFM_OPTIMIZER_ADAGRAD ? 1.0 : (double)n_rows;
+                const double divisor = o->kind == MFM_OPTIMIZER_ADAGRAD || o->kind == MFM_OPTIMIZER_ROWWISE_ADAGRAD ? 1.0 : (double)n_rows;
                 ref_opt_step(o, &r->t[0][t][at], state[1], state[2], state[3], grad[t][at] / divisor, o->l1[t], o->l2[t]);
             }
         }
@@ -425,18 +450,19 @@ int check_model(const mfm_model *m, const ref_model *expected, const ref_model *
     uint32_t c;
     for (s = 0; s < expected->n_slots; s++)
         for (t = 0; t < MFM_TENSOR_COUNT; t++) {
-            size_t n = expected->size[t], i;
+            const size_t n = expected->size[t], count = mfm_tensor_slot_size(m, (mfm_tensor)t, s);
+            size_t i;
             float *got = (float *)xcalloc(n, sizeof(float));
             for (c = 0; c < expected->n_classes && n; c++) {
-                if (mfm_model_get_tensor(m, (mfm_tensor)t, s, c, got, n, NULL) != MFM_OK) {
+                if (mfm_model_get_tensor(m, (mfm_tensor)t, s, c, got, count, NULL) != MFM_OK) {
                     runner_fail(__FILE__, __LINE__, "%s: mfm_model_get_tensor(%s, slot %d, class %u) failed", what, tensor_name(t), s, (unsigned)c);
                     bad++;
                     continue;
                 }
-                for (i = 0; i < n; i++) {
+                for (i = 0; i < count; i++) { /* a vector's one value (count < n): the vector's mask */
                     const double want = expected->t[s][t][c * n + i];
                     const double scale = base ? fabs(want - base->t[s][t][c * n + i]) : fabs(want);
-                    const int untouched = mask && !mask[t][i];
+                    const int untouched = mask && !mask[t][count < n ? i * (n / count) : i];
                     const double diff = fabs((double)got[i] - want);
                     if (untouched ? (double)got[i] != want : !(diff <= atol + rtol * scale)) {
                         bad++;
@@ -456,13 +482,13 @@ void snapshot_take(snapshot *sn, const mfm_model *m) {
     int s, t;
     uint32_t c;
     mfm_model_get_info(m, &info);
-    for (t = 0; t < MFM_TENSOR_COUNT; t++) total += mfm_tensor_size(m, (mfm_tensor)t);
-    total *= (size_t)(1 + info.n_state_slots) * info.n_classes;
+    for (s = 0; s <= info.n_state_slots; s++)
+        for (t = 0; t < MFM_TENSOR_COUNT; t++) total += mfm_tensor_slot_size(m, (mfm_tensor)t, s) * info.n_classes;
     sn->n = total;
     sn->data = (float *)xcalloc(total, sizeof(float));
     for (s = 0; s <= info.n_state_slots; s++)
         for (t = 0; t < MFM_TENSOR_COUNT; t++) {
-            size_t n = mfm_tensor_size(m, (mfm_tensor)t);
+            size_t n = mfm_tensor_slot_size(m, (mfm_tensor)t, s);
             for (c = 0; c < info.n_classes && n; c++, at += n)
                 CHECK(mfm_model_get_tensor(m, (mfm_tensor)t, s, c, sn->data + at, n, NULL) == MFM_OK, "snapshot: mfm_model_get_tensor failed");
         }
@@ -484,7 +510,7 @@ static void model_write_all(mfm_model *m, int slot, uint64_t *rng, double scale,
     uint32_t c;
     mfm_model_get_info(m, &info);
     for (t = 0; t < MFM_TENSOR_COUNT; t++) {
-        size_t n = mfm_tensor_size(m, (mfm_tensor)t), i;
+        size_t n = mfm_tensor_slot_size(m, (mfm_tensor)t, slot), i;
         float *buf;
         if (!n) continue;
         buf = (float *)xcalloc(n, sizeof(float));

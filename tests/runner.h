@@ -28,6 +28,7 @@
     X(test_label_smoothing_multiclass)      \
     X(test_optimizer_first_step_sgd)        \
     X(test_optimizer_first_step_adagrad)    \
+    X(test_optimizer_first_step_rowwise_adagrad) \
     X(test_optimizer_first_step_adam)       \
     X(test_optimizer_first_step_ftrl)       \
     X(test_optimizer_steps_match_reference) \
@@ -177,6 +178,7 @@
     X(test_cuda_training_params) \
     X(test_gpu_predict_parity) \
     X(test_gpu_predict_half)                  \
+    X(test_gpu_predict_rowwise)               \
     X(test_gpu_predict_variants) \
     X(test_gpu_resident_repeated) \
     X(test_gpu_cold_then_warm_start) \

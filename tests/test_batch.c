@@ -87,14 +87,14 @@ static data_spec batch_data(mfm_task task, uint32_t n_classes, uint64_t seed) {
    weighted gradients, all taken at the batch-start parameters, on exactly the touched
    coordinates; for every optimizer x model (binary, row weights, L2 / L1), and multiclass. */
 void test_batch_step_matches_reference(void) {
-    static const mfm_optimizer optimizers[] = {MFM_OPTIMIZER_SGD, MFM_OPTIMIZER_ADAGRAD, MFM_OPTIMIZER_ADAM, MFM_OPTIMIZER_FTRL};
+    static const mfm_optimizer optimizers[] = {MFM_OPTIMIZER_SGD, MFM_OPTIMIZER_ADAGRAD, MFM_OPTIMIZER_ADAM, MFM_OPTIMIZER_FTRL, MFM_OPTIMIZER_ROWWISE_ADAGRAD};
     static const mfm_model_type models[] = {MFM_MODEL_FM, MFM_MODEL_FFM, MFM_MODEL_FWFM};
     data_spec spec = batch_data(MFM_TASK_BINARY, 0, 71);
     test_data td;
     size_t oi, mi, untouched_w = 0, untouched_v = 0;
     char what[96];
     data_random(&td, &spec);
-    for (oi = 0; oi < 4; oi++)
+    for (oi = 0; oi < sizeof optimizers / sizeof optimizers[0]; oi++)
         for (mi = 0; mi < 3; mi++) {
             mfm_params p;
             memset(&p, 0, sizeof p);

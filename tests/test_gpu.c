@@ -241,17 +241,18 @@ void test_gpu_predict_parity(void) {
                 }
 }
 
-/* A model whose factors are float16 (mfm_model_save_half, mapped): the GPU widens them as it
-   uploads, and predicts what the CPU predicts from them. */
-void test_gpu_predict_half(void) {
+/* FM, FFM and FwFM (multiclass) at k = 4, random models of `optimizer` over 39 fields, saved
+   (factors as float16 where `half`) and mapped back: the GPU predicts what the CPU predicts from
+   the mapped model, and from the model itself. */
+static void compare_mapped(mfm_optimizer optimizer, int half, uint64_t seed, const char *name) {
     static const mfm_model_type models[] = {MFM_MODEL_FM, MFM_MODEL_FFM, MFM_MODEL_FWFM};
     char path[256];
     size_t a;
     if (!gpu_ready()) return;
-    scratch_path(path, sizeof path, "half.mfm");
+    scratch_path(path, sizeof path, "mapped.mfm");
     for (a = 0; a < 3; a++) {
         mfm_params p;
-        mfm_model *m, *half = NULL;
+        mfm_model *m, *mapped = NULL;
         mfm_error e;
         gpu_data g;
         char what[64];
@@ -259,17 +260,27 @@ void test_gpu_predict_half(void) {
         p.model = models[a];
         p.task = a == 2 ? MFM_TASK_MULTICLASS : MFM_TASK_BINARY;
         p.k = 4;
-        snprintf(what, sizeof what, "float16 model %d", (int)models[a]);
-        make_data(&g, 41 + a, 2000, 3000, 39, 39, 1);
-        m = random_model(p, 3000, 39, 3, 5 + a);
-        if (m && CHECK(mfm_model_save_half(m, path, &e) == MFM_OK && mfm_model_map(path, &half, &e) == MFM_OK, "%s: %s", what, e.message))
-            compare(half, &g.d, what);
-        mfm_model_free(half);
+        p.optimizer = optimizer;
+        snprintf(what, sizeof what, "%s model %d", name, (int)models[a]);
+        make_data(&g, seed + a, 2000, 3000, 39, 39, 1);
+        m = random_model(p, 3000, 39, 3, seed + 17 + a);
+        if (m) compare(m, &g.d, what);
+        if (m && CHECK((half ? mfm_model_save_half(m, path, &e) : mfm_model_save(m, path, 1, &e)) == MFM_OK && mfm_model_map(path, &mapped, &e) == MFM_OK,
+                       "%s: %s", what, e.message))
+            compare(mapped, &g.d, what);
+        mfm_model_free(mapped);
         mfm_model_free(m);
         free_data(&g);
     }
     scratch_clean();
 }
+
+/* A model whose factors are float16 (mfm_model_save_half, mapped): the GPU widens them as it
+   uploads, and predicts what the CPU predicts from them. */
+void test_gpu_predict_half(void) { compare_mapped(MFM_OPTIMIZER_ADAGRAD, 1, 41, "float16"); }
+
+/* A model of row-wise AdaGrad (blocks of k + 1 floats: its parameters, then one accumulator). */
+void test_gpu_predict_rowwise(void) { compare_mapped(MFM_OPTIMIZER_ROWWISE_ADAGRAD, 0, 61, "row-wise AdaGrad"); }
 
 /* normalize_rows, pairs_only, linear_only, and rows that cross many transfer chunks. */
 void test_gpu_predict_variants(void) {
@@ -484,7 +495,7 @@ static int same_bits(const mfm_model *a, const mfm_model *b) {
     for (c = 0; c < info.n_classes; c++)
         for (t = 0; t < MFM_TENSOR_COUNT; t++)
             for (slot = 0; slot <= info.n_state_slots; slot++) {
-                const size_t n = mfm_tensor_size(a, (mfm_tensor)t);
+                const size_t n = mfm_tensor_slot_size(a, (mfm_tensor)t, slot);
                 float *x = (float *)malloc((n + 1) * sizeof *x), *y = (float *)malloc((n + 1) * sizeof *y);
                 if (n && (mfm_model_get_tensor(a, (mfm_tensor)t, slot, c, x, n, NULL) != MFM_OK || mfm_model_get_tensor(b, (mfm_tensor)t, slot, c, y, n, NULL) != MFM_OK ||
                           memcmp(x, y, n * sizeof *x) != 0))
@@ -516,7 +527,7 @@ static double score_gap(const mfm_model *cpu, const mfm_model *gpu, const mfm_cs
 void test_gpu_train_parity(void) {
     static const mfm_model_type models[] = {MFM_MODEL_FM, MFM_MODEL_FFM, MFM_MODEL_FWFM};
     static const mfm_task tasks[] = {MFM_TASK_BINARY, MFM_TASK_REGRESSION, MFM_TASK_MULTICLASS};
-    static const mfm_optimizer optimizers[] = {MFM_OPTIMIZER_SGD, MFM_OPTIMIZER_ADAGRAD, MFM_OPTIMIZER_ADAM, MFM_OPTIMIZER_FTRL};
+    static const mfm_optimizer optimizers[] = {MFM_OPTIMIZER_SGD, MFM_OPTIMIZER_ADAGRAD, MFM_OPTIMIZER_ADAM, MFM_OPTIMIZER_FTRL, MFM_OPTIMIZER_ROWWISE_ADAGRAD};
     static const int batches[] = {1, 7, 1000};
     size_t im, it, io, ib;
     int cells = 0;
@@ -525,7 +536,7 @@ void test_gpu_train_parity(void) {
         for (it = 0; it < 3; it++) {
             train_data t;
             make_train_data(&t, 11 + im * 3 + it, 60, 50, 5, tasks[it]);
-            for (io = 0; io < 4; io++)
+            for (io = 0; io < 5; io++)
                 for (ib = 0; ib < 3; ib++) {
                     mfm_params p;
                     mfm_model *cpu, *gpu;
@@ -555,7 +566,7 @@ void test_gpu_train_parity(void) {
                 }
             free_train_data(&t);
         }
-    CHECK(cells == 108, "%d of 108 cells trained on both", cells);
+    CHECK(cells == 135, "%d of 135 cells trained on both", cells);
 }
 
 /* The switches that change what is trained: LIBFFM's (normalized rows, no linear term),
@@ -700,13 +711,15 @@ static int note_epoch(void *user, const mfm_epoch_report *r) {
 }
 
 /* A clear-cut early stop: the validation rows have the training labels flipped, so every epoch
-   makes them worse; both backends stop after epoch 1 + patience and restore epoch 1. */
+   makes them worse; both backends stop after epoch 1 + patience and restore epoch 1, the same
+   model within the parity tolerance. FwFM under AdaGrad, and FFM under row-wise AdaGrad (whose
+   blocks the GPU pads to 16 bytes: the best epoch's tables come back through that layout). */
 void test_gpu_train_early_stopping(void) {
     train_data t;
     float *flipped;
     mfm_csr valid;
     uint64_t r;
-    int backend;
+    int backend, config;
     stop_log seen[2];
     if (!gpu_ready()) return;
     make_train_data(&t, 4, 400, 30, 4, MFM_TASK_BINARY);
@@ -715,22 +728,32 @@ void test_gpu_train_early_stopping(void) {
     valid = t.g.d;
     valid.labels = flipped;
     valid.weights = NULL;
-    for (backend = 0; backend < 2; backend++) {
-        mfm_params p;
-        mfm_model *m = NULL;
-        mfm_model_info info;
-        mfm_error e;
-        memset(&p, 0, sizeof p);
-        memset(&seen[backend], 0, sizeof seen[backend]);
-        p.model = MFM_MODEL_FWFM, p.k = 4, p.batch_size = 8, p.n_epochs = 30, p.patience = 3, p.learning_rate = 0.2;
-        p.backend = backend ? MFM_BACKEND_CUDA : MFM_BACKEND_CPU;
-        p.on_epoch = note_epoch, p.user = &seen[backend];
-        if (!CHECK(mfm_model_create(&p, 30, 4, 1, &m, &e) == MFM_OK, "create: %s", e.message)) continue;
-        CHECK(mfm_fit_validated(m, &t.g.d, &valid, &e) == MFM_OK, "fit: %s", e.message);
-        mfm_model_get_info(m, &info);
-        CHECK(seen[backend].epochs == 4 && seen[backend].best == 1 && info.epochs_trained == 1, "backend %d: stopped after epoch %d, best %d, kept %d epochs",
-              backend, seen[backend].epochs, seen[backend].best, (int)info.epochs_trained);
-        mfm_model_free(m);
+    for (config = 0; config < 2; config++) {
+        mfm_model *kept[2] = {NULL, NULL};
+        for (backend = 0; backend < 2; backend++) {
+            mfm_params p;
+            mfm_model *m = NULL;
+            mfm_model_info info;
+            mfm_error e;
+            memset(&p, 0, sizeof p);
+            memset(&seen[backend], 0, sizeof seen[backend]);
+            p.model = config ? MFM_MODEL_FFM : MFM_MODEL_FWFM, p.k = 4, p.batch_size = 8, p.n_epochs = 30, p.patience = 3, p.learning_rate = 0.2;
+            p.optimizer = config ? MFM_OPTIMIZER_ROWWISE_ADAGRAD : MFM_OPTIMIZER_ADAGRAD;
+            p.backend = backend ? MFM_BACKEND_CUDA : MFM_BACKEND_CPU;
+            p.on_epoch = note_epoch, p.user = &seen[backend];
+            if (!CHECK(mfm_model_create(&p, 30, 4, 1, &m, &e) == MFM_OK, "create: %s", e.message)) continue;
+            CHECK(mfm_fit_validated(m, &t.g.d, &valid, &e) == MFM_OK, "fit: %s", e.message);
+            mfm_model_get_info(m, &info);
+            CHECK(seen[backend].epochs == 4 && seen[backend].best == 1 && info.epochs_trained == 1, "config %d backend %d: stopped after epoch %d, best %d, kept %d epochs",
+                  config, backend, seen[backend].epochs, seen[backend].best, (int)info.epochs_trained);
+            kept[backend] = m;
+        }
+        if (kept[0] && kept[1]) {
+            const double gap = score_gap(kept[0], kept[1], &t.g.d);
+            CHECK(gap <= TRAIN_RTOL, "config %d: the restored models' scores differ by %.3g (relative)", config, gap);
+        }
+        mfm_model_free(kept[0]);
+        mfm_model_free(kept[1]);
     }
     free(flipped);
     free_train_data(&t);

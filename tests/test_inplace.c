@@ -140,7 +140,7 @@ void test_inplace_maps_the_other_layout(void) {
 void test_inplace_equals_batched(void) {
     static const mfm_model_type models[] = {MFM_MODEL_FM, MFM_MODEL_FFM, MFM_MODEL_FWFM};
     static const mfm_task tasks[] = {MFM_TASK_BINARY, MFM_TASK_REGRESSION, MFM_TASK_MULTICLASS};
-    static const mfm_optimizer optimizers[] = {MFM_OPTIMIZER_SGD, MFM_OPTIMIZER_ADAGRAD, MFM_OPTIMIZER_ADAM, MFM_OPTIMIZER_FTRL};
+    static const mfm_optimizer optimizers[] = {MFM_OPTIMIZER_SGD, MFM_OPTIMIZER_ADAGRAD, MFM_OPTIMIZER_ADAM, MFM_OPTIMIZER_FTRL, MFM_OPTIMIZER_ROWWISE_ADAGRAD};
     enum { CAP = 1 << 20 };
     float *a = (float *)malloc(CAP * sizeof(float)), *b = (float *)malloc(CAP * sizeof(float));
     size_t mi, ti, oi, bi;
@@ -148,7 +148,7 @@ void test_inplace_equals_batched(void) {
     for (bi = 0; bi < 2; bi++)
         for (mi = 0; mi < 3; mi++)
             for (ti = 0; ti < 3; ti++)
-                for (oi = 0; oi < 4; oi++) {
+                for (oi = 0; oi < sizeof optimizers / sizeof optimizers[0]; oi++) {
                     data_spec spec;
                     test_data td;
                     mfm_params p;

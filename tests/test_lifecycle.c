@@ -28,10 +28,10 @@
 enum { NF = 24, NFLD = 4, MAX_EPOCHS = 80 };
 
 static const mfm_model_type MODELS[3] = {MFM_MODEL_FM, MFM_MODEL_FFM, MFM_MODEL_FWFM};
-static const mfm_optimizer OPTS[4] = {MFM_OPTIMIZER_SGD, MFM_OPTIMIZER_ADAGRAD, MFM_OPTIMIZER_ADAM, MFM_OPTIMIZER_FTRL};
+static const mfm_optimizer OPTS[5] = {MFM_OPTIMIZER_SGD, MFM_OPTIMIZER_ADAGRAD, MFM_OPTIMIZER_ADAM, MFM_OPTIMIZER_FTRL, MFM_OPTIMIZER_ROWWISE_ADAGRAD};
 
 static const char *opt_name(mfm_optimizer o) {
-    return o == MFM_OPTIMIZER_SGD ? "SGD" : o == MFM_OPTIMIZER_ADAM ? "Adam" : o == MFM_OPTIMIZER_FTRL ? "FTRL" : "AdaGrad";
+    return o == MFM_OPTIMIZER_SGD ? "SGD" : o == MFM_OPTIMIZER_ADAM ? "Adam" : o == MFM_OPTIMIZER_FTRL ? "FTRL" : o == MFM_OPTIMIZER_ROWWISE_ADAGRAD ? "row-wise AdaGrad" : "AdaGrad";
 }
 static const char *task_name(mfm_task t) { return t == MFM_TASK_REGRESSION ? "regression" : t == MFM_TASK_MULTICLASS ? "multiclass" : "binary"; }
 
@@ -1008,7 +1008,7 @@ void test_lifecycle_split_and_select(void) {
 void test_lifecycle_warm_start_equals_one_call(void) {
     size_t mi, oi, bi;
     for (mi = 0; mi < 3; mi++)
-        for (oi = 0; oi < 4; oi++)
+        for (oi = 0; oi < 5; oi++)
             for (bi = 0; bi < 2; bi++) {
                 const int batch = bi ? 5 : 1;
                 mfm_params p = lc_params(MODELS[mi], MFM_TASK_BINARY, OPTS[oi]);
@@ -1060,7 +1060,7 @@ void test_lifecycle_warm_start_through_files(void) {
     size_t mi, oi, bi;
     scratch_path(path, sizeof path, "warm.mfm");
     for (mi = 0; mi < 3; mi++)
-        for (oi = 0; oi < 4; oi++)
+        for (oi = 0; oi < 5; oi++)
             for (bi = 0; bi < 2; bi++) {
                 const int batch = bi ? 5 : 1;
                 mfm_params p = lc_params(MODELS[mi], MFM_TASK_BINARY, OPTS[oi]);
@@ -1098,10 +1098,10 @@ void test_lifecycle_warm_start_through_files(void) {
 void test_lifecycle_partial_fit_chunks(void) {
     static const uint64_t chunks1[4] = {7, 1, 13, 29}, chunks4[4] = {8, 4, 12, 24};
     size_t i;
-    for (i = 0; i < 3 * 4 + 3; i++) {
-        const int multi = i >= 12;
-        const mfm_model_type model = multi ? MODELS[i - 12] : MODELS[i / 4];
-        const mfm_optimizer opt = multi ? OPTS[(i - 12) + 1] : OPTS[i % 4];
+    for (i = 0; i < 3 * 5 + 3; i++) {
+        const int multi = i >= 15;
+        const mfm_model_type model = multi ? MODELS[i - 15] : MODELS[i / 5];
+        const mfm_optimizer opt = multi ? OPTS[(i - 15) + 1] : OPTS[i % 5];
         const mfm_task task = multi ? MFM_TASK_MULTICLASS : MFM_TASK_BINARY;
         int bi;
         for (bi = 0; bi < 2; bi++) {
@@ -1390,7 +1390,7 @@ void test_lifecycle_resume_exact(void) {
     scratch_path(path, sizeof path, "resume.mfm");
     for (sw = 0; sw < 2; sw++)
         for (mi = 0; mi < 3; mi++)
-            for (oi = 0; oi < 4; oi++) {
+            for (oi = 0; oi < 5; oi++) {
                 mfm_params p = lc_params(MODELS[mi], MFM_TASK_BINARY, OPTS[oi]);
                 test_data td;
                 mfm_model *six, *three, *l = NULL;
@@ -1894,7 +1894,7 @@ void test_lifecycle_pairs_only(void) {
         mfm_model_free(m);
     }
     for (mi = 0; mi < 3; mi++)
-        for (oi = 0; oi < 4; oi++)
+        for (oi = 0; oi < 5; oi++)
             for (bi = 0; bi < 3; bi++) {
                 const int multi = bi == 2;
                 const mfm_task task = multi ? MFM_TASK_MULTICLASS : MFM_TASK_BINARY;
@@ -1973,8 +1973,9 @@ void test_lifecycle_adagrad_init(void) {
                     float *buf = (float *)calloc(n + 1, sizeof(float));
                     for (s = 1; s <= info.n_state_slots; s++)
                         for (c = 0; c < info.n_classes; c++) {
-                            mfm_model_get_tensor(m, (mfm_tensor)t, s, c, buf, n, NULL);
-                            for (i = 0; i < n; i++) bad += buf[i] != (opt ? 0.0f : 0.5f);
+                            const size_t count = mfm_tensor_slot_size(m, (mfm_tensor)t, s);
+                            mfm_model_get_tensor(m, (mfm_tensor)t, s, c, buf, count, NULL);
+                            for (i = 0; i < count; i++) bad += buf[i] != (opt ? 0.0f : 0.5f);
                         }
                     free(buf);
                 }

@@ -36,7 +36,7 @@ enum { N_FEATURES = 20, N_FIELDS = 4 };
 
 static const char *task_name(mfm_task t) { return t == MFM_TASK_REGRESSION ? "regression" : t == MFM_TASK_MULTICLASS ? "multiclass" : "binary"; }
 static const char *opt_name(mfm_optimizer o) {
-    return o == MFM_OPTIMIZER_SGD ? "SGD" : o == MFM_OPTIMIZER_ADAM ? "Adam" : o == MFM_OPTIMIZER_FTRL ? "FTRL" : "AdaGrad";
+    return o == MFM_OPTIMIZER_SGD ? "SGD" : o == MFM_OPTIMIZER_ADAM ? "Adam" : o == MFM_OPTIMIZER_FTRL ? "FTRL" : o == MFM_OPTIMIZER_ROWWISE_ADAGRAD ? "row-wise AdaGrad" : "AdaGrad";
 }
 static int state_slots(mfm_optimizer o) { return o == MFM_OPTIMIZER_SGD ? 0 : o == MFM_OPTIMIZER_ADAM ? 3 : o == MFM_OPTIMIZER_FTRL ? 2 : 1; }
 
@@ -104,7 +104,7 @@ static int same_slots(const mfm_model *a, const mfm_model *b, int first, int las
     uint32_t c;
     mfm_model_get_info(a, &ia);
     for (t = 0; t < MFM_TENSOR_COUNT; t++) {
-        size_t n = mfm_tensor_size(a, (mfm_tensor)t);
+        size_t n = mfm_tensor_size(a, (mfm_tensor)t); /* the largest slot */
         float *x, *y;
         if (!n) continue;
         if (!CHECK(n == mfm_tensor_size(b, (mfm_tensor)t), "%s: tensor %d sizes differ", what, t)) return 0;
@@ -112,9 +112,10 @@ static int same_slots(const mfm_model *a, const mfm_model *b, int first, int las
         y = (float *)malloc(n * sizeof(float));
         for (slot = first; slot <= last; slot++)
             for (c = 0; c < ia.n_classes; c++) {
-                mfm_status s1 = mfm_model_get_tensor(a, (mfm_tensor)t, slot, c, x, n, NULL), s2 = mfm_model_get_tensor(b, (mfm_tensor)t, slot, c, y, n, NULL);
+                const size_t count = mfm_tensor_slot_size(a, (mfm_tensor)t, slot);
+                mfm_status s1 = mfm_model_get_tensor(a, (mfm_tensor)t, slot, c, x, count, NULL), s2 = mfm_model_get_tensor(b, (mfm_tensor)t, slot, c, y, count, NULL);
                 if (!CHECK(s1 == MFM_OK && s2 == MFM_OK, "%s: mfm_model_get_tensor tensor %d slot %d class %u failed", what, t, slot, c) ||
-                    !CHECK(memcmp(x, y, n * sizeof(float)) == 0, "%s: tensor %d slot %d class %u differs", what, t, slot, c))
+                    !CHECK(memcmp(x, y, count * sizeof(float)) == 0, "%s: tensor %d slot %d class %u differs", what, t, slot, c))
                     ok = 0;
             }
         free(x);
@@ -139,9 +140,11 @@ static int state_is_fresh(const mfm_model *m, const char *what) {
         x = (float *)malloc(n * sizeof(float));
         for (slot = 1; slot <= info.n_state_slots; slot++)
             for (c = 0; c < info.n_classes; c++) {
-                const float want = p->optimizer == MFM_OPTIMIZER_ADAGRAD && slot == 1 ? (float)p->adagrad_init : 0.0f;
-                mfm_model_get_tensor(m, (mfm_tensor)t, slot, c, x, n, NULL);
-                for (i = 0; i < n; i++)
+                const int adagrad = p->optimizer == MFM_OPTIMIZER_ADAGRAD || p->optimizer == MFM_OPTIMIZER_ROWWISE_ADAGRAD;
+                const float want = adagrad && slot == 1 ? (float)p->adagrad_init : 0.0f;
+                const size_t count = mfm_tensor_slot_size(m, (mfm_tensor)t, slot);
+                mfm_model_get_tensor(m, (mfm_tensor)t, slot, c, x, count, NULL);
+                for (i = 0; i < count; i++)
                     if (x[i] != want) {
                         ok = 0;
                         runner_fail(__FILE__, __LINE__, "%s: state slot %d of tensor %d class %u is %g at %lu, expected %g", what, slot, t, c, (double)x[i], (unsigned long)i,
@@ -216,6 +219,8 @@ static uint64_t expected_file_bytes(const mfm_model *m, int with_state) {
     table[3] = p->model == MFM_MODEL_FWFM ? (uint64_t)info.n_fields * info.n_fields : 0;
     at = align_up(V2_HEADER_BYTES + 4 * cw);
     for (t = 0; t < 4; t++) at += align_up(4 * table[t] * info.n_classes);
+    if (p->optimizer == MFM_OPTIMIZER_ROWWISE_ADAGRAD) /* one accumulator a vector of V */
+        per_class -= (uint64_t)info.n_features * (p->model == MFM_MODEL_FFM ? info.n_fields : 1) * (uint64_t)(info.k - 1);
     if (with_state && state_slots(p->optimizer)) {
         at += align_up(4 * per_class * info.n_classes * (uint64_t)state_slots(p->optimizer));
         sections++;
@@ -228,18 +233,19 @@ static uint64_t expected_file_bytes(const mfm_model *m, int with_state) {
 static uint64_t expected_memory_bytes(const mfm_model *m) {
     const mfm_params *p = mfm_model_params(m);
     mfm_model_info info;
-    uint64_t slots, pair, padded = 1, floats;
+    uint64_t slots, pair, padded = 1, floats, v_block;
     mfm_model_get_info(m, &info);
     slots = 1 + (uint64_t)info.n_state_slots;
-    pair = ((uint64_t)info.k + 1) * slots;
+    v_block = (uint64_t)info.k * (p->optimizer == MFM_OPTIMIZER_ROWWISE_ADAGRAD ? 1 : slots) + (p->optimizer == MFM_OPTIMIZER_ROWWISE_ADAGRAD); /* k values and their state */
+    pair = v_block + slots;
     while (padded < pair) padded *= 2;
     floats = slots; /* w0 */
     if (p->model == MFM_MODEL_FFM)
-        floats += (uint64_t)info.n_features * slots * (1 + (uint64_t)info.n_fields * info.k);
+        floats += (uint64_t)info.n_features * (slots + (uint64_t)info.n_fields * v_block);
     else if (!p->linear_only && pair <= 16)
         floats += (uint64_t)info.n_features * padded;
     else
-        floats += (uint64_t)info.n_features * slots * (1 + (uint64_t)info.k);
+        floats += (uint64_t)info.n_features * (slots + v_block);
     if (p->model == MFM_MODEL_FWFM) floats += (uint64_t)info.n_fields * info.n_fields * slots;
     return 4 * floats * info.n_classes;
 }
@@ -321,14 +327,14 @@ static void check_mapped(const char *path, const mfm_model *m, const mfm_csr *d,
 void test_model_save_load_round_trip(void) {
     static const mfm_model_type models[] = {MFM_MODEL_FM, MFM_MODEL_FFM, MFM_MODEL_FWFM};
     static const mfm_task tasks[] = {MFM_TASK_BINARY, MFM_TASK_REGRESSION, MFM_TASK_MULTICLASS};
-    static const mfm_optimizer opts[] = {MFM_OPTIMIZER_SGD, MFM_OPTIMIZER_ADAGRAD, MFM_OPTIMIZER_ADAM, MFM_OPTIMIZER_FTRL};
+    static const mfm_optimizer opts[] = {MFM_OPTIMIZER_SGD, MFM_OPTIMIZER_ADAGRAD, MFM_OPTIMIZER_ADAM, MFM_OPTIMIZER_FTRL, MFM_OPTIMIZER_ROWWISE_ADAGRAD};
     char path[256];
     size_t a, b, c;
     int with_state;
     scratch_path(path, sizeof path, "model.mfm");
     for (a = 0; a < 3; a++)
         for (b = 0; b < 3; b++)
-            for (c = 0; c < 4; c++) {
+            for (c = 0; c < 5; c++) {
                 mfm_params p = file_params(models[a], tasks[b], opts[c]);
                 test_data td;
                 mfm_model *m;
@@ -446,16 +452,16 @@ void test_model_class_weights_survive(void) {
    (every optimizer and model, one thread, batch 1 and batch 7; also multiclass and regression). */
 void test_model_resume_exact(void) {
     static const mfm_model_type models[] = {MFM_MODEL_FM, MFM_MODEL_FFM, MFM_MODEL_FWFM};
-    static const mfm_optimizer opts[] = {MFM_OPTIMIZER_SGD, MFM_OPTIMIZER_ADAGRAD, MFM_OPTIMIZER_ADAM, MFM_OPTIMIZER_FTRL};
+    static const mfm_optimizer opts[] = {MFM_OPTIMIZER_SGD, MFM_OPTIMIZER_ADAGRAD, MFM_OPTIMIZER_ADAM, MFM_OPTIMIZER_FTRL, MFM_OPTIMIZER_ROWWISE_ADAGRAD};
     static const int batches[] = {1, 7};
     char path[256];
     size_t i;
     scratch_path(path, sizeof path, "resume.mfm");
-    for (i = 0; i < 3 * 4 * 2 + 2; i++) {
-        const int extra = i >= 24;
-        const mfm_model_type model = extra ? (i == 24 ? MFM_MODEL_FFM : MFM_MODEL_FWFM) : models[i / 8];
-        const mfm_optimizer opt = extra ? (i == 24 ? MFM_OPTIMIZER_ADAM : MFM_OPTIMIZER_FTRL) : opts[i / 2 % 4];
-        const mfm_task task = extra ? (i == 24 ? MFM_TASK_MULTICLASS : MFM_TASK_REGRESSION) : MFM_TASK_BINARY;
+    for (i = 0; i < 3 * 5 * 2 + 2; i++) {
+        const int extra = i >= 30;
+        const mfm_model_type model = extra ? (i == 30 ? MFM_MODEL_FFM : MFM_MODEL_FWFM) : models[i / 10];
+        const mfm_optimizer opt = extra ? (i == 30 ? MFM_OPTIMIZER_ADAM : MFM_OPTIMIZER_FTRL) : opts[i / 2 % 5];
+        const mfm_task task = extra ? (i == 30 ? MFM_TASK_MULTICLASS : MFM_TASK_REGRESSION) : MFM_TASK_BINARY;
         const int batch = extra ? 7 : batches[i % 2];
         mfm_params p = file_params(model, task, opt);
         test_data td;

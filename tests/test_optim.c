@@ -18,20 +18,20 @@ typedef struct small_tensors {
     double w0, w[2], v[2];
 } small_tensors;
 
-/* Makes the problem's model with the optimizer, runs one step and returns the model;
-   adagrad_init as given (0: the default). */
-static mfm_model *first_step_init(mfm_optimizer optimizer, double l1_linear, double l1_factors, double l2_linear, double l2_factors,
+/* Makes the problem's model with the optimizer and its k factors v (k = 1: v = (0.5, 0.4)), runs
+   one step and returns the model; adagrad_init as given (0: the default). */
+static mfm_model *first_step_with(mfm_optimizer optimizer, int k, const float *v, double l1_linear, double l1_factors, double l2_linear, double l2_factors,
                                   double adagrad_init) {
     static const uint32_t features[2] = {0, 1};
     static const float values[2] = {1, 2};
-    static const float w0 = 0.1f, w[2] = {0.2f, -0.3f}, v[2] = {0.5f, 0.4f};
+    static const float w0 = 0.1f, w[2] = {0.2f, -0.3f};
     mfm_params p = sgd_step_params(MFM_MODEL_FM, MFM_TASK_REGRESSION, 0.1);
     mfm_model *m;
     one_row row;
     mfm_error e;
     mfm_status st;
     p.optimizer = optimizer;
-    p.k = 1;
+    p.k = k;
     p.l1_linear = l1_linear;
     p.l1_factors = l1_factors;
     p.l2_linear = l2_linear;
@@ -41,7 +41,7 @@ static mfm_model *first_step_init(mfm_optimizer optimizer, double l1_linear, dou
     if (!m) return NULL;
     mfm_model_set_tensor(m, MFM_TENSOR_W0, 0, 0, &w0, 1, NULL);
     mfm_model_set_tensor(m, MFM_TENSOR_W, 0, 0, w, 2, NULL);
-    mfm_model_set_tensor(m, MFM_TENSOR_V, 0, 0, v, 2, NULL);
+    mfm_model_set_tensor(m, MFM_TENSOR_V, 0, 0, v, 2 * (size_t)k, NULL);
     one_row_init(&row, 2, features, NULL, values, 1.0f);
     st = mfm_fit(m, &row.csr, &e);
     if (!CHECK(st == MFM_OK, "mfm_fit failed with %d: %s", (int)st, st ? e.message : "")) {
@@ -49,6 +49,12 @@ static mfm_model *first_step_init(mfm_optimizer optimizer, double l1_linear, dou
         return NULL;
     }
     return m;
+}
+
+static mfm_model *first_step_init(mfm_optimizer optimizer, double l1_linear, double l1_factors, double l2_linear, double l2_factors,
+                                  double adagrad_init) {
+    static const float v[2] = {0.5f, 0.4f};
+    return first_step_with(optimizer, 1, v, l1_linear, l1_factors, l2_linear, l2_factors, adagrad_init);
 }
 
 /* The step from AdaGrad's accumulator at zero, and from its default. */
@@ -109,6 +115,41 @@ void test_optimizer_first_step_adagrad(void) {
     mfm_model_free(m);
 }
 
+/* Row-wise AdaGrad, its first step from G = 0 without L2, on the problem above with k = 2:
+   v0 = (0.5, 0.1), v1 = (0.4, -0.2). s = 0.1 + 0.2 - 0.6 + 2 (0.5 0.4 + 0.1 (-0.2)) = 0.06, so
+   dL/ds = -0.94; the factor sums are (1.3, -0.3), ds/dv0 = (0.8, -0.4), ds/dv1 = (1.0, 0.2).
+   Each vector's G is the mean of its two squares: v0 0.94^2 0.4 = 0.35344, v1 0.94^2 0.52 =
+   0.459472; every factor of a vector steps by 0.1 g / sqrt(G): v0 + (0.08, -0.04) / sqrt(0.4),
+   v1 + (0.1, 0.02) / sqrt(0.52). w0 and w, vectors of one, step as under AdaGrad: 0.1 each, G =
+   g^2 (0.8836, 0.8836, 3.5344). */
+void test_optimizer_first_step_rowwise_adagrad(void) {
+    static const float v[4] = {0.5f, 0.1f, 0.4f, -0.2f};
+    const double want_v[4] = {0.5 + 0.08 / sqrt(0.4), 0.1 - 0.04 / sqrt(0.4), 0.4 + 0.1 / sqrt(0.52), -0.2 + 0.02 / sqrt(0.52)};
+    const double want_w[2] = {0.3, -0.2}, want_gw[2] = {0.8836, 3.5344}, want_gv[2] = {0.35344, 0.459472};
+    float got_w0, got_g0, got_w[2], got_gw[2], got_v[4], got_gv[2];
+    mfm_model *m = first_step_with(MFM_OPTIMIZER_ROWWISE_ADAGRAD, 2, v, 0, 0, MFM_ZERO, MFM_ZERO, MFM_ZERO);
+    mfm_error e;
+    int i;
+    if (!m) return;
+    CHECK(mfm_tensor_slot_size(m, MFM_TENSOR_V, 1) == 2 && mfm_tensor_slot_size(m, MFM_TENSOR_W, 1) == 2 && mfm_tensor_slot_size(m, MFM_TENSOR_V, 0) == 4,
+          "row-wise AdaGrad keeps one accumulator per vector of V (2) and one per w (2); V holds 4 values");
+    CHECK(mfm_model_get_tensor(m, MFM_TENSOR_W0, 0, 0, &got_w0, 1, NULL) == MFM_OK && mfm_model_get_tensor(m, MFM_TENSOR_W0, 1, 0, &got_g0, 1, NULL) == MFM_OK &&
+              mfm_model_get_tensor(m, MFM_TENSOR_W, 0, 0, got_w, 2, NULL) == MFM_OK && mfm_model_get_tensor(m, MFM_TENSOR_W, 1, 0, got_gw, 2, NULL) == MFM_OK &&
+              mfm_model_get_tensor(m, MFM_TENSOR_V, 1, 0, got_gv, 2, NULL) == MFM_OK,
+          "reading the tensors failed");
+    CHECK(mfm_model_get_tensor(m, MFM_TENSOR_V, 1, 0, got_v, 4, &e) == MFM_ERR_INVALID_ARGUMENT, "V's accumulator slot holds 2 values, not 4");
+    CHECK(mfm_model_get_tensor(m, MFM_TENSOR_V, 0, 0, got_v, 4, NULL) == MFM_OK, "reading V failed");
+    CHECK_NEAR(got_w0, 0.2, 1e-5, 1e-7, "w0");
+    CHECK_NEAR(got_g0, 0.8836, 1e-5, 1e-7, "w0's G");
+    for (i = 0; i < 2; i++) {
+        CHECK_NEAR(got_w[i], want_w[i], 1e-5, 1e-7, "w[%d]", i);
+        CHECK_NEAR(got_gw[i], want_gw[i], 1e-5, 1e-7, "w[%d]'s G", i);
+        CHECK_NEAR(got_gv[i], want_gv[i], 1e-5, 1e-7, "v[%d]'s G", i);
+    }
+    for (i = 0; i < 4; i++) CHECK_NEAR(got_v[i], want_v[i], 1e-5, 1e-7, "v[%d][%d]", i / 2, i % 2);
+    mfm_model_free(m);
+}
+
 /* Adam from m = v = t = 0 (beta1 0.9, beta2 0.999, eps 1e-8): t = 1, m = 0.1 g',
    v = 0.001 g'^2, so m/(1-0.9) = g' and v/(1-0.999) = g'^2 and the step is lr g'/|g'| = -0.1:
    theta as for AdaGrad; m = -0.09 | -0.0898, -0.1803 | -0.071, -0.0892;
@@ -152,12 +193,12 @@ void test_optimizer_first_step_ftrl(void) {
    step, Adam's bias correction at t = 1, 2, 3). Tolerance: 1e-3 of the total movement + 2e-6
    absolute (three float steps); untouched coordinates and their state must not move. */
 void test_optimizer_steps_match_reference(void) {
-    static const mfm_optimizer optimizers[] = {MFM_OPTIMIZER_SGD, MFM_OPTIMIZER_ADAGRAD, MFM_OPTIMIZER_ADAM, MFM_OPTIMIZER_FTRL};
+    static const mfm_optimizer optimizers[] = {MFM_OPTIMIZER_SGD, MFM_OPTIMIZER_ADAGRAD, MFM_OPTIMIZER_ADAM, MFM_OPTIMIZER_FTRL, MFM_OPTIMIZER_ROWWISE_ADAGRAD};
     static const mfm_model_type models[] = {MFM_MODEL_FM, MFM_MODEL_FFM, MFM_MODEL_FWFM};
     static const uint32_t features[4] = {4, 1, 0, 3}, fields[4] = {2, 0, 2, 1};
     static const float values[4] = {0.8f, -1.2f, 1.5f, 0.6f};
     size_t oi, mi;
-    for (oi = 0; oi < 4; oi++)
+    for (oi = 0; oi < sizeof optimizers / sizeof optimizers[0]; oi++)
         for (mi = 0; mi < 3; mi++) {
             mfm_params p = sgd_step_params(models[mi], MFM_TASK_BINARY, 0.05);
             mfm_model *m;

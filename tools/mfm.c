@@ -991,7 +991,7 @@ static void warn_if_worse_than_constant(const mfm_model *m, const mfm_csr *train
         constant_value == constant_value && (higher_is_better ? model_value < constant_value : model_value > constant_value)) {
         used += (size_t)snprintf(tips + used, sizeof tips - used, "a smaller learning rate (-r, now %g)", shown(p->learning_rate));
         if (!early_stopping) used += (size_t)snprintf(tips + used, sizeof tips - used, ", fewer epochs (-t) or early stopping (-p FILE without --no-auto-stop; --auto-stop with --libffm)");
-        if (p->optimizer == MFM_OPTIMIZER_ADAGRAD && p->adagrad_init == 0)
+        if ((p->optimizer == MFM_OPTIMIZER_ADAGRAD || p->optimizer == MFM_OPTIMIZER_ROWWISE_ADAGRAD) && p->adagrad_init == 0)
             used += (size_t)snprintf(tips + used, sizeof tips - used, ", --adagrad-init 1 (now 0: the first steps are as large as the learning rate)");
         if (used < sizeof tips) snprintf(tips + used, sizeof tips - used, ", or a larger L2 (--l2, now %g)", shown(p->l2_factors));
         say("warning: the model's validation %s %.6f is worse than the constant predictor's %.6f (%s); try %s",
@@ -1442,7 +1442,7 @@ static void show_model_file(const char *path, const mfm_model_file_info *f) {
     if (p->optimizer == MFM_OPTIMIZER_FTRL) show("l1 linear/factors", "%g / %g", shown(p->l1_linear), shown(p->l1_factors));
     if (p->optimizer == MFM_OPTIMIZER_FTRL) show("ftrl beta", "%g", shown(p->ftrl_beta));
     if (p->optimizer == MFM_OPTIMIZER_ADAM) show("adam beta1/2, eps", "%g / %g / %g", shown(p->adam_beta1), shown(p->adam_beta2), shown(p->adam_epsilon));
-    if (p->optimizer == MFM_OPTIMIZER_ADAGRAD) show("adagrad init", "%g", shown(p->adagrad_init));
+    if (p->optimizer == MFM_OPTIMIZER_ADAGRAD || p->optimizer == MFM_OPTIMIZER_ROWWISE_ADAGRAD) show("adagrad init", "%g", shown(p->adagrad_init));
     show("rows normalized", "%s", p->normalize_rows > 0 ? "yes (sum x^2 = 1)" : "no");
     show("bias and linear", "%s", p->pairs_only ? "none (pairs only)" : "yes");
     show("early stopping", "%s, patience %d, min delta %g, %s", name_of(&metric_set, p->metric), p->patience, shown(p->min_delta),
