@@ -262,7 +262,8 @@ typedef struct mfm_params {
                                    Hogwild, as LIBFFM and xLearn run: each thread trains its own
                                    share of every epoch's rows on the shared model, lock-free,
                                    so batch_size 1 uses every thread too, and results vary from
-                                   run to run. CPU training only; one thread trains as 0 does */
+                                   run to run; FwFM's threads step R every 32 rows (docs/DESIGN.md).
+                                   CPU training only; one thread trains as 0 does */
     mfm_backend backend;        /* CPU: where mfm_fit, mfm_predict and mfm_evaluate run */
     int device;                 /* 0: the CUDA device (ordinal) for backend CUDA or AUTO */
     int deterministic;          /* 0: CUDA training takes its fastest path, whose last bits vary
@@ -4883,6 +4884,19 @@ typedef struct mfm__worker {
     char apart[128]; /* keeps the next worker's fields off this one's cache lines */
 } mfm__worker;
 
+/* Hogwild FwFM at batch 1: every row steps all of R's field pairs it holds (741 for 39 fields,
+   93 lines), so Hogwild threads stepping R at every row would pass those lines from core to core
+   at every row and train no faster than one thread. Each share instead sums R's gradients over
+   its last MFM__HOGWILD_R_ROWS rows and then takes one step per touched entry, as a batch of
+   those rows would (mfm__r_pending_step), and at the end of its pass. */
+#define MFM__HOGWILD_R_ROWS 32
+typedef struct mfm__r_pending {
+    float *sums;          /* C x R's blocks */
+    unsigned char *seen;  /* whether sums[i] holds a gradient since the last steps */
+    uint64_t *touched, n; /* the seen entries, in first-touch order */
+    uint32_t rows;        /* rows added since the last steps */
+} mfm__r_pending;
+
 typedef struct mfm__trainer {
     mfm_model *m;
     const mfm_csr *d;
@@ -4915,6 +4929,7 @@ typedef struct mfm__trainer {
     uint32_t feature_set[2 * MFM__MAX_SIMPLE_NNZ][2]; /* open addressing: id, and the row's stamp when live */
     mfm__ffm_span next_span; /* batch 1, FFM: the next row's spans, which this row's steps ask for (bytes 0: none) */
     int epoch;               /* 1-based within the mfm_fit call, for messages; 0 in mfm_partial_fit */
+    mfm__r_pending *r_pending; /* a Hogwild share of FwFM at batch 1: R's steps held back (above); NULL otherwise */
     char apart[128];         /* Hogwild's trainers lie side by side (mfm__fit): keeps the next one's fields, read every row,
                                 off the lines this one writes every row (stamp, feature_set, next_span) */
 } mfm__trainer;
@@ -5570,6 +5585,29 @@ MFM__AVX_FN static void mfm__fwfm_dense_r_adagrad(const mfm__optim *o, float *r,
 }
 #endif
 
+/* A gradient g of R's entry `at` (class c's entry e: c x blocks + e), into the share's sums. */
+MFM__INLINE static void mfm__r_pending_add(mfm__r_pending *q, uint64_t at, float g) {
+    if (!q->seen[at]) q->seen[at] = 1, q->touched[q->n++] = at;
+    q->sums[at] += g;
+}
+
+/* One step per entry of R the share's last rows touched, with their gradients' sum (AdaGrad's
+   batch rule, MFM__BATCH_ROWS: the mean for the other optimizers). */
+static void mfm__r_pending_step(const mfm__trainer *tr) {
+    mfm__r_pending *q = tr->r_pending;
+    mfm_model *m = tr->m;
+    const uint64_t nb = m->t[MFM_TENSOR_R].n_blocks;
+    const float rows = MFM__BATCH_ROWS(tr->opt.kind, q->rows);
+    uint64_t i;
+    for (i = 0; i < q->n; i++) {
+        const uint64_t at = q->touched[i];
+        mfm__step(&tr->opt, mfm__block(m, MFM_TENSOR_R, (uint32_t)(at / nb), at % nb), 1, &q->sums[at], rows, (float)m->params.l1_factors,
+                  (float)m->params.l2_factors);
+        q->sums[at] = 0, q->seen[at] = 0;
+    }
+    q->n = 0, q->rows = 0;
+}
+
 /* FwFM's pairs of a row that is a batch of its own, from the weights and dots its score kept
    (`keep`, see mfm__fwfm_pairs). r(fa, fb) is read by its pair alone and receives
    g x_a x_b <v_a, v_b>; v_a receives mfm__fwfm_vector_gradients's sum. Both are collected, then
@@ -5585,7 +5623,7 @@ static void mfm__fwfm_row_update(const mfm__trainer *tr, mfm__worker *wk, uint32
     uint64_t a, n_r = 0;
     for (a = 0; a < z; a++) v[a] = mfm__block(m, MFM_TENSOR_V, c, row->feat[a]);
 #if defined(MFM__AVX)
-    if (tr->opt.wide && mfm__steps_as_adagrad(&tr->opt, 1) && rs == 2 && mfm__fwfm_dense(m, row))
+    if (tr->opt.wide && !tr->r_pending && mfm__steps_as_adagrad(&tr->opt, 1) && rs == 2 && mfm__fwfm_dense(m, row))
         mfm__fwfm_dense_r_adagrad(&tr->opt, (float *)r, z, x, dot, g, l2v);
     else
 #endif
@@ -5599,6 +5637,7 @@ static void mfm__fwfm_row_update(const mfm__trainer *tr, mfm__worker *wk, uint32
         for (b = a + 1; b + 4 <= z; b += 4) /* the batched path's value, four at a time */
             mfm__f4_store(gr_a + b, mfm__f4_add(zero, mfm__f4_mul(mfm__f4_mul(g4, mfm__f4_mul(xa4, mfm__f4_load(x + b))), mfm__f4_load(da + b))));
         for (; b < z; b++) gr_a[b] = 0 + g * (xa * x[b]) * da[b];
+        for (b = a + 1; tr->r_pending && b < z; b++) mfm__r_pending_add(tr->r_pending, c * m->t[MFM_TENSOR_R].n_blocks + at[field[b]], gr_a[b]);
     }
 #if defined(MFM__AVX)
     if (tr->opt.wide && m->k % 4 == 0)
@@ -5606,9 +5645,10 @@ static void mfm__fwfm_row_update(const mfm__trainer *tr, mfm__worker *wk, uint32
     else
 #endif
     mfm__fwfm_vector_gradients(&tr->opt, m, c, row, v, g, wk->owned, (uint32_t)z, m->k, keep, NULL, wk->row_g);
-    mfm__steps(&tr->opt, wk->one_blk, wk->one_g, n_r, 1, l1v, l2v);
+    if (!tr->r_pending) mfm__steps(&tr->opt, wk->one_blk, wk->one_g, n_r, 1, l1v, l2v); /* else held back, added above */
     for (a = 0; a < z; a++) wk->one_blk[a] = mfm__block(m, MFM_TENSOR_V, c, row->feat[a]);
     mfm__steps(&tr->opt, wk->one_blk, wk->row_g, (uint32_t)z, (uint32_t)m->k, l1v, l2v);
+    if (tr->r_pending && c + 1 == m->n_classes && ++tr->r_pending->rows == MFM__HOGWILD_R_ROWS) mfm__r_pending_step(tr);
 }
 
 static void mfm__update_row(const mfm__trainer *tr, mfm__worker *wk, uint32_t c, const mfm__row *row, float g, const float *sum, const float *keep) {
@@ -6083,8 +6123,25 @@ static void mfm__log(const mfm_params *p, mfm_log_level level, const char *fmt, 
     p->on_log(p->user, level, line);
 }
 
+/* A Hogwild share's R held back (mfm__r_pending), where it trains FwFM at batch 1; 0 when memory is short. */
+static int mfm__r_pending_init(mfm__trainer *tr) {
+    const mfm_model *m = tr->m;
+    const uint64_t n = m->t[MFM_TENSOR_R].n_blocks * m->n_classes;
+    mfm__r_pending *q;
+    if (m->params.model != MFM_MODEL_FWFM || m->params.linear_only || m->params.batch_size != 1 || !n) return 1;
+    if (!(q = tr->r_pending = (mfm__r_pending *)mfm__calloc(1, sizeof *q))) return 0;
+    q->sums = (float *)mfm__calloc(n, sizeof(float)), q->seen = (unsigned char *)mfm__calloc(n, 1), q->touched = (uint64_t *)mfm__alloc(n, sizeof(uint64_t));
+    return q->sums && q->seen && q->touched;
+}
+
 static void mfm__trainer_free(mfm__trainer *tr) {
     int t, w;
+    if (tr->r_pending) {
+        MFM_FREE(tr->r_pending->sums);
+        MFM_FREE(tr->r_pending->seen);
+        MFM_FREE(tr->r_pending->touched);
+        MFM_FREE(tr->r_pending);
+    }
     for (w = 0; tr->workers && w < tr->n_workers; w++) {
         mfm__worker *wk = &tr->workers[w];
         for (t = 0; t < MFM_TENSOR_COUNT; t++) mfm__coords_free(&wk->own[t]);
@@ -6437,6 +6494,7 @@ static mfm_status mfm__pass(mfm__trainer *tr, mfm__pool *pool, const uint64_t *r
             mfm__pool_run(pool, mfm__settle_task, tr);
         }
     }
+    if (tr->r_pending && tr->r_pending->n) mfm__r_pending_step(tr);
     return MFM_OK;
 }
 
@@ -6747,7 +6805,8 @@ static mfm_status mfm__fit(mfm_model *m, const mfm_csr *d, const mfm_csr *valida
         int trainers_ok = 1;
         if (!on_gpu && (tr = (mfm__trainer *)mfm__calloc((uint64_t)n_shares, sizeof(mfm__trainer))) != NULL)
             for (s = 0; s < n_shares && trainers_ok; s++) /* a Hogwild share's trainer has one worker */
-                trainers_ok = mfm__trainer_init(&tr[s], m, d, rows, n, &info, n_shares > 1 ? 1 : mfm__threads(m->params.n_threads));
+                trainers_ok = mfm__trainer_init(&tr[s], m, d, rows, n, &info, n_shares > 1 ? 1 : mfm__threads(m->params.n_threads)) &&
+                              (n_shares == 1 || mfm__r_pending_init(&tr[s]));
         order = (uint64_t *)mfm__alloc(n, sizeof(uint64_t));
         if (on_gpu && n_epochs > 1) order_next = (uint64_t *)mfm__alloc(n, sizeof(uint64_t)); /* the next epoch's order, made during this one */
         for (e = 0; valid && !on_gpu && e < MFM_TENSOR_COUNT; e++) best.t[e] = (float *)mfm__alloc(mfm__table_bytes(m, e) / sizeof(float), sizeof(float));

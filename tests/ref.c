@@ -415,6 +415,43 @@ void ref_apply_batch(ref_model *r, const ref_opt *o, const mfm_csr *d, const uin
     ref_mask_free(mask);
 }
 
+void ref_rows_holding_r(ref_model *r, const ref_opt *o, const mfm_csr *d, const uint64_t *rows, size_t n_rows, size_t hold, int pairs_only) {
+    const size_t nr = r->size[MFM_TENSOR_R] * r->n_classes;
+    double *sum = (double *)xcalloc(nr, sizeof(double));
+    unsigned char *seen = (unsigned char *)xcalloc(nr, 1);
+    size_t q, i, held = 0;
+    int s, t;
+    for (q = 0; q < n_rows; q++) {
+        double *grad[MFM_TENSOR_COUNT];
+        unsigned char *mask[MFM_TENSOR_COUNT];
+        ref_model kept;
+        ref_fd_grad(r, d, rows + q, 1, NULL, 0, grad);
+        ref_touched(r, d, rows + q, 1, mask);
+        ref_copy(&kept, r);
+        ref_apply_batch(r, o, d, rows + q, 1, NULL, 0);
+        for (t = 0; t < MFM_TENSOR_COUNT; t++) /* R (and with pairs_only w0 and w) as they were */
+            if (t == MFM_TENSOR_R || (pairs_only && t <= MFM_TENSOR_W))
+                for (s = 0; s < r->n_slots; s++) memcpy(r->t[s][t], kept.t[s][t], r->size[t] * r->n_classes * sizeof(double));
+        for (i = 0; i < nr; i++)
+            if (mask[MFM_TENSOR_R][i % r->size[MFM_TENSOR_R]]) sum[i] += grad[MFM_TENSOR_R][i], seen[i] = 1;
+        ref_free(&kept);
+        ref_grad_free(grad);
+        ref_mask_free(mask);
+        if (++held < hold && q + 1 < n_rows) continue;
+        for (i = 0; i < nr; i++) {
+            double *state[REF_MAX_SLOTS] = {NULL, NULL, NULL, NULL};
+            const double divisor = o->kind == MFM_OPTIMIZER_ADAGRAD || o->kind == MFM_OPTIMIZER_ROWWISE_ADAGRAD ? 1.0 : (double)held;
+            if (!seen[i]) continue;
+            for (s = 1; s < r->n_slots; s++) state[s] = &r->t[s][MFM_TENSOR_R][i];
+            ref_opt_step(o, &r->t[0][MFM_TENSOR_R][i], state[1], state[2], state[3], sum[i] / divisor, o->l1[MFM_TENSOR_R], o->l2[MFM_TENSOR_R]);
+            sum[i] = 0, seen[i] = 0;
+        }
+        held = 0;
+    }
+    free(sum);
+    free(seen);
+}
+
 void ref_row_weights(const mfm_csr *d, const mfm_params *p, uint32_t n_classes, double *out) {
     const int binary = p->task == MFM_TASK_DEFAULT || p->task == MFM_TASK_BINARY;
     const uint32_t C = binary ? 2 : n_classes;

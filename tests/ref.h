@@ -85,6 +85,13 @@ void ref_apply_batch(ref_model *r, const ref_opt *o, const mfm_csr *d, const uin
                      double eps);
 extern double ref_last_alpha; /* the fraction the last linear line search found */
 
+/* A Hogwild share of FwFM at batch 1 (modern_fm.h, mfm__r_pending): the rows in order, each a
+   batch of its own for every tensor but R, whose gradients (against each row's parameters) add
+   up and take one step every `hold` rows and after the last row (the sum under AdaGrad, else the
+   mean). pairs_only: w0 and w stay as they are (they must be 0 with no L2, as the library's
+   zero steps leave them). */
+void ref_rows_holding_r(ref_model *r, const ref_opt *o, const mfm_csr *d, const uint64_t *rows, size_t n_rows, size_t hold, int pairs_only);
+
 /* Row weight = sample weight x class weight (section 3) for every row of d under params p
    (class count C for multiclass; binary counts 2 classes). */
 void ref_row_weights(const mfm_csr *d, const mfm_params *p, uint32_t n_classes, double *out);

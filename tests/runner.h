@@ -46,6 +46,7 @@
     X(test_determinism_fixed_threads)       \
     X(test_threads_bit_identical)           \
     X(test_hogwild_disjoint_shares_exact)   \
+    X(test_hogwild_fwfm_holds_r_back)       \
     X(test_train_is_create_plus_fit)        \
     X(test_predict_from_many_threads)       \
     X(test_predict_thread_count_invariant)  \
