@@ -6494,7 +6494,6 @@ static mfm_status mfm__pass(mfm__trainer *tr, mfm__pool *pool, const uint64_t *r
             mfm__pool_run(pool, mfm__settle_task, tr);
         }
     }
-    if (tr->r_pending && tr->r_pending->n) mfm__r_pending_step(tr);
     return MFM_OK;
 }
 
@@ -6517,6 +6516,7 @@ static void mfm__hogwild_task(void *ctx, int s) {
     mfm__pool alone; /* one worker: the pass runs its batches on this thread */
     mfm__pool_start(&alone, 1, &h->errors[s]);
     h->status[s] = mfm__pass(&h->share[s], &alone, h->rows + lo, hi - lo, &h->errors[s]);
+    if (h->share[s].r_pending && h->share[s].r_pending->n) mfm__r_pending_step(&h->share[s]); /* R's last steps, also after a failure */
     mfm__pool_stop(&alone);
 }
 
@@ -8149,7 +8149,7 @@ static mfm_status mfm__model_decode(const unsigned char *b, uint64_t size, const
             return mfm__fail(err, MFM_ERR_BAD_FILE, "%s is %s: %" PRIu64 " bytes where its header says %" PRIu64, name, size < h->file_bytes ? "truncated" : "too long",
                              size, h->file_bytes);
         for (t = 0; t < MFM_TENSOR_COUNT; t++) /* the claim of the header must fit the file, before any product of it */
-            if (tensor_floats[t] > size / 2 / h->n_classes || (h->n_slots - 1) * tensor_floats[t] > size / 2 / h->n_classes) /* float16 V: 2 bytes a value */
+            if (tensor_floats[t] > size / 2 / h->n_classes || ((h->flags & MFM__MODEL_STATE) && (h->n_slots - 1) * tensor_floats[t] > size / 2 / h->n_classes)) /* float16 V: 2 bytes a value */
                 return mfm__fail(err, MFM_ERR_BAD_FILE, "%s is truncated: %" PRIu64 " bytes, too few for the model its header describes", name, size);
         if ((st = mfm__read_directory(b, size, h, tensor_floats, name, L, err)) != MFM_OK) return st;
         if ((st = mfm__verify_sections(b, L, with_state, name, err)) != MFM_OK) return st;

@@ -87,6 +87,7 @@
     X(test_write_through_link_and_device)     \
     X(test_binary_refused)                  \
     X(test_model_save_load_round_trip)      \
+    X(test_model_without_state_large)       \
     X(test_model_class_weights_survive)     \
     X(test_model_resume_exact)              \
     X(test_model_clone_independent)         \

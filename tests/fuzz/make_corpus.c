@@ -80,7 +80,8 @@ int main(void) {
         } seeds[] = {{MFM_MODEL_FM, MFM_TASK_BINARY, MFM_OPTIMIZER_SGD, 0, 0, "fm_binary_sgd"},
                      {MFM_MODEL_FFM, MFM_TASK_MULTICLASS, MFM_OPTIMIZER_ADAM, 1, 1, "ffm_multiclass_adam_zero_checksum"},
                      {MFM_MODEL_FWFM, MFM_TASK_REGRESSION, MFM_OPTIMIZER_FTRL, 1, 0, "fwfm_regression_ftrl"},
-                     {MFM_MODEL_FM, MFM_TASK_BINARY, MFM_OPTIMIZER_ADAGRAD, 1, 1, "fm_binary_adagrad_zero_checksum"}};
+                     {MFM_MODEL_FM, MFM_TASK_BINARY, MFM_OPTIMIZER_ADAGRAD, 1, 1, "fm_binary_adagrad_zero_checksum"},
+                     {MFM_MODEL_FFM, MFM_TASK_BINARY, MFM_OPTIMIZER_ROWWISE_ADAGRAD, 1, 0, "ffm_binary_rowwise_adagrad"}};
         size_t i;
         for (i = 0; i < sizeof seeds / sizeof seeds[0]; i++) {
             mfm_params p;
