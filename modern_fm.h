@@ -2384,9 +2384,13 @@ static int mfm__use_avx(void); /* >>score */
 #ifndef MFM__W_GUEST
 #define MFM__W_GUEST 1
 #endif
+/* The floats of each state slot of a block of `len` parameters: one per parameter, or row-wise
+   AdaGrad's one accumulator. The tables' shapes, the files' state and their checks all ask here. */
+static uint32_t mfm__state_len(mfm_optimizer o, uint32_t len) { return o == MFM_OPTIMIZER_ROWWISE_ADAGRAD ? 1u : len; }
+
 /* The floats of one block of `len` parameters and its n_slots - 1 state slots. */
 static uint32_t mfm__block_floats(const mfm_params *p, uint32_t len, int n_slots) {
-    return len + (p->optimizer == MFM_OPTIMIZER_ROWWISE_ADAGRAD ? 1u : len) * (uint32_t)(n_slots - 1);
+    return len + mfm__state_len(p->optimizer, len) * (uint32_t)(n_slots - 1);
 }
 
 static uint32_t mfm__guest_stride(const mfm_params *p, int n_slots) {
@@ -2408,7 +2412,7 @@ static void mfm__shape_tables(const mfm_params *p, uint32_t n_features, uint32_t
     tab[MFM_TENSOR_R].n_blocks = p->model == MFM_MODEL_FWFM ? (uint64_t)n_fields * n_fields : 0;
     for (t = 0; t < MFM_TENSOR_COUNT; t++) {
         tab[t].len = t == MFM_TENSOR_V ? (uint32_t)p->k : 1;
-        tab[t].state_len = p->optimizer == MFM_OPTIMIZER_ROWWISE_ADAGRAD ? 1 : tab[t].len;
+        tab[t].state_len = mfm__state_len(p->optimizer, tab[t].len);
         tab[t].stride = guest_stride && (t == MFM_TENSOR_V || t == MFM_TENSOR_W) ? guest_stride : mfm__block_floats(p, tab[t].len, n_slots);
     }
     tab[MFM_TENSOR_W].guest = guest_stride != 0;
@@ -8067,7 +8071,7 @@ static mfm_status mfm__read_directory(const unsigned char *b, uint64_t size, con
         return mfm__fail(err, MFM_ERR_BAD_FILE, "%s is corrupt: the checksum of its header and directory does not match their contents", name);
     /* behind a valid checksum, a crafted directory is still refused */
     for (t = 0; t < MFM_TENSOR_COUNT; t++) /* a slot of len floats a block, or of one (row-wise AdaGrad) */
-        state_floats += (h->optimizer == MFM_OPTIMIZER_ROWWISE_ADAGRAD ? blocks[t] : tensor_floats[t]) * h->n_classes * (h->n_slots - 1u);
+        state_floats += blocks[t] * mfm__state_len((mfm_optimizer)h->optimizer, t == MFM_TENSOR_V ? h->k : 1) * h->n_classes * (h->n_slots - 1u);
     for (s = 0, at = L->header_end, t = -1; s < L->n_sections; s++) {
         mfm__section *x = &L->sec[s];
         const uint32_t len = x->tensor == MFM_TENSOR_V ? h->k : 1;

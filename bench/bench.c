@@ -145,11 +145,8 @@ static void parse_options(int argc, char **argv, options *o) {
             ok = (o->repeat = parse_number(v)) > 0;
         else if (strcmp(a, "--lr") == 0)
             ok = (o->lr = strtod(v, NULL)) >= 0;
-        else if (strcmp(a, "--optimizer") == 0) {
-            for (o->optimizer = MFM_OPTIMIZER_SGD; o->optimizer < MFM_OPTIMIZER_COUNT && strcmp(v, mfm_optimizer_name((mfm_optimizer)o->optimizer)) != 0;)
-                o->optimizer++;
-            ok = o->optimizer < MFM_OPTIMIZER_COUNT;
-        }
+        else if (strcmp(a, "--optimizer") == 0)
+            ok = (o->optimizer = bench_parse_optimizer(v)) >= 0;
         else if (strcmp(a, "--seed") == 0)
             o->seed = strtoull(v, NULL, 10);
         else if (strcmp(a, "--models") == 0)

@@ -34,6 +34,14 @@ static inline int bench_parse_model(const char *s) {
     return -1;
 }
 
+/* An optimizer by its library name (adagrad, rowwise-adagrad, sgd, adam, ftrl); -1 for none. */
+static inline int bench_parse_optimizer(const char *s) {
+    int o;
+    for (o = MFM_OPTIMIZER_SGD; o < MFM_OPTIMIZER_COUNT; o++)
+        if (strcmp(s, mfm_optimizer_name((mfm_optimizer)o)) == 0) return o;
+    return -1;
+}
+
 /* "Intel(R) Xeon(R) ..., 2 cores" from /proc/cpuinfo (Linux); "unknown" elsewhere. */
 static inline void bench_machine(char *out, size_t size) {
     char line[512], model[256] = "unknown CPU";

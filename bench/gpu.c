@@ -253,9 +253,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--batch") && i + 1 < argc) only.batch = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--optimizer") && i + 1 < argc) {
             const char *name = argv[++i];
-            for (only.optimizer = MFM_OPTIMIZER_SGD; only.optimizer < MFM_OPTIMIZER_COUNT && strcmp(name, mfm_optimizer_name((mfm_optimizer)only.optimizer)); only.optimizer++) {
-            }
-            if (only.optimizer == MFM_OPTIMIZER_COUNT) {
+            if ((only.optimizer = bench_parse_optimizer(name)) < 0) {
                 fprintf(stderr, "gpu: --optimizer %s is not an optimizer (adagrad, rowwise-adagrad, sgd, adam, ftrl)\n", name);
                 return 2;
             }

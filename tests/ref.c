@@ -361,6 +361,12 @@ static void linear_line_steps(ref_model *r, const ref_model *start, const ref_op
     ref_free(&trial);
 }
 
+/* What a batch of n rows divides its gradient sums by: their count (the mean), AdaGrad's 1
+   (the sum; docs/SPEC.md section 12). */
+static double batch_divisor(const ref_opt *o, size_t n) {
+    return o->kind == MFM_OPTIMIZER_ADAGRAD || o->kind == MFM_OPTIMIZER_ROWWISE_ADAGRAD ? 1.0 : (double)n;
+}
+
 /* Row-wise AdaGrad on class c's vectors of V (k values each; the state slot holds one value a
    vector, at the vector's index): g' = g + l2 theta, G += the mean of the k squares, every
    value steps by lr g' / sqrt(G + 1e-10). grad: the batch's gradient sums (AdaGrad's divisor: 1). */
@@ -405,8 +411,7 @@ void ref_apply_batch(ref_model *r, const ref_opt *o, const mfm_csr *d, const uin
                 if (!mask[t][i]) continue;
                 for (s = 1; s < r->n_slots; s++) state[s] = &r->t[s][t][at];
                 /* the batch's mean gradient; AdaGrad's sum (docs/SPEC.md section 12) */
-                const double divisor = o->kind == MFM_OPTIMIZER_ADAGRAD || o->kind == MFM_OPTIMIZER_ROWWISE_ADAGRAD ? 1.0 : (double)n_rows;
-                ref_opt_step(o, &r->t[0][t][at], state[1], state[2], state[3], grad[t][at] / divisor, o->l1[t], o->l2[t]);
+                ref_opt_step(o, &r->t[0][t][at], state[1], state[2], state[3], grad[t][at] / batch_divisor(o, n_rows), o->l1[t], o->l2[t]);
             }
         }
     if (o->linear_line) linear_line_steps(r, &start, o, d, rows, n_rows, weights, eps, grad, mask);
@@ -440,10 +445,9 @@ void ref_rows_holding_r(ref_model *r, const ref_opt *o, const mfm_csr *d, const 
         if (++held < hold && q + 1 < n_rows) continue;
         for (i = 0; i < nr; i++) {
             double *state[REF_MAX_SLOTS] = {NULL, NULL, NULL, NULL};
-            const double divisor = o->kind == MFM_OPTIMIZER_ADAGRAD || o->kind == MFM_OPTIMIZER_ROWWISE_ADAGRAD ? 1.0 : (double)held;
             if (!seen[i]) continue;
             for (s = 1; s < r->n_slots; s++) state[s] = &r->t[s][MFM_TENSOR_R][i];
-            ref_opt_step(o, &r->t[0][MFM_TENSOR_R][i], state[1], state[2], state[3], sum[i] / divisor, o->l1[MFM_TENSOR_R], o->l2[MFM_TENSOR_R]);
+            ref_opt_step(o, &r->t[0][MFM_TENSOR_R][i], state[1], state[2], state[3], sum[i] / batch_divisor(o, held), o->l1[MFM_TENSOR_R], o->l2[MFM_TENSOR_R]);
             sum[i] = 0, seen[i] = 0;
         }
         held = 0;
