@@ -135,7 +135,8 @@ extern "C" {
     X(MFM_ERR_DEVICE_UNSUPPORTED, 14, "the GPU is not supported by any NVRTC found")              \
     X(MFM_ERR_NVRTC_COMPILE, 15, "NVRTC could not compile the kernels")                           \
     X(MFM_ERR_CUDA, 16, "a CUDA driver call failed")                                              \
-    X(MFM_ERR_DIVERGED, 17, "training diverged")
+    X(MFM_ERR_DIVERGED, 17, "training diverged")                                                 \
+    X(MFM_ERR_NCCL_UNAVAILABLE, 18, "no usable NCCL")
 
 typedef enum mfm_status {
 #define MFM__STATUS_ENUM(name, value, text) name = value,
@@ -248,6 +249,7 @@ typedef void (*mfm_log_fn)(void *user, mfm_log_level level, const char *message)
    default is on, MFM_OFF turns it off: p.normalize_rows = MFM_OFF. */
 #define MFM_ZERO (-0.0)
 #define MFM_OFF (-1)
+#define MFM_MAX_DEVICES 16 /* GPUs one process trains on (params.n_devices) */
 typedef struct mfm_params {
     mfm_model_type model;       /* FM */
     mfm_task task;              /* binary */
@@ -266,6 +268,12 @@ typedef struct mfm_params {
                                    CPU training only; one thread trains as 0 does */
     mfm_backend backend;        /* CPU: where mfm_fit, mfm_predict and mfm_evaluate run */
     int device;                 /* 0: the CUDA device (ordinal) for backend CUDA or AUTO */
+    int n_devices;              /* 0 or 1: training on one GPU, params.device; 2 to MFM_MAX_DEVICES:
+                                   data parallel on as many GPUs of this process (NCCL): each
+                                   batch's rows are shared out, one step per touched coordinate
+                                   (docs/GPU.md). Prediction and validation run on the first */
+    const int *devices;         /* with n_devices > 1: their CUDA ordinals, each once; copied.
+                                   NULL: 0, 1, ..., n_devices - 1 */
     int deterministic;          /* 0: CUDA training takes its fastest path, whose last bits vary
                                    from run to run (float atomics); 1: bit-identical runs on the
                                    same GPU (gradients summed exactly, in fixed point). GPU only:
@@ -725,6 +733,9 @@ MFMDEF mfm_status mfm_model_file_inspect(const char *path, mfm_model_file_info *
        driver_library  MFM_CUDA_LIBRARY  libcuda.so.1 (never libcuda.so) / nvcuda.dll
        nvrtc_library   MFM_NVRTC_PATH    searched by version, newest first, never newer than
                                          the driver (a path set here is authoritative)
+       nccl_library    MFM_NCCL_LIBRARY  libnccl.so.2 on the library path, in the CUDA folders,
+                                         then in Python's nvidia/nccl wheel; loaded only to
+                                         train on several GPUs (params.n_devices > 1)
        cache_dir       MFM_CACHE_DIR     $XDG_CACHE_HOME/modern_fm, ~/.cache/modern_fm;
                                          %LOCALAPPDATA%\modern_fm\cache on Windows
        cache_mode      MFM_CACHE         on / off (no reads, no writes) / readonly; another
@@ -741,6 +752,7 @@ typedef enum mfm_cache_mode {
 typedef struct mfm_cuda_config {
     const char *driver_library; /* copied; NULL = MFM_CUDA_LIBRARY, else the default */
     const char *nvrtc_library;  /* copied; NULL = MFM_NVRTC_PATH, else searched */
+    const char *nccl_library;   /* copied; NULL = MFM_NCCL_LIBRARY, else searched (several GPUs only) */
     const char *cache_dir;      /* copied; NULL = MFM_CACHE_DIR, else the default */
     mfm_cache_mode cache_mode;  /* DEFAULT = MFM_CACHE, else on */
 } mfm_cuda_config;
@@ -777,6 +789,8 @@ typedef struct mfm_cuda_info {
     uint64_t total_memory, free_memory; /* bytes */
     int nvrtc_version;    /* e.g. 13000; 0 when no NVRTC loaded (a warm cache does not need one) */
     char nvrtc_path[256]; /* the NVRTC library that was loaded */
+    int nccl_version;     /* e.g. 22703 for 2.27.3; 0 when no NCCL loads (one GPU needs none) */
+    char nccl_path[512];  /* the NCCL library that was loaded */
     char cache_dir[512];  /* "" when the cache is off or no directory could be found */
     mfm_cache_mode cache_mode; /* ON, READONLY or OFF: the mode in force */
     int kernels_ready;    /* this process has the device's kernels loaded, and ... */
@@ -2044,6 +2058,20 @@ static mfm_status mfm__validate_params(const mfm_params *p, uint32_t n_classes, 
     if ((unsigned)p->backend >= MFM_BACKEND_COUNT)
         return mfm__fail(err, MFM_ERR_INVALID_PARAM, "params.backend = %d is not a known backend (CPU, CUDA or AUTO)", (int)p->backend);
     if (p->device < 0) return mfm__fail(err, MFM_ERR_INVALID_PARAM, "params.device = %d must not be negative", p->device);
+    if (p->n_devices < 0 || p->n_devices > MFM_MAX_DEVICES)
+        return mfm__fail(err, MFM_ERR_INVALID_PARAM, "params.n_devices = %d must be between 0 (one GPU) and %d", p->n_devices, MFM_MAX_DEVICES);
+    if (p->n_devices > 1 && p->devices) {
+        int a, b;
+        for (a = 0; a < p->n_devices; a++) {
+            if (p->devices[a] < 0) return mfm__fail(err, MFM_ERR_INVALID_PARAM, "params.devices[%d] = %d must not be negative", a, p->devices[a]);
+            for (b = 0; b < a; b++)
+                if (p->devices[b] == p->devices[a])
+                    return mfm__fail(err, MFM_ERR_INVALID_PARAM, "params.devices names device %d twice (devices[%d] and devices[%d]); name each GPU once",
+                                     p->devices[a], b, a);
+        }
+    }
+    if (p->n_devices > 1 && p->backend == MFM_BACKEND_CPU)
+        return mfm__fail(err, MFM_ERR_INVALID_PARAM, "params.n_devices = %d asks for GPUs and the backend is CPU; set params.backend to CUDA (or AUTO)", p->n_devices);
     if (p->deterministic != 0 && p->deterministic != 1)
         return mfm__fail(err, MFM_ERR_INVALID_PARAM, "params.deterministic = %d must be 0 (fastest) or 1 (bit-identical GPU runs)", p->deterministic);
     if (p->hogwild != 0 && p->hogwild != 1)
@@ -2159,8 +2187,9 @@ typedef struct mfm__table {
 } mfm__table;
 
 struct mfm_model {
-    mfm_params params; /* resolved; class_weights points at class_weight_values */
+    mfm_params params; /* resolved; class_weights points at class_weight_values, devices at device_list */
     float *class_weight_values;
+    int device_list[MFM_MAX_DEVICES];
     uint32_t n_features, n_fields, n_classes;
     int k;
     int n_slots; /* 1 + optimizer state slots */
@@ -2432,6 +2461,18 @@ static void mfm__place_guest(mfm_model *m) {
    1 + the optimizer's for training, 1 for a model opened for prediction (parameters only).
    With `allocate`, the tables get zeroed memory of their own; without, a mapped file gives it
    (mfm_model_map). Parameters and state are not drawn: the caller fills them. */
+/* The model keeps its own list of the GPUs it trains on (validated already); p->devices then
+   points at it. */
+static void mfm__adopt_devices(mfm_model *m, mfm_params *p) {
+    int i;
+    if (p->n_devices < 2) {
+        p->devices = NULL;
+        return;
+    }
+    for (i = 0; i < p->n_devices; i++) m->device_list[i] = p->devices ? p->devices[i] : i;
+    p->devices = m->device_list;
+}
+
 static mfm_status mfm__model_new(const mfm_params *params, uint32_t n_features, uint32_t n_fields, uint32_t n_classes, int n_slots, int allocate,
                                  mfm_model **out, mfm_error *err) {
     mfm_params p = *params;
@@ -2479,6 +2520,7 @@ static mfm_status mfm__model_new(const mfm_params *params, uint32_t n_features, 
     } else {
         p.class_weights = NULL;
     }
+    mfm__adopt_devices(m, &p);
     m->params = p;
     m->has_state = n_slots > 1 || mfm__state_slots(p.optimizer) == 0;
     m->wide = mfm__use_avx();
@@ -2539,6 +2581,7 @@ MFMDEF mfm_status mfm_model_set_params(mfm_model *m, const mfm_params *params, m
     m->class_weight_values = weights;
     p.class_weights = weights;
     p.n_classes = q->n_classes;
+    mfm__adopt_devices(m, &p);
     *q = p;
     return mfm__ok(err);
 }
@@ -6829,7 +6872,8 @@ static mfm_status mfm__fit(mfm_model *m, const mfm_csr *d, const mfm_csr *valida
                  mfm__model_names[m->params.model], mfm_task_name(m->params.task), n, info.nnz, (unsigned)m->n_features, (unsigned)m->n_fields, m->k,
                  mfm__optimizer_names[m->params.optimizer], m->params.batch_size, on_gpu ? 0 : n_shares > 1 ? n_shares : tr->n_workers,
                  n_shares > 1 ? " (Hogwild)" : m->params.hogwild && on_gpu ? " (Hogwild is for CPU threads: not used)" : "",
-                 on_gpu ? (m->params.deterministic ? " on the GPU (deterministic)" : " on the GPU") : "", n_epochs, valid ? ", early stopping" : "");
+                 !on_gpu ? "" : m->params.n_devices > 1 ? (m->params.deterministic ? " on several GPUs (deterministic)" : " on several GPUs")
+                           : (m->params.deterministic ? " on the GPU (deterministic)" : " on the GPU"), n_epochs, valid ? ", early stopping" : "");
     for (e = 0; e < n_epochs && st == MFM_OK; e++) {
         double t0 = mfm__seconds(), loss = 0, weight = 0, metric = NAN;
         mfm_epoch_report rep;
@@ -7143,7 +7187,7 @@ static int mfm__on_gpu(const mfm_params *p) {
 /* Backend CUDA: the model goes up for this call only (mfm_gpu_model_upload keeps it there). */
 static mfm_status mfm__predict_gpu(const mfm_model *m, const mfm_csr *d, mfm_output kind, float *out, size_t capacity, mfm_error *err) {
     mfm_gpu_model *gm = NULL;
-    mfm_status st = mfm_gpu_model_upload(m, m->params.device, &gm, err);
+    mfm_status st = mfm_gpu_model_upload(m, m->params.n_devices > 1 ? m->params.devices[0] : m->params.device, &gm, err);
     if (st == MFM_OK) st = mfm_gpu_predict(gm, d, kind, out, capacity, err);
     mfm_gpu_model_free(gm);
     return st;
@@ -8417,6 +8461,19 @@ typedef struct mfm__cu_function_s *mfm__cu_function;
 typedef struct mfm__cu_stream_s *mfm__cu_stream;
 typedef struct mfm__cu_event_s *mfm__cu_event;
 typedef struct mfm__nvrtc_program_s *mfm__nvrtc_program;
+typedef struct mfm__nccl_comm_s *mfm__nccl_comm; /* ncclComm_t */
+typedef struct mfm__nccl_id {                     /* ncclUniqueId */
+    char internal[128];
+} mfm__nccl_id;
+enum { /* NCCL's numbers for its data types and reductions (nccl.h) */
+    MFM__NCCL_UINT8 = 1,
+    MFM__NCCL_UINT32 = 3,
+    MFM__NCCL_UINT64 = 5,
+    MFM__NCCL_FLOAT32 = 7,
+    MFM__NCCL_FLOAT64 = 8,
+    MFM__NCCL_SUM = 0,
+    MFM__NCCL_MAX = 2
+};
 
 enum { /* the driver's numbers for what gets its own sentence */
     MFM__CU_OUT_OF_MEMORY = 2,
@@ -8485,6 +8542,23 @@ enum { /* the driver's numbers for what gets its own sentence */
     X(nvrtcGetPTXSize, "nvrtcGetPTXSize", (mfm__nvrtc_program p, size_t * size))                                  \
     X(nvrtcGetPTX, "nvrtcGetPTX", (mfm__nvrtc_program p, char *ptx))
 
+/* NCCL 2: what training on several GPUs calls (>>gpu-ranks). ncclCommInitRank and
+   ncclGetUniqueId are for one process per GPU, the multi-node plan (docs/GPU.md). */
+#define MFM__NCCL_FUNCTIONS(X)                                                                                         \
+    X(ncclGetVersion, "ncclGetVersion", (int *version))                                                                \
+    X(ncclGetUniqueId, "ncclGetUniqueId", (mfm__nccl_id * id))                                                         \
+    X(ncclCommInitAll, "ncclCommInitAll", (mfm__nccl_comm * comms, int n, const int *devices))                        \
+    X(ncclCommInitRank, "ncclCommInitRank", (mfm__nccl_comm * comm, int n, mfm__nccl_id id, int rank))                \
+    X(ncclCommDestroy, "ncclCommDestroy", (mfm__nccl_comm comm))                                                       \
+    X(ncclGroupStart, "ncclGroupStart", (void))                                                                        \
+    X(ncclGroupEnd, "ncclGroupEnd", (void))                                                                            \
+    X(ncclAllReduce, "ncclAllReduce",                                                                                  \
+      (const void *send, void *receive, size_t count, int type, int op, mfm__nccl_comm comm, mfm__cu_stream stream))   \
+    X(ncclAllGather, "ncclAllGather", (const void *send, void *receive, size_t count, int type, mfm__nccl_comm comm, mfm__cu_stream stream)) \
+    X(ncclReduce, "ncclReduce",                                                                                        \
+      (const void *send, void *receive, size_t count, int type, int op, int root, mfm__nccl_comm comm, mfm__cu_stream stream)) \
+    X(ncclBroadcast, "ncclBroadcast", (const void *send, void *receive, size_t count, int type, int root, mfm__nccl_comm comm, mfm__cu_stream stream))
+
 /* Present from NVRTC 11.1 / 11.2 on; without them there is only PTX for a guessed arch list. */
 #define MFM__NVRTC_OPTIONAL(X)                                                                 \
     X(nvrtcGetCUBINSize, "nvrtcGetCUBINSize", (mfm__nvrtc_program p, size_t * size))           \
@@ -8501,6 +8575,12 @@ typedef struct mfm__nvrtc_api {
     MFM__NVRTC_OPTIONAL(MFM__DECLARE_FN)
 } mfm__nvrtc_api;
 #undef MFM__DECLARE_FN
+#define MFM__DECLARE_NCCL(name, symbol, args) int(MFM__CUDAAPI *name) args; /* ncclResult_t: 0 is success */
+typedef struct mfm__nccl_api {
+    MFM__NCCL_FUNCTIONS(MFM__DECLARE_NCCL)
+    const char *(MFM__CUDAAPI *ncclGetErrorString)(int result);
+} mfm__nccl_api;
+#undef MFM__DECLARE_NCCL
 
 /* A device made ready on first use: its primary context and the module of all kernels. */
 typedef struct mfm__gpu_device {
@@ -8512,6 +8592,7 @@ typedef struct mfm__gpu_device {
     mfm__cu_function train_rows[2][4];     /* [fast, exact][any k, k = 4, 8, 16] (kernels/train.cu) */
     mfm__cu_function train_apply[2][5][2]; /* [fast, exact][SGD, AdaGrad, Adam, FTRL, row-wise AdaGrad][k a multiple of 8: the _wide kernel] */
     mfm__cu_function train_list;           /* lists a large batch's features from a sweep of their marks */
+    mfm__cu_function train_pack[2][2];     /* several GPUs: [pack, unpack][fast, exact] the listed sums for NCCL */
     mfm__cu_function line[3];              /* the linear terms' line search: delta, alpha, settle */
     mfm__cu_function ffm_starts, ffm_place, ffm_gather[4]; /* deterministic FFM's gathered sums: gather [any k, k = 4, 8, 16] */
     int cc, sm_count;
@@ -8537,13 +8618,18 @@ typedef struct mfm__cuda_state {
     char *source;             /* the kernel chunks joined */
     size_t source_bytes;
     char source_digest[33];   /* XXH3-128 of the source, hex */
+    int nccl_tried, nccl_version; /* NCCL: only for training on several GPUs */
+    mfm_status nccl_status;
+    char nccl_why[1536], nccl_path[512];
+    void *nccl_library;
+    mfm__nccl_api nccl;
 } mfm__cuda_state;
 
 static mfm__cuda_state mfm__cuda;
 
 /* mfm_cuda_configure's settings, read under the lock; "" and DEFAULT defer to the environment. */
 static struct mfm__cuda_settings {
-    char driver[512], nvrtc[512], cache_dir[512];
+    char driver[512], nvrtc[512], nccl[512], cache_dir[512];
     mfm_cache_mode cache_mode;
 } mfm__settings;
 
@@ -8617,6 +8703,16 @@ static const char *mfm__resolve_nvrtc(void *lib_, mfm__nvrtc_api *table_) {
     MFM__NVRTC_OPTIONAL(MFM__RESOLVE_ONE)
     return NULL; /* optional ones may stay NULL */
 }
+
+#if !defined(_WIN32) /* NVIDIA builds NCCL for Linux only */
+static const char *mfm__resolve_nccl(void *lib_, mfm__nccl_api *table_) {
+    const char *missing_ = NULL;
+    void *sym_ = NULL;
+    MFM__NCCL_FUNCTIONS(MFM__RESOLVE_ONE)
+    MFM__RESOLVE_ONE(ncclGetErrorString, "ncclGetErrorString", ())
+    return missing_;
+}
+#endif
 #undef MFM__RESOLVE_ONE
 
 /* "cuMemAlloc_v2 failed: CUDA_ERROR_INVALID_VALUE (1): invalid argument" */
@@ -8727,6 +8823,7 @@ MFMDEF mfm_status mfm_cuda_configure(const mfm_cuda_config *config, mfm_error *e
     before = mfm__settings;
     st = mfm__configure_path(mfm__settings.driver, config->driver_library, mfm__cuda.driver_tried, "driver_library", err);
     if (st == MFM_OK) st = mfm__configure_path(mfm__settings.nvrtc, config->nvrtc_library, mfm__cuda.nvrtc_tried, "nvrtc_library", err);
+    if (st == MFM_OK) st = mfm__configure_path(mfm__settings.nccl, config->nccl_library, mfm__cuda.nccl_tried, "nccl_library", err);
     if (st == MFM_OK) {
         snprintf(mfm__settings.cache_dir, sizeof mfm__settings.cache_dir, "%s", config->cache_dir ? config->cache_dir : "");
         mfm__settings.cache_mode = config->cache_mode;
@@ -8837,6 +8934,132 @@ static mfm_status mfm__nvrtc_load(mfm_error *err) {
     st = mfm__cuda.nvrtc_status;
     mfm__cuda_unlock();
     return st == MFM_OK ? MFM_OK : mfm__fail(err, st, "%s", mfm__cuda.nvrtc_why);
+}
+
+/* ---- NCCL: only for training on several GPUs ---- */
+
+#if !defined(_WIN32) /* NVIDIA builds NCCL for Linux only */
+/* Tries one NCCL library; keeps it when it has every function and answers its version. */
+static int mfm__nccl_try(const char *path, char *tried, size_t cap) {
+    mfm__cuda_state *s = &mfm__cuda;
+    char why[256] = "";
+    void *lib = mfm__library_open(path, 0, why, sizeof why);
+    const char *missing;
+    size_t used = strlen(tried);
+    if (!lib) {
+        if (strchr(path, '/')) { /* a file that is there but does not load says why; absent ones are many */
+            struct stat st_;
+            if (stat(path, &st_) == 0) snprintf(tried + used, cap - used, "; %s: %s", path, why);
+        }
+        return 0;
+    }
+    memset(&s->nccl, 0, sizeof s->nccl);
+    if ((missing = mfm__resolve_nccl(lib, &s->nccl)) != NULL || s->nccl.ncclGetVersion(&s->nccl_version) != 0) {
+        snprintf(tried + used, cap - used, "; %s %s", path, missing ? "has no " : "does not answer ncclGetVersion");
+        if (missing) snprintf(tried + strlen(tried), cap - strlen(tried), "%s", missing);
+        mfm__library_close(lib);
+        s->nccl_version = 0;
+        return 0;
+    }
+    s->nccl_library = lib;
+    snprintf(s->nccl_path, sizeof s->nccl_path, "%s", path);
+    return 1;
+}
+
+/* Python's NVIDIA wheel (pip install nvidia-nccl-cu12 / -cu13, which PyTorch pulls in) keeps
+   the library in <prefix>/lib/python3.X/{site,dist}-packages/nvidia/nccl/lib. */
+static int mfm__nccl_try_wheels(const char *prefix, char *tried, size_t cap) {
+    static const char *const kinds[] = {"site-packages", "dist-packages"};
+    char lib_dir[512], path[1024];
+    struct dirent *e;
+    DIR *dir;
+    int found = 0, k;
+    if (!prefix || !*prefix) return 0;
+    snprintf(lib_dir, sizeof lib_dir, "%s/lib", prefix);
+    if (!(dir = opendir(lib_dir))) return 0;
+    while (!found && (e = readdir(dir)) != NULL) {
+        if (strncmp(e->d_name, "python3", 7) != 0) continue;
+        for (k = 0; k < 2 && !found; k++) {
+            snprintf(path, sizeof path, "%s/%s/%s/nvidia/nccl/lib/libnccl.so.2", lib_dir, e->d_name, kinds[k]);
+            found = access(path, R_OK) == 0 && mfm__nccl_try(path, tried, cap);
+        }
+    }
+    closedir(dir);
+    return found;
+}
+#endif
+
+/* NCCL 2: MFM_NCCL_LIBRARY alone when set; else libnccl.so.2 on the system's library path, in
+   the CUDA folders, then in the Python wheel of the active virtual or conda environment, the
+   user's and the system's Pythons. Called under the lock. */
+static void mfm__nccl_load_locked(void) {
+    mfm__cuda_state *s = &mfm__cuda;
+    const char *env = mfm__setting(mfm__settings.nccl, "MFM_NCCL_LIBRARY");
+    char tried[1024] = "";
+    s->nccl_tried = 1;
+    s->nccl_status = MFM_ERR_NCCL_UNAVAILABLE;
+#if defined(_WIN32)
+    (void)env;
+    (void)tried;
+    snprintf(s->nccl_why, sizeof s->nccl_why, "no NCCL: NVIDIA builds NCCL for Linux only, so training on several GPUs needs Linux; train on one GPU (params.n_devices = 1)");
+#else
+    if (env) {
+        if (mfm__nccl_try(env, tried, sizeof tried))
+            s->nccl_status = MFM_OK;
+        else
+            snprintf(s->nccl_why, sizeof s->nccl_why, "no NCCL: MFM_NCCL_LIBRARY (or mfm_cuda_config.nccl_library) = %s could not be loaded as NCCL 2%s", env,
+                     tried[0] ? tried : ": there is no such file, or the loader could not open it");
+        return;
+    }
+    {
+        const char *cuda_dirs[3], *home = getenv("HOME");
+        static const char *const sub[] = {"lib64", "lib", "targets/x86_64-linux/lib", "targets/sbsa-linux/lib"};
+        char path[1024], user[512] = "";
+        size_t d, j;
+        int n_dirs = 0;
+        if (mfm__nccl_try("libnccl.so.2", tried, sizeof tried)) goto found;
+        if ((cuda_dirs[n_dirs] = getenv("CUDA_PATH")) != NULL && *cuda_dirs[n_dirs]) n_dirs++;
+        if ((cuda_dirs[n_dirs] = getenv("CUDA_HOME")) != NULL && *cuda_dirs[n_dirs]) n_dirs++;
+        cuda_dirs[n_dirs++] = "/usr/local/cuda";
+        for (d = 0; d < (size_t)n_dirs; d++)
+            for (j = 0; j < sizeof sub / sizeof sub[0]; j++) {
+                snprintf(path, sizeof path, "%s/%s/libnccl.so.2", cuda_dirs[d], sub[j]);
+                if (access(path, R_OK) == 0 && mfm__nccl_try(path, tried, sizeof tried)) goto found;
+            }
+        if (home) snprintf(user, sizeof user, "%s/.local", home);
+        if (mfm__nccl_try_wheels(getenv("VIRTUAL_ENV"), tried, sizeof tried) || mfm__nccl_try_wheels(getenv("CONDA_PREFIX"), tried, sizeof tried) ||
+            mfm__nccl_try_wheels(user, tried, sizeof tried) || mfm__nccl_try_wheels("/usr/local", tried, sizeof tried) ||
+            mfm__nccl_try_wheels("/usr", tried, sizeof tried) || mfm__nccl_try_wheels("/opt/conda", tried, sizeof tried))
+            goto found;
+        if (getenv("CONDA_PREFIX")) { /* conda's nccl package */
+            snprintf(path, sizeof path, "%s/lib/libnccl.so.2", getenv("CONDA_PREFIX"));
+            if (access(path, R_OK) == 0 && mfm__nccl_try(path, tried, sizeof tried)) goto found;
+        }
+        snprintf(s->nccl_why, sizeof s->nccl_why,
+                 "no NCCL: libnccl.so.2 loads neither from the library path nor from the CUDA folders ($CUDA_PATH, $CUDA_HOME, /usr/local/cuda) "
+                 "nor from a Python environment's nvidia/nccl wheel%s; training on several GPUs needs NCCL 2: install it (e.g. pip install nvidia-nccl-cu12, "
+                 "or the libnccl2 package), or set MFM_NCCL_LIBRARY to the library",
+                 tried);
+        return;
+    found:
+        s->nccl_status = MFM_OK;
+    }
+#endif
+}
+
+static mfm_status mfm__nccl_load(mfm_error *err) {
+    mfm_status st;
+    mfm__cuda_lock();
+    if (!mfm__cuda.nccl_tried) mfm__nccl_load_locked();
+    st = mfm__cuda.nccl_status;
+    mfm__cuda_unlock();
+    return st == MFM_OK ? MFM_OK : mfm__fail(err, st, "%s", mfm__cuda.nccl_why);
+}
+
+/* "ncclAllReduce failed: unhandled cuda error (1)" */
+static mfm_status mfm__nccl_fail(mfm_error *err, int r, const char *step) {
+    const char *text = mfm__cuda.nccl.ncclGetErrorString ? mfm__cuda.nccl.ncclGetErrorString(r) : NULL;
+    return mfm__fail(err, MFM_ERR_CUDA, "%s failed in NCCL: %s (%d)", step, text ? text : "no description", r);
 }
 
 #endif /* MFM__GPU */
@@ -9412,6 +9635,10 @@ static mfm_status mfm__gpu_device_ready_locked(int d, mfm_error *err) {
             if ((r = cu->cuModuleGetFunction(f, dev->module, name)) != 0) st = mfm__cu_fail(err, r, name);
         }
         if (st == MFM_OK && (r = cu->cuModuleGetFunction(&dev->train_list, dev->module, "mfm_train_list")) != 0) st = mfm__cu_fail(err, r, "mfm_train_list");
+        for (i = 0; i < 4 && st == MFM_OK; i++) { /* several GPUs: pack and unpack [fast, exact] */
+            snprintf(name, sizeof name, "mfm_train_%spack_%s", i / 2 ? "un" : "", i % 2 ? "exact" : "fast");
+            if ((r = cu->cuModuleGetFunction(&dev->train_pack[i / 2][i % 2], dev->module, name)) != 0) st = mfm__cu_fail(err, r, name);
+        }
         for (i = 0; i < 3 && st == MFM_OK; i++) {
             static const char *const line[3] = {"mfm_train_line_delta", "mfm_train_line_alpha", "mfm_train_line_settle"};
             if ((r = cu->cuModuleGetFunction(&dev->line[i], dev->module, line[i])) != 0) st = mfm__cu_fail(err, r, line[i]);
@@ -9988,6 +10215,10 @@ MFMDEF mfm_status mfm_cuda_get_info(int device, mfm_cuda_info *out, mfm_error *e
         out->nvrtc_version = mfm__cuda.nvrtc_major * 1000 + mfm__cuda.nvrtc_minor * 10;
         snprintf(out->nvrtc_path, sizeof out->nvrtc_path, "%s", mfm__cuda.nvrtc_path);
     }
+    if (mfm__nccl_load(NULL) == MFM_OK) {
+        out->nccl_version = mfm__cuda.nccl_version;
+        snprintf(out->nccl_path, sizeof out->nccl_path, "%s", mfm__cuda.nccl_path);
+    }
     if ((st = mfm__driver_load(err)) != MFM_OK) return st;
     out->driver_version = mfm__cuda.driver_version;
     out->n_devices = mfm__cuda.n_devices;
@@ -10041,6 +10272,7 @@ typedef struct mfm__train_args {
     mfm__cu_ptr occ, occ_start, occ_count, chunk_owner, tally, occ_list, batch_rows, spill;
     mfm__cu_ptr count, dlds, scores, sums, row_loss, totals, class_weights;
     mfm__cu_ptr grad_sq, line_step[2], line_delta, line_alpha, line_parts;
+    mfm__cu_ptr packed, packed_fields;
     uint64_t first, n_batch, offset_base;
     uint64_t n_blocks[4];
     double beta1, beta2, eps;
@@ -10049,7 +10281,7 @@ typedef struct mfm__train_args {
     float lr, ftrl_beta, smoothing;
     uint32_t n_fields, n_classes, k, group, stamp, parity, mask_words, r_shared, sweep, line_blocks, gather, chunk;
     int32_t model, task, optimizer, linear_only, pairs_only, normalize, score_only;
-    int32_t line;
+    int32_t line, ranks;
 } mfm__train_args;
 
 struct mfm__gpu_trainer {
@@ -10080,6 +10312,11 @@ struct mfm__gpu_trainer {
     mfm__cu_ptr chunk[2];
     mfm__cu_event copied[2], consumed[2];
     float *valid_scores;
+    /* several GPUs (>>gpu-ranks): rank 0 is the fit's handle and holds every rank's trainer */
+    int device, rank, n_ranks;
+    mfm__gpu_trainer *ranks[MFM_MAX_DEVICES];
+    mfm__nccl_comm comm;
+    uint64_t *listed;             /* pinned: the union's counts of features and entries of R */
 };
 
 /* Device memory that the trainer owns, counted against what the fit may take. */
@@ -10149,6 +10386,8 @@ static void mfm__gpu_fit_free(mfm__gpu_trainer *g) {
     mfm__cu_context saved;
     int i;
     if (!g) return;
+    for (i = 1; i < g->n_ranks && g->rank == 0; i++) mfm__gpu_fit_free(g->ranks[i]);
+    if (g->comm) mfm__cuda.nccl.ncclCommDestroy(g->comm);
     if (g->dev) {
         mfm__cuda.cu.cuCtxGetCurrent(&saved);
         mfm__cuda.cu.cuCtxSetCurrent(g->dev->context);
@@ -10163,6 +10402,7 @@ static void mfm__gpu_fit_free(mfm__gpu_trainer *g) {
         if (g->stream) mfm__cuda.cu.cuStreamDestroy(g->stream);
         if (g->copy) mfm__cuda.cu.cuStreamDestroy(g->copy);
         if (g->order_copied) mfm__cuda.cu.cuEventDestroy(g->order_copied);
+        if (g->listed) mfm__cuda.cu.cuMemFreeHost(g->listed);
         mfm__cuda.cu.cuCtxSetCurrent(saved);
     }
     MFM_FREE(g->valid_scores);
@@ -10174,10 +10414,11 @@ static uint64_t mfm__touch_bound(uint64_t n_blocks, uint64_t rows, uint64_t per_
     return per_row && rows > n_blocks / per_row ? n_blocks : rows * per_row;
 }
 
-/* Uploads the model, the rows (or makes the chunk buffers) and the validation rows; allocates
-   the gradient sums, touched lists and per-batch buffers. */
-static mfm_status mfm__gpu_fit_start(mfm__gpu_trainer **out, mfm_model *m, const mfm_csr *d, uint64_t n_train, const mfm_csr *valid,
-                                     const float *class_weights, const mfm__data_info *info, int ahead, mfm_error *err) {
+/* Uploads the model, the rows (or makes the chunk buffers) and the validation rows to one
+   device; allocates the gradient sums, touched lists and per-batch buffers. n_ranks > 1: one
+   of that many GPUs that share each batch (>>gpu-ranks). */
+static mfm_status mfm__gpu_rank_start(mfm__gpu_trainer **out, mfm_model *m, int device, int n_ranks, const mfm_csr *d, uint64_t n_train, const mfm_csr *valid,
+                                      const float *class_weights, const mfm__data_info *info, int ahead, mfm_error *err) {
     const mfm_params *p = &m->params;
     const uint32_t C = m->n_classes, z = (uint32_t)(info->max_row_nnz ? info->max_row_nnz : 1);
     const uint64_t nnz = d->row_offsets[d->n_rows], gsize = p->deterministic ? 16 : 4;
@@ -10193,8 +10434,11 @@ static mfm_status mfm__gpu_fit_start(mfm__gpu_trainer **out, mfm_model *m, const
     *out = NULL;
     if (!(g = (mfm__gpu_trainer *)mfm__calloc(1, sizeof *g))) return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for a GPU trainer");
     g->m = m;
+    g->device = device;
+    g->n_ranks = n_ranks;
     a = &g->a;
-    if ((st = mfm__gpu_enter(p->device, &g->dev, &saved, err)) != MFM_OK) {
+    a->ranks = n_ranks;
+    if ((st = mfm__gpu_enter(device, &g->dev, &saved, err)) != MFM_OK) {
         MFM_FREE(g);
         return st;
     }
@@ -10212,7 +10456,7 @@ static mfm_status mfm__gpu_fit_start(mfm__gpu_trainer **out, mfm_model *m, const
        the H100 the sweep of 10^6 marks paid from 10^4 non-zeros a batch (Criteo at batch 256). */
     g->sweep_rows = (uint64_t)((double)m->n_features * (double)(d->n_rows ? d->n_rows : 1) / (128.0 * (double)(nnz ? nnz : 1))) + 1;
     g->n_valid = valid ? valid->n_rows : 0;
-    if (p->model == MFM_MODEL_FFM && !p->linear_only && p->deterministic) { /* pair sums gathered by feature, where a warp's sums fit */
+    if (p->model == MFM_MODEL_FFM && !p->linear_only && p->deterministic && n_ranks == 1) { /* pair sums gathered by feature, where a warp's sums fit */
         const uint64_t warp_bytes = (uint64_t)C * m->n_fields * (uint64_t)m->k * 16;
         a->gather = warp_bytes <= 48 * 1024 && batch_nnz < 0xFFFFFFFFu;
         g->gather_warps = a->gather ? (48 * 1024 / warp_bytes < 8 ? (unsigned)(48 * 1024 / warp_bytes) : 8) : 0;
@@ -10263,9 +10507,10 @@ static mfm_status mfm__gpu_fit_start(mfm__gpu_trainer **out, mfm_model *m, const
     }
     if (st == MFM_OK) st = mfm__gpu_put(g, &a->count, NULL, 4 * sizeof(uint64_t), "the touched counts", err);
     if (st == MFM_OK) st = mfm__gpu_take(g, &a->totals, 2 * sizeof(double), "the epoch's loss", err);
-    if (st == MFM_OK) st = mfm__gpu_take(g, &a->dlds, g->batch_rows * C * 4, "a batch's loss derivatives", err);
-    if (st == MFM_OK) st = mfm__gpu_take(g, &a->scores, (g->batch_rows > g->n_valid ? g->batch_rows : g->n_valid) * C * 4, "the scores", err);
-    if (st == MFM_OK) st = mfm__gpu_take(g, &a->row_loss, g->batch_rows * 2 * sizeof(double), "a batch's losses", err);
+    /* several GPUs: a batch's rows in n_ranks parts of ceil(rows / n_ranks), the last one short */
+    if (st == MFM_OK) st = mfm__gpu_take(g, &a->dlds, (g->batch_rows + n_ranks) * C * 4, "a batch's loss derivatives", err);
+    if (st == MFM_OK) st = mfm__gpu_take(g, &a->scores, (g->batch_rows + n_ranks > g->n_valid ? g->batch_rows + n_ranks : g->n_valid) * C * 4, "the scores", err);
+    if (st == MFM_OK) st = mfm__gpu_take(g, &a->row_loss, (g->batch_rows + n_ranks) * 2 * sizeof(double), "a batch's losses", err);
     if (st == MFM_OK && p->model == MFM_MODEL_FM && !p->linear_only) st = mfm__gpu_take(g, &a->sums, g->batch_rows * C * (uint64_t)m->k * 4, "a batch's FM sums", err);
     if (st == MFM_OK && class_weights)
         st = mfm__gpu_put(g, &a->class_weights, class_weights, (p->task == MFM_TASK_BINARY ? 2 : C) * sizeof(float), "the class weights", err);
@@ -10277,7 +10522,7 @@ static mfm_status mfm__gpu_fit_start(mfm__gpu_trainer **out, mfm_model *m, const
         if (st == MFM_OK) st = mfm__gpu_put(g, &a->line_step[1], NULL, w_sums * 4, "the linear terms' line search", err);
         if (st == MFM_OK) st = mfm__gpu_take(g, &a->line_delta, g->batch_rows * C * 8, "the linear terms' line search", err);
         if (st == MFM_OK) st = mfm__gpu_take(g, &a->line_alpha, 8, "the linear terms' line search", err);
-        if (st == MFM_OK) st = mfm__gpu_take(g, &a->line_parts, (uint64_t)g->dev->sm_count * 8 * 2 * 8, "the linear terms' line search", err);
+        if (st == MFM_OK) st = mfm__gpu_put(g, &a->line_parts, NULL, (uint64_t)n_ranks * g->dev->sm_count * 8 * 2 * 8, "the linear terms' line search", err);
     }
     if (st == MFM_OK && valid) { /* validation rows stay on the device */
         const uint64_t vnnz = valid->row_offsets[valid->n_rows];
@@ -10290,6 +10535,11 @@ static mfm_status mfm__gpu_fit_start(mfm__gpu_trainer **out, mfm_model *m, const
     }
     /* the rows: resident when they fit (keeping 1/16 for the early-stopping copy and slack) */
     resident_bytes = (d->n_rows + 1) * 8 + nnz * 4 * (1 + (uint64_t)fields + (d->values != NULL)) + d->n_rows * 4 * (1 + (uint64_t)(d->weights != NULL)) + n_train * 8 * (ahead ? 2 : 1);
+    if (st == MFM_OK && n_ranks > 1 && resident_bytes > g->free_bytes - g->free_bytes / 16)
+        st = mfm__fail(err, MFM_ERR_OUT_OF_MEMORY,
+                       "training on several GPUs keeps the rows on each GPU, and the rows (%.1f MB) do not fit beside the model on device %d (%.1f MB free for them); "
+                       "train on one GPU, where the rows stream from host memory",
+                       (double)resident_bytes / 1e6, device, (double)(g->free_bytes - g->free_bytes / 16) / 1e6);
     if (st == MFM_OK && resident_bytes <= g->free_bytes - g->free_bytes / 16) {
         st = mfm__gpu_put(g, &a->offsets, d->row_offsets, (d->n_rows + 1) * 8, "the training rows", err);
         if (st == MFM_OK) st = mfm__gpu_put(g, &a->features, d->features, nnz * 4, "the training rows", err);
@@ -10358,8 +10608,52 @@ static mfm_status mfm__gpu_fit_start(mfm__gpu_trainer **out, mfm_model *m, const
         const uint64_t FF = (uint64_t)m->n_fields * m->n_fields, bytes = (C * FF * gsize + 4 * FF + 7) & ~(uint64_t)7;
         if (bytes <= 48 * 1024) g->r_shared = (unsigned)bytes;
     }
+    if (st == MFM_OK && n_ranks > 1) { /* the union's sums packed for NCCL: as many as the lists hold */
+        const uint64_t features = mfm__touch_bound(m->n_features, g->batch_rows, z), ffm = p->model == MFM_MODEL_FFM && !p->linear_only;
+        const uint64_t entries = a->list[1] ? mfm__touch_bound(m->t[MFM_TENSOR_R].n_blocks, g->batch_rows, (uint64_t)z * (z - 1) / 2) : 0;
+        const uint64_t per_feature = C * (1 + (uint64_t)a->line + (p->linear_only ? 0 : (uint64_t)m->t[MFM_TENSOR_V].len * (ffm ? m->n_fields : 1)));
+        void *host = NULL;
+        st = mfm__gpu_take(g, &a->packed, (features * per_feature + entries * C) * gsize, "the batch's sums packed for NCCL", err);
+        if (st == MFM_OK && ffm) st = mfm__gpu_take(g, &a->packed_fields, features * m->n_fields, "the batch's field masks packed for NCCL", err);
+        if (st == MFM_OK && (r = mfm__cuda.cu.cuMemAllocHost(&host, 4 * sizeof(uint64_t))) != 0) st = mfm__cu_fail(err, r, "cuMemAllocHost");
+        g->listed = (uint64_t *)host;
+    }
     mfm__gpu_leave(saved);
     return st;
+}
+
+/* The fit's trainer: one device, or (params.n_devices > 1) one on each device named, joined by
+   NCCL communicators, rank 0 the handle (>>gpu-ranks). NCCL is looked for first, so that a
+   machine without it says so before any upload. */
+static mfm_status mfm__gpu_fit_start(mfm__gpu_trainer **out, mfm_model *m, const mfm_csr *d, uint64_t n_train, const mfm_csr *valid,
+                                     const float *class_weights, const mfm__data_info *info, int ahead, mfm_error *err) {
+    const mfm_params *p = &m->params;
+    const int n = p->n_devices > 1 ? p->n_devices : 1;
+    mfm__nccl_comm comms[MFM_MAX_DEVICES];
+    mfm__cu_context saved;
+    mfm__gpu_trainer *g;
+    mfm_status st;
+    int r, rc;
+    *out = NULL;
+    if (n == 1) return mfm__gpu_rank_start(out, m, p->device, 1, d, n_train, valid, class_weights, info, ahead, err);
+    if ((st = mfm__nccl_load(err)) != MFM_OK) return st;
+    if ((st = mfm__gpu_rank_start(out, m, p->devices[0], n, d, n_train, valid, class_weights, info, 0, err)) != MFM_OK) return st;
+    g = *out;
+    g->ranks[0] = g;
+    for (r = 1; r < n && st == MFM_OK; r++) {
+        st = mfm__gpu_rank_start(&g->ranks[r], m, p->devices[r], n, d, n_train, NULL, class_weights, info, 0, err);
+        if (g->ranks[r]) g->ranks[r]->rank = r;
+    }
+    if (st != MFM_OK) {
+        g->n_ranks = r; /* the ranks made so far, freed with rank 0 */
+        return st;
+    }
+    mfm__cuda.cu.cuCtxGetCurrent(&saved);
+    rc = mfm__cuda.nccl.ncclCommInitAll(comms, n, p->devices);
+    mfm__cuda.cu.cuCtxSetCurrent(saved);
+    if (rc != 0) return mfm__nccl_fail(err, rc, "ncclCommInitAll (joining the GPUs)");
+    for (r = 0; r < n; r++) g->ranks[r]->comm = comms[r];
+    return MFM_OK;
 }
 
 /* Launches the batch of a->n_batch rows described by g->a: the rows, then the steps. */
@@ -10419,6 +10713,192 @@ static void mfm__gpu_gather(mfm__gpu_trainer *g, const mfm_csr *d, const uint64_
     offsets[n] = at;
 }
 
+/* ---- >>gpu-ranks  One batch shared by several GPUs (params.n_devices > 1) ----
+
+   Data parallel over replicas: every GPU holds the whole model and every row, and each batch
+   is cut into n_ranks consecutive parts, part r to GPU r, all scored against the same frozen
+   parameters. Per batch:
+     1. each GPU runs the rows kernel on its part: scores, losses, dL/ds (into the batch's
+        places), gradient sums, stamps (features and R's entries alike, listed by none);
+     2. NCCL: the stamps reduced to GPU 0 by maximum (a feature touched anywhere carries the
+        batch's stamp), every part's dL/ds and losses gathered on every GPU;
+     3. GPU 0 lists the union from a sweep of its stamps; the host reads the two counts, and
+        GPU 0's lists and counts are broadcast, so that every GPU packs the same coordinates in
+        the same order;
+     4. each GPU packs its sums of the listed coordinates (kernels/train.cu, mfm_train_pack),
+        NCCL adds the packs up (exact sums as integers, so the deterministic mode's totals are
+        the one-GPU totals, bit for bit), each GPU unpacks the totals into its sums;
+     5. every GPU runs the step kernel on the same list with the same sums, so the replicas stay
+        equal; w0 and the epoch's loss come from the gathered dL/ds and losses, added in the
+        batch's order as on one GPU. AdaGrad's line search: each GPU its part's slopes and
+        curvatures, gathered, then the same alpha everywhere.
+   Validation, early stopping's copy and the final download use GPU 0's replica. */
+
+/* Several NCCL calls, one per GPU, as one group; the first failure is kept. */
+#define MFM__NCCL_GROUP(rc, body)                                               \
+    do {                                                                        \
+        int g_rc_ = mfm__cuda.nccl.ncclGroupStart(), k_;                        \
+        for (k_ = 0; k_ < g->n_ranks && g_rc_ == 0; k_++) {                     \
+            mfm__gpu_trainer *const t_ = g->ranks[k_];                          \
+            body                                                                \
+        }                                                                       \
+        (rc) = mfm__cuda.nccl.ncclGroupEnd();                                   \
+        if (g_rc_ != 0) (rc) = g_rc_;                                           \
+    } while (0)
+
+static mfm_status mfm__rank_launch(mfm__gpu_trainer *t, mfm__cu_function f, unsigned blocks, unsigned threads, unsigned shared, const char *what, mfm_error *err) {
+    void *params[1];
+    mfm__cu_result r;
+    params[0] = &t->a;
+    mfm__cuda.cu.cuCtxSetCurrent(t->dev->context);
+    if (!blocks) return MFM_OK;
+    r = mfm__cuda.cu.cuLaunchKernel(f, blocks, 1, 1, threads, 1, 1, shared, t->stream, params, NULL);
+    return r ? mfm__cu_fail(err, r, what) : MFM_OK;
+}
+
+static mfm_status mfm__gpu_ranks_pass(mfm__gpu_trainer *g, const uint64_t *order, uint64_t n, const mfm__epoch_order *meanwhile, double *loss, double *weight,
+                                      mfm_error *err) {
+    const mfm_params *p = &g->m->params;
+    const int G = g->n_ranks, exact = p->deterministic;
+    const uint64_t batch = (uint64_t)p->batch_size, C = g->m->n_classes;
+    const uint64_t per_feature = C * (1 + (uint64_t)g->a.line + (p->linear_only ? 0 : (uint64_t)g->a.len[MFM_TENSOR_V] * (g->a.packed_fields ? g->m->n_fields : 1)));
+    mfm__cu_ptr dlds[MFM_MAX_DEVICES], scores[MFM_MAX_DEVICES], row_loss[MFM_MAX_DEVICES], parts[MFM_MAX_DEVICES];
+    unsigned line_blocks = g->max_blocks;
+    mfm__cu_context saved;
+    mfm__cu_result r = 0;
+    mfm_status st = MFM_OK;
+    double totals[2] = {0, 0};
+    uint64_t start;
+    int k, rc = 0;
+    mfm__cuda.cu.cuCtxGetCurrent(&saved);
+    for (k = 0; k < G && r == 0; k++) { /* the order to every GPU, the epoch's loss to zero */
+        mfm__gpu_trainer *t = g->ranks[k];
+        dlds[k] = t->a.dlds, scores[k] = t->a.scores, row_loss[k] = t->a.row_loss, parts[k] = t->a.line_parts;
+        if (t->max_blocks < line_blocks) line_blocks = t->max_blocks;
+        mfm__cuda.cu.cuCtxSetCurrent(t->dev->context);
+        if ((r = mfm__cuda.cu.cuMemsetD8Async(t->a.totals, 0, 2 * sizeof(double), t->stream)) == 0)
+            r = mfm__cuda.cu.cuMemcpyHtoDAsync(t->order[0], order, (size_t)(n * 8), t->stream);
+    }
+    if (r) st = mfm__cu_fail(err, r, "cuMemcpyHtoDAsync (the row order)");
+    for (start = 0; start < n && st == MFM_OK && rc == 0; start += batch) {
+        const uint64_t rows = n - start < batch ? n - start : batch, part = (rows + (uint64_t)G - 1) / (uint64_t)G;
+        uint64_t n_f, n_r, packed;
+        /* 1. each GPU its part of the batch */
+        for (k = 0; k < G && st == MFM_OK; k++) {
+            mfm__gpu_trainer *t = g->ranks[k];
+            mfm__train_args *a = &t->a;
+            const uint64_t lo = (uint64_t)k * part < rows ? (uint64_t)k * part : rows, hi = lo + part < rows ? lo + part : rows;
+            const uint64_t need = (hi - lo + t->rows_per_block - 1) / t->rows_per_block;
+            mfm__cuda.cu.cuCtxSetCurrent(t->dev->context);
+            if (++t->stamp == 0) { /* wrapped: every mark must read as stale again */
+                if ((r = mfm__cuda.cu.cuMemsetD8Async(a->mark[0], 0, (size_t)(a->n_blocks[MFM_TENSOR_W] * 4), t->stream)) == 0 && a->mark[1])
+                    r = mfm__cuda.cu.cuMemsetD8Async(a->mark[1], 0, (size_t)(a->n_blocks[MFM_TENSOR_R] * 4), t->stream);
+                if (r) st = mfm__cu_fail(err, r, "cuMemsetD8Async");
+                t->stamp = 1;
+            }
+            a->stamp = t->stamp;
+            a->parity = (uint32_t)(t->batches++ & 1);
+            a->score_only = 0, a->r_shared = t->r_shared, a->sweep = 1;
+            a->offset_base = a->first = 0;
+            a->rows = t->order[0] + (start + lo) * 8;
+            a->n_batch = hi - lo;
+            a->dlds = dlds[k] + lo * C * 4, a->scores = scores[k] + lo * C * 4, a->row_loss = row_loss[k] + lo * 16;
+            if (st == MFM_OK)
+                st = mfm__rank_launch(t, t->dev->train_rows[exact][mfm__k_kernel(g->m->k)], need < t->max_blocks ? (unsigned)need : t->max_blocks, 256, t->r_shared,
+                                     "cuLaunchKernel (training rows)", err);
+        }
+        if (st != MFM_OK) break;
+        /* 2. the stamps to GPU 0, every part's dL/ds and losses to every GPU */
+        MFM__NCCL_GROUP(rc, {
+            const mfm__train_args *a = &t_->a;
+            g_rc_ = mfm__cuda.nccl.ncclReduce((void *)a->mark[0], (void *)a->mark[0], (size_t)a->n_blocks[MFM_TENSOR_W], MFM__NCCL_UINT32, MFM__NCCL_MAX, 0, t_->comm, t_->stream);
+            if (g_rc_ == 0 && a->mark[1])
+                g_rc_ = mfm__cuda.nccl.ncclReduce((void *)a->mark[1], (void *)a->mark[1], (size_t)a->n_blocks[MFM_TENSOR_R], MFM__NCCL_UINT32, MFM__NCCL_MAX, 0, t_->comm, t_->stream);
+            if (g_rc_ == 0)
+                g_rc_ = mfm__cuda.nccl.ncclAllGather((void *)(dlds[k_] + (uint64_t)k_ * part * C * 4), (void *)dlds[k_], (size_t)(part * C), MFM__NCCL_FLOAT32, t_->comm, t_->stream);
+            if (g_rc_ == 0)
+                g_rc_ = mfm__cuda.nccl.ncclAllGather((void *)(row_loss[k_] + (uint64_t)k_ * part * 16), (void *)row_loss[k_], (size_t)(part * 2), MFM__NCCL_FLOAT64, t_->comm,
+                                                     t_->stream);
+        });
+        if (rc) break;
+        /* 3. GPU 0 lists the union; its lists and counts go to every GPU */
+        st = mfm__rank_launch(g, g->dev->train_list, g->max_blocks, 256, 0, "cuLaunchKernel (listing the touched features)", err);
+        if (st == MFM_OK && ((r = mfm__cuda.cu.cuMemcpyDtoHAsync(g->listed, g->a.count + 16 * g->a.parity, 16, g->stream)) != 0 ||
+                             (r = mfm__cuda.cu.cuStreamSynchronize(g->stream)) != 0))
+            st = mfm__cu_fail(err, r, "reading how many coordinates the batch touched");
+        if (st != MFM_OK) break;
+        n_f = g->listed[0], n_r = g->listed[1];
+        packed = n_f * per_feature + n_r * C;
+        MFM__NCCL_GROUP(rc, {
+            const mfm__train_args *a = &t_->a;
+            g_rc_ = mfm__cuda.nccl.ncclBroadcast((void *)a->list[0], (void *)a->list[0], (size_t)n_f, MFM__NCCL_UINT64, 0, t_->comm, t_->stream);
+            if (g_rc_ == 0 && n_r) g_rc_ = mfm__cuda.nccl.ncclBroadcast((void *)a->list[1], (void *)a->list[1], (size_t)n_r, MFM__NCCL_UINT64, 0, t_->comm, t_->stream);
+            if (g_rc_ == 0)
+                g_rc_ = mfm__cuda.nccl.ncclBroadcast((void *)(a->count + 16 * a->parity), (void *)(a->count + 16 * a->parity), 2, MFM__NCCL_UINT64, 0, t_->comm, t_->stream);
+        });
+        if (rc) break;
+        /* 4. the listed sums packed, added up across the GPUs, unpacked */
+        for (k = 0; k < G && st == MFM_OK; k++)
+            st = mfm__rank_launch(g->ranks[k], g->ranks[k]->dev->train_pack[0][exact], g->ranks[k]->max_blocks, 256, 0, "cuLaunchKernel (packing the sums)", err);
+        if (st != MFM_OK) break;
+        MFM__NCCL_GROUP(rc, {
+            const mfm__train_args *a = &t_->a;
+            g_rc_ = mfm__cuda.nccl.ncclAllReduce((void *)a->packed, (void *)a->packed, (size_t)(exact ? 2 * packed : packed), exact ? MFM__NCCL_UINT64 : MFM__NCCL_FLOAT32,
+                                                 MFM__NCCL_SUM, t_->comm, t_->stream);
+            if (g_rc_ == 0 && a->packed_fields)
+                g_rc_ = mfm__cuda.nccl.ncclAllReduce((void *)a->packed_fields, (void *)a->packed_fields, (size_t)(n_f * g->m->n_fields), MFM__NCCL_UINT8, MFM__NCCL_MAX,
+                                                     t_->comm, t_->stream);
+        });
+        if (rc) break;
+        /* 5. every GPU steps the same coordinates by the same sums */
+        for (k = 0; k < G && st == MFM_OK; k++) {
+            mfm__gpu_trainer *t = g->ranks[k];
+            mfm__train_args *a = &t->a;
+            st = mfm__rank_launch(t, t->dev->train_pack[1][exact], t->max_blocks, 256, 0, "cuLaunchKernel (unpacking the sums)", err);
+            a->n_batch = rows, a->dlds = dlds[k], a->row_loss = row_loss[k], a->rows = t->order[0] + start * 8;
+            if (st == MFM_OK) st = mfm__rank_launch(t, t->apply, t->apply_blocks, 256, 0, "cuLaunchKernel (optimizer steps)", err);
+            if (st == MFM_OK && a->line) { /* the line search's slopes and curvatures of this GPU's part, in its place among the parts */
+                const uint64_t lo = (uint64_t)k * part < rows ? (uint64_t)k * part : rows, hi = lo + part < rows ? lo + part : rows;
+                const uint64_t need = (hi - lo + 255) / 256;
+                a->n_batch = hi - lo, a->rows = t->order[0] + (start + lo) * 8;
+                a->dlds = dlds[k] + lo * C * 4, a->scores = scores[k] + lo * C * 4;
+                a->line_parts = parts[k] + (uint64_t)k * line_blocks * 16;
+                a->line_blocks = need < line_blocks ? (uint32_t)need : line_blocks;
+                if ((r = mfm__cuda.cu.cuMemsetD8Async(parts[k], 0, (size_t)G * line_blocks * 16, t->stream)) != 0) st = mfm__cu_fail(err, r, "cuMemsetD8Async");
+                if (st == MFM_OK) st = mfm__rank_launch(t, t->dev->line[0], a->line_blocks, 256, 0, "cuLaunchKernel (the linear terms' line search)", err);
+            }
+        }
+        if (st != MFM_OK || !g->a.line) continue;
+        MFM__NCCL_GROUP(rc, {
+            g_rc_ = mfm__cuda.nccl.ncclAllGather((void *)(parts[k_] + (uint64_t)k_ * line_blocks * 16), (void *)parts[k_], (size_t)line_blocks * 2, MFM__NCCL_FLOAT64,
+                                                 t_->comm, t_->stream);
+        });
+        for (k = 0; k < G && st == MFM_OK && rc == 0; k++) {
+            mfm__gpu_trainer *t = g->ranks[k];
+            t->a.line_parts = parts[k], t->a.line_blocks = (uint32_t)G * line_blocks;
+            st = mfm__rank_launch(t, t->dev->line[1], 1, 256, 0, "cuLaunchKernel (the linear terms' line search)", err);
+            if (st == MFM_OK) st = mfm__rank_launch(t, t->dev->line[2], t->max_blocks, 256, 0, "cuLaunchKernel (the linear terms' line search)", err);
+        }
+    }
+    for (k = 0; k < G; k++) { /* the batch buffers' own places again (the validation scores use them) */
+        mfm__train_args *a = &g->ranks[k]->a;
+        a->dlds = dlds[k], a->scores = scores[k], a->row_loss = row_loss[k], a->line_parts = parts[k];
+    }
+    if (st == MFM_OK && rc) st = mfm__nccl_fail(err, rc, "combining the GPUs' gradients");
+    if (st == MFM_OK && meanwhile) mfm__make_order(meanwhile);
+    mfm__cuda.cu.cuCtxSetCurrent(g->dev->context);
+    if (st == MFM_OK && (r = mfm__cuda.cu.cuMemcpyDtoHAsync(totals, g->a.totals, sizeof totals, g->stream)) != 0) st = mfm__cu_fail(err, r, "training on the GPUs");
+    for (k = 0; k < G; k++) { /* every GPU idle again, failed or not */
+        mfm__cuda.cu.cuCtxSetCurrent(g->ranks[k]->dev->context);
+        if ((r = mfm__cuda.cu.cuStreamSynchronize(g->ranks[k]->stream)) != 0 && st == MFM_OK) st = mfm__cu_fail(err, r, "training on the GPUs");
+    }
+    mfm__cuda.cu.cuCtxSetCurrent(saved);
+    *loss = totals[0];
+    *weight = totals[1];
+    return st;
+}
+#undef MFM__NCCL_GROUP
+
 /* One pass over the rows order[0 .. n) (the CPU's batches); *loss and *weight get the sums of
    weight * loss and of weight over its rows. Once every batch is launched, and before waiting
    for them, it makes the order `meanwhile` asks for. */
@@ -10432,7 +10912,8 @@ static mfm_status mfm__gpu_fit_pass(mfm__gpu_trainer *g, const mfm_csr *d, const
     mfm_status st;
     double totals[2] = {0, 0};
     uint64_t start;
-    if ((st = mfm__gpu_enter(g->m->params.device, &dev, &saved, err)) != MFM_OK) return st;
+    if (g->n_ranks > 1) return mfm__gpu_ranks_pass(g, order, n, meanwhile, loss, weight, err);
+    if ((st = mfm__gpu_enter(g->device, &dev, &saved, err)) != MFM_OK) return st;
     if ((r = mfm__cuda.cu.cuMemsetD8Async(a->totals, 0, 2 * sizeof(double), g->stream)) != 0) st = mfm__cu_fail(err, r, "cuMemsetD8Async");
     if (st == MFM_OK && !g->streaming) {
         if (g->order_sent && (r = mfm__cuda.cu.cuStreamWaitEvent(g->stream, g->order_copied, 0)) != 0) st = mfm__cu_fail(err, r, "cuStreamWaitEvent (the row order)");
@@ -10526,7 +11007,7 @@ static mfm_status mfm__gpu_fit_metric(mfm__gpu_trainer *g, const mfm_csr *valid,
     mfm_status st;
     void *params[1];
     const uint64_t need = (valid->n_rows + g->rows_per_block - 1) / g->rows_per_block;
-    if ((st = mfm__gpu_enter(g->m->params.device, &dev, &saved, err)) != MFM_OK) return st;
+    if ((st = mfm__gpu_enter(g->device, &dev, &saved, err)) != MFM_OK) return st;
     a.offsets = g->valid_offsets, a.features = g->valid_features, a.fields = g->valid_fields, a.values = g->valid_values;
     a.rows = 0, a.first = 0, a.offset_base = 0, a.n_batch = valid->n_rows, a.score_only = 1, a.r_shared = 0;
     params[0] = &a;
@@ -10548,7 +11029,7 @@ static mfm_status mfm__gpu_fit_tables(mfm__gpu_trainer *g, int where, mfm_error 
     mfm__cu_result r = 0;
     mfm_status st;
     int t;
-    if ((st = mfm__gpu_enter(g->m->params.device, &dev, &saved, err)) != MFM_OK) return st;
+    if ((st = mfm__gpu_enter(g->device, &dev, &saved, err)) != MFM_OK) return st;
     if (where != MFM__KEEP_BEST) r = mfm__cuda.cu.cuStreamSynchronize(g->stream); /* the copies below wait for no stream */
     for (t = 0; t < MFM_TENSOR_COUNT && st == MFM_OK && r == 0; t++) {
         const size_t bytes = (size_t)mfm__gpu_table_bytes(g->m, t);

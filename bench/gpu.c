@@ -12,11 +12,12 @@
    GPU fast and deterministic (two epochs, the second timed), with the test logloss of each GPU run.
 
        gpu [--rows N] [--train-rows N] [--features N] [--shape criteo|avazu] [--predict | --train] [--quick]
-           [--model fm,ffm,fwfm] [--k N] [--batch N] [--optimizer NAME] [--gpu-only]
+           [--model fm,ffm,fwfm] [--k N] [--batch N] [--optimizer NAME] [--gpu-only] [--gpus 1,2,4]
 
    --model (one or more, comma-separated), --k and --batch pick training cells; --optimizer trains
    with another optimizer than AdaGrad (rowwise-adagrad, sgd, adam, ftrl; the ceilings stay
-   AdaGrad's); --gpu-only leaves the CPU column out (profiling). */
+   AdaGrad's); --gpu-only leaves the CPU column out (profiling); --gpus trains each cell on that
+   many GPUs (params.n_devices), side by side, fast and deterministic, instead (implies --train). */
 #define _POSIX_C_SOURCE 200809L
 #define MODERN_FM_IMPLEMENTATION
 #include "../modern_fm.h"
@@ -129,7 +130,7 @@ static int see_epoch(void *user, const mfm_epoch_report *r) {
    of the last pass, of the whole fit call (model and rows up and back: transfer-inclusive), and
    the test logloss. */
 static void train_cell(const mfm_model *init, const mfm_csr *train, const mfm_csr *test, mfm_backend backend, int batch, int deterministic, int threads,
-                       double *pass_rate, double *call_rate, double *logloss) {
+                       int n_devices, double *pass_rate, double *call_rate, double *logloss) {
     mfm_model *m = NULL;
     mfm_params p = *mfm_model_params(init);
     mfm_metrics met = {0, NAN, NAN, NAN, NAN};
@@ -138,6 +139,7 @@ static void train_cell(const mfm_model *init, const mfm_csr *train, const mfm_cs
     double t;
     bench_check(mfm_model_clone(init, &m, &e), &e, "clone");
     p.backend = backend, p.batch_size = batch, p.deterministic = deterministic, p.n_threads = threads, p.n_epochs = backend == MFM_BACKEND_CUDA ? 2 : 1;
+    p.n_devices = n_devices;
     p.on_epoch = see_epoch, p.user = &seen;
     bench_check(mfm_model_set_params(m, &p, &e), &e, "set params");
     t = bench_now();
@@ -162,6 +164,7 @@ static const double train_ceiling_fm[2][3] = {{310, 200, 140}, {550, 350, 250}};
    cpu 0 leaves the CPU out; the optimizer every cell trains with. */
 typedef struct cell_filter {
     int shape, models, k, batch, cpu, optimizer;
+    int gpus[MFM_MAX_DEVICES], n_gpus; /* --gpus: GPU counts side by side instead of the CPU / GPU columns */
 } cell_filter;
 
 /* The training table: per shape, model, k and batch, CPU (2 threads, on the first cpu_rows rows)
@@ -173,8 +176,11 @@ static void train_table(uint64_t n_rows, uint32_t n_features, uint64_t cpu_rows,
     int shape, i, b;
     printf("\ntraining: %s (lr 0.05), %llu rows + %llu test rows per shape, %u features; CPU: 2 threads, one epoch on the first %llu rows; GPU: two epochs\n",
            mfm_optimizer_name((mfm_optimizer)only.optimizer), (unsigned long long)n_rows, (unsigned long long)n_test, (unsigned)n_features, (unsigned long long)cpu_rows);
-    printf("%-7s %-5s %3s %6s | %10s | %11s %11s %6s %8s | %11s %6s %8s\n", "shape", "model", "k", "batch", "CPU rows/s", "GPU rows/s", "with copies", "% ceil",
-           "logloss", "determ.", "% fast", "logloss");
+    if (only.n_gpus)
+        printf("%-7s %-5s %3s %6s | GPUs: fast rows/s, vs the first count, logloss, deterministic rows/s, vs the first count\n", "shape", "model", "k", "batch");
+    else
+        printf("%-7s %-5s %3s %6s | %10s | %11s %11s %6s %8s | %11s %6s %8s\n", "shape", "model", "k", "batch", "CPU rows/s", "GPU rows/s", "with copies", "% ceil",
+               "logloss", "determ.", "% fast", "logloss");
     for (shape = 0; shape < 2; shape++) {
         synth_spec spec;
         synth_data all, train, test, head;
@@ -206,9 +212,23 @@ static void train_table(uint64_t n_rows, uint32_t n_features, uint64_t cpu_rows,
             for (b = 0; b < 3; b++) {
                 double cpu = NAN, cpu_call, gpu, gpu_call, det, det_call, loss_cpu, loss, loss_det;
                 if (only.batch && batches[b] != only.batch) continue;
-                if (only.cpu) train_cell(init, &dhead, NULL, MFM_BACKEND_CPU, batches[b], 0, 2, &cpu, &cpu_call, &loss_cpu);
-                train_cell(init, &dtrain, &dtest, MFM_BACKEND_CUDA, batches[b], 0, 1, &gpu, &gpu_call, &loss);
-                train_cell(init, &dtrain, &dtest, MFM_BACKEND_CUDA, batches[b], 1, 1, &det, &det_call, &loss_det);
+                if (only.n_gpus) {
+                    int g;
+                    printf("%-7s %-5s %3d %6d", shape == 0 ? "Criteo" : "Avazu", mfm_model_type_name((mfm_model_type)model), k, batches[b]);
+                    for (g = 0; g < only.n_gpus; g++) {
+                        train_cell(init, &dtrain, &dtest, MFM_BACKEND_CUDA, batches[b], 0, 1, only.gpus[g], &gpu, &gpu_call, &loss);
+                        if (g == 0) cpu = gpu;
+                        train_cell(init, &dtrain, &dtest, MFM_BACKEND_CUDA, batches[b], 1, 1, only.gpus[g], &det, &det_call, &loss_det);
+                        if (g == 0) cpu_call = det;
+                        printf(" | %d: %10.0f %5.2fx %8.5f %10.0f %5.2fx", only.gpus[g], gpu, gpu / cpu, loss, det, det / cpu_call);
+                        fflush(stdout);
+                    }
+                    printf("\n");
+                    continue;
+                }
+                if (only.cpu) train_cell(init, &dhead, NULL, MFM_BACKEND_CPU, batches[b], 0, 2, 0, &cpu, &cpu_call, &loss_cpu);
+                train_cell(init, &dtrain, &dtest, MFM_BACKEND_CUDA, batches[b], 0, 1, 0, &gpu, &gpu_call, &loss);
+                train_cell(init, &dtrain, &dtest, MFM_BACKEND_CUDA, batches[b], 1, 1, 0, &det, &det_call, &loss_det);
                 printf("%-7s %-5s %3d %6d | %10.0f | %11.0f %11.0f %5.1f%% %8.5f | %11.0f %5.0f%% %8.5f\n", shape == 0 ? "Criteo" : "Avazu", mfm_model_type_name((mfm_model_type)model), k,
                        batches[b], cpu, gpu, gpu_call, 100 * gpu / ceiling, loss, det, 100 * det / gpu, loss_det);
                 fflush(stdout);
@@ -231,7 +251,9 @@ int main(int argc, char **argv) {
     mfm_error e;
     uint64_t train_rows = 10000000, cpu_rows = 200000;
     int i, shape, quick = 0, what = 3; /* what: 1 prediction, 2 training, 3 both */
-    cell_filter only = {-1, ~0, 0, 0, 1, MFM_OPTIMIZER_ADAGRAD};
+    cell_filter only;
+    memset(&only, 0, sizeof only);
+    only.shape = -1, only.models = ~0, only.cpu = 1, only.optimizer = MFM_OPTIMIZER_ADAGRAD;
     for (i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--probe")) return probe();
         if (!strcmp(argv[i], "--rows") && i + 1 < argc) n_rows = strtoull(argv[++i], NULL, 10);
@@ -259,6 +281,14 @@ int main(int argc, char **argv) {
             }
         }
         else if (!strcmp(argv[i], "--gpu-only")) only.cpu = 0;
+        else if (!strcmp(argv[i], "--gpus") && i + 1 < argc) { /* 1,2,4: training on that many GPUs, side by side */
+            char *c = argv[++i];
+            while (*c && only.n_gpus < MFM_MAX_DEVICES) {
+                only.gpus[only.n_gpus++] = (int)strtol(c, &c, 10);
+                if (*c == ',') c++;
+            }
+            what = 2;
+        }
         else if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--predict")) what = 1;
         else if (!strcmp(argv[i], "--train")) what = 2;

@@ -82,6 +82,8 @@ struct mfm_train_args {
     double *line_delta;          /* line: n_batch x C, how much those steps move each row's scores */
     double *line_alpha;          /* line: the fraction of them the batch takes */
     double *line_parts;          /* line: per block of mfm_train_line_delta, its rows' slopes and curvatures */
+    void *packed;                /* ranks: the listed coordinates' sums side by side, for NCCL (mfm_train_pack) */
+    unsigned char *packed_fields; /* ranks, FFM: a byte per listed feature and field, its field mask's bit */
     mfm_u64 first, n_batch, offset_base;
     mfm_u64 n_blocks[4];         /* per class */
     double beta1, beta2, eps;    /* Adam */
@@ -95,6 +97,7 @@ struct mfm_train_args {
     mfm_u32 gather, chunk;       /* deterministic FFM: the pairs' sums are gathered by feature (the top of this file), in chunks of `chunk` non-zeros */
     int model, task, optimizer, linear_only, pairs_only, normalize, score_only;
     int line;                    /* AdaGrad at batch_size > 1: the linear terms' squares and line search (mfm_train_line_*) */
+    int ranks;                   /* GPUs sharing the batch (modern_fm.h, >>gpu-ranks): above 1, R's entries are only stamped too */
 };
 
 /* ---- the two kinds of gradient sums ---- */
@@ -280,7 +283,7 @@ __device__ __forceinline__ mfm_sums mfm_sums_sq(const mfm_train_args &a) {
    that every first touch of the batch goes to. A sweep's features are only stamped. */
 __device__ __forceinline__ void mfm_touch(const mfm_train_args &a, int what, mfm_u64 x) {
     mfm_u32 *m = a.mark[what] + x;
-    if (what == MFM_FEATURES && a.sweep) { /* every lane that stores here stores the same stamp */
+    if ((what == MFM_FEATURES && a.sweep) || a.ranks > 1) { /* every lane that stores here stores the same stamp */
         if (*m != a.stamp) *m = a.stamp;
         return;
     }
@@ -578,22 +581,23 @@ __device__ void mfm_train_rows(const mfm_train_args &a) {
 
 /* The features stamped by this batch into the list: a block takes 2048 features at a time,
    eight a thread, lists them in id order and takes their places with one atomic (one atomic a
-   warp queued 31,000 on the counter, 27 us a batch); the blocks' turns come about in id order. */
-extern "C" __global__ void __launch_bounds__(256) mfm_train_list(const mfm_train_args a) {
+   warp queued 31,000 on the counter, 27 us a batch); the blocks' turns come about in id order.
+   Where several GPUs share the batch (ranks), the entries of R are listed the same way. */
+__device__ void mfm_list_stamped(const mfm_train_args &a, int what, mfm_u64 n) {
     __shared__ mfm_u32 warp_at[8];
     __shared__ mfm_u64 block_at;
-    const mfm_u64 n = a.n_blocks[MFM_W];
+    const mfm_u32 *mark = a.mark[what];
     const mfm_u32 me = threadIdx.x & 31u, warp = threadIdx.x / 32;
     for (mfm_u64 tile = (mfm_u64)blockIdx.x * 2048; tile < n; tile += (mfm_u64)gridDim.x * 2048) {
         const mfm_u64 first = tile + threadIdx.x * 8;
         mfm_u32 bits = 0, upto, at;
         if (first + 8 <= n) { /* the marks start on 256 bytes: two 16-byte reads */
-            const uint4 x = reinterpret_cast<const uint4 *>(a.mark[MFM_FEATURES] + first)[0], y = reinterpret_cast<const uint4 *>(a.mark[MFM_FEATURES] + first)[1];
+            const uint4 x = reinterpret_cast<const uint4 *>(mark + first)[0], y = reinterpret_cast<const uint4 *>(mark + first)[1];
             const mfm_u32 m[8] = {x.x, x.y, x.z, x.w, y.x, y.y, y.z, y.w};
 #pragma unroll
             for (mfm_u32 u = 0; u < 8; u++) bits |= (mfm_u32)(m[u] == a.stamp) << u;
         } else {
-            for (mfm_u32 u = 0; first + u < n; u++) bits |= (mfm_u32)(a.mark[MFM_FEATURES][first + u] == a.stamp) << u;
+            for (mfm_u32 u = 0; first + u < n; u++) bits |= (mfm_u32)(mark[first + u] == a.stamp) << u;
         }
         upto = __popc(bits); /* then the thread's and those before it in the warp */
         for (mfm_u32 o = 1; o < 32; o *= 2) {
@@ -608,15 +612,90 @@ extern "C" __global__ void __launch_bounds__(256) mfm_train_list(const mfm_train
                 const mfm_u32 count = warp_at[w];
                 warp_at[w] = total, total += count;
             }
-            block_at = total ? atomicAdd(a.count + 2 * a.parity + MFM_FEATURES, (mfm_u64)total) : 0;
+            block_at = total ? atomicAdd(a.count + 2 * a.parity + what, (mfm_u64)total) : 0;
         }
         __syncthreads();
         at = warp_at[warp] + upto - __popc(bits);
         for (mfm_u32 u = 0; u < 8; u++)
-            if (bits >> u & 1) a.list[MFM_FEATURES][block_at + at++] = first + u;
+            if (bits >> u & 1) a.list[what][block_at + at++] = first + u;
         __syncthreads();
     }
 }
+
+extern "C" __global__ void __launch_bounds__(256) mfm_train_list(const mfm_train_args a) {
+    mfm_list_stamped(a, MFM_FEATURES, a.n_blocks[MFM_W]);
+    if (a.ranks > 1 && a.mark[MFM_PAIRS]) mfm_list_stamped(a, MFM_PAIRS, a.n_blocks[MFM_R]);
+}
+
+/* ---- several GPUs: the listed coordinates' sums packed for NCCL, and back ---- */
+
+/* GPUs that share a batch (modern_fm.h, >>gpu-ranks) all step the same list, the first GPU's.
+   Each packs its sums of the listed coordinates side by side, NCCL adds the packs up, and each
+   unpacks the totals into its sums, so that every GPU steps the same coordinates by the same
+   sums. A warp takes a listed feature and class at a time: its record is w's sum, W's square
+   (line), then its v's sums (FFM: its n_fields blocks), contiguous in the sums table, so that
+   the lanes copy them side by side; then a record of one sum per listed entry of R and class.
+   Fast sums are floats; exact sums travel as two words whose plain integer sum over GPUs keeps
+   every carry: the value's low 58 bits, and the rest (x = hi 2^58 + lo), so that sixteen GPUs
+   add up without overflowing either. FFM's field masks travel as a byte per field, added up
+   by maximum. */
+template <bool EXACT>
+__device__ __forceinline__ void mfm_pack_one(const mfm_sums &s, mfm_u64 at, void *packed, mfm_u64 e, bool back) {
+    if (!EXACT) {
+        float *const sum = static_cast<float *>(s.at) + at, *const p = static_cast<float *>(packed) + e;
+        if (back) *sum = *p;
+        else *p = *sum;
+        return;
+    }
+    mfm_u64 *const lo = static_cast<mfm_u64 *>(s.at) + at, *const hi = lo + s.n, *const p = static_cast<mfm_u64 *>(packed) + 2 * e;
+    if (back) { /* x = p1 2^58 + p0: p1 2^58 as 128 bits, then p0 added with its carry */
+        const mfm_u64 p0 = p[0], p1 = p[1], l = (p1 << 58) + p0;
+        *hi = (mfm_u64)((long long)p1 >> 6) + (l < p0);
+        *lo = l;
+    } else {
+        p[0] = *lo & ((1ull << 58) - 1);
+        p[1] = *hi << 6 | *lo >> 58;
+    }
+}
+
+template <bool EXACT>
+__device__ void mfm_train_pack(const mfm_train_args &a, bool back) {
+    const mfm_u32 C = a.n_classes, lane = threadIdx.x & 31u;
+    const mfm_u64 n_f = a.count[2 * a.parity + MFM_FEATURES], n_r = a.count[2 * a.parity + MFM_PAIRS];
+    const bool ffm = a.model == MFM_FFM;
+    const mfm_u64 span = a.linear_only ? 0 : (mfm_u64)a.len[MFM_V] * (ffm ? a.n_fields : 1), record = 1 + (a.line ? 1 : 0) + span;
+    const mfm_u64 warps = (mfm_u64)gridDim.x * blockDim.x / 32, first = ((mfm_u64)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+    const mfm_sums w = mfm_sums_of(a, MFM_W), v = mfm_sums_of(a, MFM_V), r = mfm_sums_of(a, MFM_R), sq = mfm_sums_sq(a);
+    for (mfm_u64 item = first; item < n_f * C; item += warps) {
+        const mfm_u64 f = a.list[MFM_FEATURES][item / C], e = item * record;
+        const mfm_u32 c = (mfm_u32)(item % C);
+        if (lane == 0) mfm_pack_one<EXACT>(w, mfm_grad_at(a, MFM_W, c, f, 0), a.packed, e, back);
+        if (lane == 1 && a.line) mfm_pack_one<EXACT>(sq, mfm_grad_at(a, MFM_W, c, f, 0), a.packed, e + 1, back);
+        const mfm_u64 v_at = mfm_grad_at(a, MFM_V, c, ffm ? f * a.n_fields : f, 0), v_e = e + record - span;
+        for (mfm_u64 j = lane; j < span; j += 32) mfm_pack_one<EXACT>(v, v_at + j, a.packed, v_e + j, back);
+        if (a.packed_fields && c == 0) { /* FFM: the field mask, a byte a field */
+            mfm_u64 *const words = a.field_mask + f * a.mask_words;
+            unsigned char *const bytes = a.packed_fields + (item / C) * a.n_fields;
+            if (!back) {
+                for (mfm_u32 g = lane; g < a.n_fields; g += 32) bytes[g] = (unsigned char)(words[g / 64] >> (g % 64) & 1);
+            } else {
+                for (mfm_u32 word = lane; word < a.mask_words; word += 32) { /* a lane a word: its fields' bytes */
+                    mfm_u64 bits = 0;
+                    for (mfm_u32 u = 0; u < 64 && word * 64 + u < a.n_fields; u++) bits |= (mfm_u64)(bytes[word * 64 + u] != 0) << u;
+                    words[word] = bits;
+                }
+            }
+        }
+    }
+    const mfm_u64 r_first = n_f * C * record, n_threads = warps * 32;
+    for (mfm_u64 item = (mfm_u64)blockIdx.x * blockDim.x + threadIdx.x; item < n_r * C; item += n_threads)
+        mfm_pack_one<EXACT>(r, mfm_grad_at(a, MFM_R, (mfm_u32)(item % C), a.list[MFM_PAIRS][item / C], 0), a.packed, r_first + item, back);
+}
+
+extern "C" __global__ void __launch_bounds__(256) mfm_train_pack_fast(const mfm_train_args a) { mfm_train_pack<false>(a, false); }
+extern "C" __global__ void __launch_bounds__(256) mfm_train_pack_exact(const mfm_train_args a) { mfm_train_pack<true>(a, false); }
+extern "C" __global__ void __launch_bounds__(256) mfm_train_unpack_fast(const mfm_train_args a) { mfm_train_pack<false>(a, true); }
+extern "C" __global__ void __launch_bounds__(256) mfm_train_unpack_exact(const mfm_train_args a) { mfm_train_pack<true>(a, true); }
 
 /* ---- deterministic FFM: the pair sums gathered by feature ---- */
 

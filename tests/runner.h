@@ -178,6 +178,8 @@
     X(test_cuda_no_driver) \
     X(test_cuda_nvrtc_path_missing) \
     X(test_cuda_training_params) \
+    X(test_cuda_devices_params) \
+    X(test_cuda_nccl_loader) \
     X(test_gpu_predict_parity) \
     X(test_gpu_predict_half)                  \
     X(test_gpu_predict_rowwise)               \
@@ -193,7 +195,11 @@
     X(test_gpu_train_listing)               \
     X(test_gpu_train_early_stopping)        \
     X(test_gpu_train_resume_and_partial)    \
-    X(test_gpu_train_streaming)
+    X(test_gpu_train_streaming)             \
+    X(test_gpu_ranks_parity)                \
+    X(test_gpu_ranks_deterministic)         \
+    X(test_gpu_ranks_lifecycle)             \
+    X(test_gpu_ranks_errors)
 
 #define TEST_DECLARE(name) void name(void);
 TEST_LIST(TEST_DECLARE)

@@ -367,3 +367,69 @@ void test_cuda_training_params(void) {
     CHECK(mfm_train(&p, &d, &m, &e) == MFM_ERR_INVALID_PARAM && strstr(e.message, "backend"), "backend 7: %s", e.message);
     mfm_model_free(m);
 }
+
+/* Training on several GPUs: the list of devices is checked like any parameter, before any GPU
+   is asked for. */
+void test_cuda_devices_params(void) {
+    static const uint64_t off[] = {0, 1};
+    static const uint32_t feat[] = {0};
+    static const float y[] = {1};
+    const int twice[] = {1, 0, 1}, negative[] = {0, -1};
+    mfm_params p;
+    mfm_csr d;
+    mfm_model *m = NULL;
+    mfm_error e;
+    memset(&p, 0, sizeof p);
+    memset(&d, 0, sizeof d);
+    d.n_rows = 1, d.row_offsets = off, d.features = feat, d.labels = y;
+    p.backend = MFM_BACKEND_CUDA;
+    p.n_devices = 3, p.devices = twice;
+    CHECK(mfm_train(&p, &d, &m, &e) == MFM_ERR_INVALID_PARAM && strstr(e.message, "device 1 twice") && strstr(e.message, "devices[0] and devices[2]") && !m,
+          "device 1 twice: %s", e.message);
+    p.n_devices = 2, p.devices = negative;
+    CHECK(mfm_train(&p, &d, &m, &e) == MFM_ERR_INVALID_PARAM && strstr(e.message, "devices[1] = -1") && !m, "device -1: %s", e.message);
+    p.n_devices = MFM_MAX_DEVICES + 1, p.devices = NULL;
+    CHECK(mfm_train(&p, &d, &m, &e) == MFM_ERR_INVALID_PARAM && strstr(e.message, "n_devices = 17") && !m, "17 devices: %s", e.message);
+    p.n_devices = 2, p.backend = MFM_BACKEND_CPU;
+    CHECK(mfm_train(&p, &d, &m, &e) == MFM_ERR_INVALID_PARAM && strstr(e.message, "backend is CPU") && !m, "two devices on the CPU: %s", e.message);
+    mfm_model_free(m);
+}
+
+/* NCCL is looked for only where several GPUs are asked for, and first: a machine without it
+   (or with a wrong MFM_NCCL_LIBRARY) says so before the driver is needed. */
+static int nccl_missing_child(void) {
+    static const uint64_t off[] = {0, 1};
+    static const uint32_t feat[] = {0};
+    static const float y[] = {1};
+    const char *library = getenv("MFM_NCCL_LIBRARY");
+    mfm_params p;
+    mfm_csr d;
+    mfm_model *m = NULL;
+    mfm_error e;
+    mfm_cuda_info info;
+    int bad = 0;
+    memset(&p, 0, sizeof p);
+    memset(&d, 0, sizeof d);
+    d.n_rows = 1, d.row_offsets = off, d.features = feat, d.labels = y;
+    p.backend = MFM_BACKEND_CUDA, p.n_devices = 2;
+    if (mfm_train(&p, &d, &m, &e) != MFM_ERR_NCCL_UNAVAILABLE || m) bad |= 1;
+    if (!strstr(e.message, library) || !strstr(e.message, strchr(library, '/') ? "no such file" : "has no ncclGetVersion")) bad |= 2;
+    mfm_cuda_get_info(0, &info, NULL);
+    if (info.nccl_version != 0 || info.nccl_path[0]) bad |= 4;
+    if (bad) printf("  no-NCCL child (%s): failed checks %#x (%s)\n", library, bad, e.message);
+    return bad;
+}
+
+static int nccl_found_child(void) {
+    mfm_cuda_info info;
+    mfm_cuda_get_info(0, &info, NULL);
+    if (info.nccl_version) printf("  NCCL %d found: %s\n", info.nccl_version, info.nccl_path);
+    else printf("  (this machine has no NCCL where the library looks: nothing to check)\n");
+    return info.nccl_version && (info.nccl_version < 20000 || !strstr(info.nccl_path, "libnccl.so.2")) ? 1 : 0;
+}
+
+void test_cuda_nccl_loader(void) {
+    CHECK(in_child("MFM_NCCL_LIBRARY", "/nonexistent/libnccl.so.2", nccl_missing_child) == 0, "MFM_NCCL_LIBRARY names no file");
+    CHECK(in_child("MFM_NCCL_LIBRARY", "libm.so.6", nccl_missing_child) == 0, "MFM_NCCL_LIBRARY names a library that is not NCCL");
+    CHECK(in_child(NULL, NULL, nccl_found_child) == 0, "NCCL as found by the search");
+}

@@ -844,3 +844,210 @@ void test_gpu_train_streaming(void) {
     mfm_model_free(streamed);
     free_train_data(&t);
 }
+
+/* ---- several GPUs (params.n_devices; modern_fm.h, >>gpu-ranks) ---------------------------
+
+   One GPU is the reference: G GPUs share each batch, add their sums up through NCCL and take
+   the same steps. Deterministic sums are exact integers whichever GPU adds them, so where the
+   step has no line search the G-GPU model is the one-GPU model bit for bit; elsewhere the
+   scores agree within the parity tolerance. */
+
+/* How many GPUs this machine offers (0 after a skip: no GPU, or no NCCL). */
+static int gpus_available(void) {
+    mfm_cuda_info info;
+    mfm_error e;
+    if (mfm_cuda_get_info(0, &info, &e) != MFM_OK) {
+        runner_skip("%s", e.message);
+        return 0;
+    }
+    if (!info.nccl_version) {
+        runner_skip("no NCCL: training on several GPUs needs NCCL 2 (MFM_NCCL_LIBRARY)");
+        return 0;
+    }
+    if (info.n_devices < 2) {
+        runner_skip("this machine has one GPU; training on several needs two or more");
+        return 0;
+    }
+    return info.n_devices;
+}
+
+/* The counts of GPUs to test (2 and 4 where there are), with a line for the ones missing. */
+static int gpu_counts(int available, int *counts) {
+    int n = 0;
+    counts[n++] = 2;
+    if (available >= 4) counts[n++] = 4;
+    else printf("  (4 GPUs: not run, this machine has %d)\n", available);
+    return n;
+}
+
+static mfm_model *train_on_gpus(mfm_params p, int n_devices, const mfm_csr *d) {
+    p.n_devices = n_devices;
+    return train_on(p, MFM_BACKEND_CUDA, d);
+}
+
+/* Every model x task x optimizer at batch 1, 7 and 65536 (all the rows) on 2 and 4 GPUs
+   against one. */
+void test_gpu_ranks_parity(void) {
+    static const mfm_model_type models[] = {MFM_MODEL_FM, MFM_MODEL_FFM, MFM_MODEL_FWFM};
+    static const mfm_task tasks[] = {MFM_TASK_BINARY, MFM_TASK_REGRESSION, MFM_TASK_MULTICLASS};
+    static const mfm_optimizer optimizers[] = {MFM_OPTIMIZER_SGD, MFM_OPTIMIZER_ADAGRAD, MFM_OPTIMIZER_ADAM, MFM_OPTIMIZER_FTRL, MFM_OPTIMIZER_ROWWISE_ADAGRAD};
+    static const int batches[] = {1, 7, 65536};
+    const int available = gpus_available();
+    int counts[2], n_counts, ic, cells = 0, same = 0;
+    size_t im, it, io, ib;
+    if (!available) return;
+    n_counts = gpu_counts(available, counts);
+    for (im = 0; im < 3; im++)
+        for (it = 0; it < 3; it++) {
+            train_data t;
+            make_train_data(&t, 31 + im * 3 + it, 60, 50, 5, tasks[it]);
+            for (io = 0; io < 5; io++)
+                for (ib = 0; ib < 3; ib++) {
+                    mfm_params p;
+                    mfm_model *one;
+                    const int line = (optimizers[io] == MFM_OPTIMIZER_ADAGRAD || optimizers[io] == MFM_OPTIMIZER_ROWWISE_ADAGRAD) && batches[ib] > 1;
+                    memset(&p, 0, sizeof p);
+                    p.model = models[im], p.task = tasks[it], p.optimizer = optimizers[io];
+                    p.k = ib == 1 ? 5 : 4 << (io % 3);
+                    p.batch_size = batches[ib], p.n_epochs = 2, p.seed = 5;
+                    p.learning_rate = optimizers[io] == MFM_OPTIMIZER_SGD ? 0.01 : 0.1;
+                    p.l2_linear = 1e-3, p.l2_factors = 2e-3;
+                    if (optimizers[io] == MFM_OPTIMIZER_FTRL) p.l1_linear = 1e-3, p.l1_factors = 1e-3;
+                    if (tasks[it] != MFM_TASK_REGRESSION) p.label_smoothing = 0.1;
+                    p.init_scale = 0.1;
+                    p.deterministic = ib != 0;
+                    if (p.batch_size == 1) p.k = 4; /* batch 1's long float chains: as test_gpu_train_parity */
+                    one = train_on(p, MFM_BACKEND_CUDA, &t.g.d);
+                    for (ic = 0; ic < n_counts && one; ic++) {
+                        mfm_model *many = train_on_gpus(p, counts[ic], &t.g.d);
+                        if (!many) continue;
+                        if (p.deterministic && !line) {
+                            CHECK(same_bits(one, many), "model %d task %d optimizer %d batch %d on %d GPUs: not the one-GPU bits", (int)p.model, (int)p.task,
+                                  (int)p.optimizer, p.batch_size, counts[ic]);
+                            same++;
+                        } else {
+                            const double gap = score_gap(one, many, &t.g.d);
+                            CHECK(gap <= TRAIN_RTOL, "model %d task %d optimizer %d batch %d on %d GPUs: scores differ by %.3g (relative)", (int)p.model, (int)p.task,
+                                  (int)p.optimizer, p.batch_size, counts[ic], gap);
+                        }
+                        cells++;
+                        mfm_model_free(many);
+                    }
+                    mfm_model_free(one);
+                }
+            free_train_data(&t);
+        }
+    CHECK(cells == 135 * n_counts, "%d of %d cells trained", cells, 135 * n_counts);
+    printf("  %d cells, %d of them bit for bit\n", cells, same);
+}
+
+/* Deterministic mode on several GPUs: two runs give the same bits (AdaGrad with its line
+   search, every model, batches spread over many features), within the tolerance of one GPU. */
+void test_gpu_ranks_deterministic(void) {
+    const int available = gpus_available();
+    int counts[2], n_counts, ic, im;
+    train_data t;
+    if (!available) return;
+    n_counts = gpu_counts(available, counts);
+    make_train_data(&t, 41, 3000, 400, 8, MFM_TASK_BINARY);
+    for (im = MFM_MODEL_FM; im <= MFM_MODEL_FWFM; im++) {
+        mfm_params p;
+        mfm_model *one;
+        memset(&p, 0, sizeof p);
+        p.model = (mfm_model_type)im, p.k = 8, p.batch_size = 1024, p.n_epochs = 3, p.learning_rate = 0.1, p.deterministic = 1;
+        one = train_on(p, MFM_BACKEND_CUDA, &t.g.d);
+        for (ic = 0; ic < n_counts && one; ic++) {
+            mfm_model *a = train_on_gpus(p, counts[ic], &t.g.d), *b = train_on_gpus(p, counts[ic], &t.g.d);
+            if (a && b) CHECK(same_bits(a, b), "model %d on %d GPUs: two deterministic runs differ", im, counts[ic]);
+            if (a) CHECK(score_gap(one, a, &t.g.d) <= TRAIN_RTOL, "model %d on %d GPUs: %.3g from one GPU", im, counts[ic], score_gap(one, a, &t.g.d));
+            mfm_model_free(a);
+            mfm_model_free(b);
+        }
+        mfm_model_free(one);
+    }
+    free_train_data(&t);
+}
+
+/* Early stopping, resuming and partial fits on several GPUs, as on one: the same stop, and 2 +
+   1 epochs or three partial fits give the bits of one call (deterministic, Adam). */
+void test_gpu_ranks_lifecycle(void) {
+    const int available = gpus_available();
+    train_data t;
+    float *flipped;
+    mfm_csr valid;
+    mfm_params p;
+    mfm_model *one = NULL, *many = NULL, *resumed = NULL;
+    mfm_error e;
+    stop_log seen[2];
+    uint64_t r;
+    int i;
+    if (!available) return;
+    make_train_data(&t, 42, 400, 30, 4, MFM_TASK_BINARY);
+    flipped = (float *)malloc(t.g.d.n_rows * sizeof *flipped);
+    for (r = 0; r < t.g.d.n_rows; r++) flipped[r] = 1.0f - t.labels[r];
+    valid = t.g.d;
+    valid.labels = flipped;
+    valid.weights = NULL;
+    for (i = 0; i < 2; i++) { /* a clear-cut stop, as in test_gpu_train_early_stopping */
+        mfm_model *m = NULL;
+        mfm_model_info info;
+        memset(&p, 0, sizeof p);
+        memset(&seen[i], 0, sizeof seen[i]);
+        p.model = MFM_MODEL_FFM, p.k = 4, p.batch_size = 8, p.n_epochs = 30, p.patience = 3, p.learning_rate = 0.2, p.backend = MFM_BACKEND_CUDA;
+        p.n_devices = i ? 2 : 0;
+        p.on_epoch = note_epoch, p.user = &seen[i];
+        if (!CHECK(mfm_model_create(&p, 30, 4, 1, &m, &e) == MFM_OK, "create: %s", e.message)) continue;
+        CHECK(mfm_fit_validated(m, &t.g.d, &valid, &e) == MFM_OK, "fit on %d GPU(s): %s", i ? 2 : 1, e.message);
+        mfm_model_get_info(m, &info);
+        CHECK(seen[i].epochs == 4 && seen[i].best == 1 && info.epochs_trained == 1, "%d GPU(s): stopped after epoch %d, best %d, kept %d epochs", i ? 2 : 1, seen[i].epochs,
+              seen[i].best, (int)info.epochs_trained);
+        if (i) many = m;
+        else one = m;
+    }
+    if (one && many) CHECK(score_gap(one, many, &t.g.d) <= TRAIN_RTOL, "the restored models differ by %.3g", score_gap(one, many, &t.g.d));
+    mfm_model_free(one);
+    mfm_model_free(many);
+    one = many = NULL;
+    memset(&p, 0, sizeof p);
+    p.model = MFM_MODEL_FWFM, p.k = 4, p.batch_size = 16, p.n_epochs = 3, p.learning_rate = 0.1, p.deterministic = 1, p.optimizer = MFM_OPTIMIZER_ADAM;
+    p.backend = MFM_BACKEND_CUDA, p.n_devices = 2;
+    CHECK(mfm_model_create(&p, 30, 4, 1, &one, &e) == MFM_OK && mfm_fit(one, &t.g.d, &e) == MFM_OK, "3 epochs: %s", e.message);
+    p.n_epochs = 2;
+    CHECK(mfm_model_create(&p, 30, 4, 1, &resumed, &e) == MFM_OK && mfm_fit(resumed, &t.g.d, &e) == MFM_OK, "2 epochs: %s", e.message);
+    p.n_epochs = 1;
+    CHECK(mfm_model_set_params(resumed, &p, &e) == MFM_OK && mfm_fit(resumed, &t.g.d, &e) == MFM_OK, "1 more: %s", e.message);
+    CHECK(one && resumed && same_bits(one, resumed), "2 + 1 epochs on 2 GPUs differ from 3");
+    p.n_devices = 0, p.n_epochs = 3;
+    CHECK(mfm_model_create(&p, 30, 4, 1, &many, &e) == MFM_OK && mfm_fit(many, &t.g.d, &e) == MFM_OK, "one GPU: %s", e.message);
+    CHECK(one && many && same_bits(one, many), "Adam on 2 GPUs (deterministic) differs from one GPU");
+    mfm_model_free(one);
+    mfm_model_free(many);
+    mfm_model_free(resumed);
+    free(flipped);
+    free_train_data(&t);
+}
+
+/* Asking for GPUs the machine does not have, or one twice, is an error that names them. */
+void test_gpu_ranks_errors(void) {
+    const int available = gpus_available();
+    const int twice[] = {0, 1, 0};
+    int too_many[MFM_MAX_DEVICES], i;
+    train_data t;
+    mfm_params p;
+    mfm_model *m = NULL;
+    mfm_error e;
+    if (!available) return;
+    make_train_data(&t, 43, 50, 20, 3, MFM_TASK_BINARY);
+    memset(&p, 0, sizeof p);
+    p.model = MFM_MODEL_FFM, p.backend = MFM_BACKEND_CUDA, p.n_devices = 3, p.devices = twice;
+    CHECK(mfm_train(&p, &t.g.d, &m, &e) == MFM_ERR_INVALID_PARAM && strstr(e.message, "device 0 twice") && !m, "device 0 twice: %s", e.message);
+    for (i = 0; i < available + 1 && i < MFM_MAX_DEVICES; i++) too_many[i] = i;
+    p.n_devices = available + 1, p.devices = too_many;
+    if (available + 1 <= MFM_MAX_DEVICES) {
+        char want[64];
+        snprintf(want, sizeof want, "no CUDA device %d", available);
+        CHECK(mfm_train(&p, &t.g.d, &m, &e) == MFM_ERR_CUDA_NO_DEVICE && strstr(e.message, want) && !m, "%d devices: %s", available + 1, e.message);
+    }
+    mfm_model_free(m);
+    free_train_data(&t);
+}

@@ -251,7 +251,7 @@ typedef struct settings {
     int model, task, optimizer, format, output, to, metric; /* indices into the name tables */
     uint32_t n_features, n_fields;
     int auto_stop, no_auto_stop, no_normalize, libffm, cache, no_state, half, quiet, help, backend, clear;
-    const char *validation, *class_weight, *resume, *build;
+    const char *validation, *class_weight, *resume, *build, *devices;
     const char *lr_grid, *l2_grid; /* tune's grids, comma lists */
     const char *args[3];
     int n_args;
@@ -331,6 +331,7 @@ static const option options[] = {
     OPTION_NAME(CMD_PREDICT, "--output", output, output_set, "(default: probabilities, regression: values)"),
     OPTION_NAME(CMD_TRAIN | CMD_PREDICT | CMD_EVAL, "--backend", backend, backend_set, "where training or prediction runs; cuda never falls back (cpu)"),
     OPTION_NUMBER(CMD_TRAIN | CMD_PREDICT | CMD_EVAL | CMD_GPU, NULL, "--device", OPT_INT, p.device, 0, 1024, 0, "N", "the CUDA device (0)"),
+    OPTION_TEXT(CMD_TRAIN, NULL, "--devices", devices, "LIST", "train on these GPUs together through NCCL, e.g. 0,1 (implies --backend cuda)"),
     OPTION_FLAG(CMD_TRAIN, NULL, "--deterministic", p.deterministic, "CUDA training gives the same bits every run (a little slower)"),
     OPTION_NUMBER(CMD_TRAIN, NULL, "--gpu-memory", OPT_U64, p.gpu_memory_limit, 0, 0, 0, "BYTES", "most device memory CUDA training takes; rows beyond it stream (all free)"),
     OPTION_FLAG(CMD_CACHE, NULL, "--clear", clear, "remove every entry of the kernel cache"),
@@ -564,6 +565,7 @@ typedef struct job {
     mfm_model *model;
     mfm_model *best;   /* tune: the best run's model so far */
     float *floats;     /* predictions, or explicit class weights */
+    int devices[MFM_MAX_DEVICES]; /* --devices */
     char *model_path;  /* train's MODEL */
     mfm_output_file *out; /* MODEL or OUT, open (its temporary file made) before the work */
 } job;
@@ -670,6 +672,28 @@ static int set_class_weight(const char *text, uint32_t n_classes, mfm_params *p,
     return 0;
 }
 
+/* --devices 0,1,...: the GPUs one training shares each batch among (list has MFM_MAX_DEVICES places). */
+static int set_devices(const char *text, mfm_params *p, int *list) {
+    const char *c = text;
+    char *end;
+    int n = 0;
+    for (;;) {
+        long d = -1;
+        end = (char *)c;
+        if (isdigit((unsigned char)*c)) d = strtol(c, &end, 10);
+        if (c == end || (*end != ',' && *end != '\0') || d < 0 || d > 1024)
+            return usage_error("--devices expects CUDA device numbers like 0,1, got '%s'", text);
+        if (n == MFM_MAX_DEVICES) return usage_error("--devices names more than %d GPUs: '%s'", MFM_MAX_DEVICES, text);
+        list[n++] = (int)d;
+        if (*end == '\0') break;
+        c = end + 1;
+    }
+    p->n_devices = n;
+    p->devices = list;
+    if (n == 1) p->device = list[0]; /* one GPU: --device's */
+    return 0;
+}
+
 static int was_given(const settings *s, const char *long_name) {
     size_t i;
     for (i = 0; i < sizeof options / sizeof options[0]; i++)
@@ -768,7 +792,9 @@ static int make_model(const settings *s, job *j, trainer *t, mfm_params *p) {
     } else {
         choose_model(s, t->task, p);
     }
+    if (s->devices && (rc = set_devices(s->devices, p, j->devices)) != 0) return rc;
     if (s->backend || was_given(s, "--backend")) p->backend = (mfm_backend)s->backend;
+    else if (s->devices) p->backend = MFM_BACKEND_CUDA;
     p->on_epoch = on_epoch;
     p->on_log = on_log;
     p->user = t;
@@ -1577,6 +1603,10 @@ static int cmd_gpu(const settings *s, job *j) {
         printf("NVRTC:        %d.%d (%s)\n", info.nvrtc_version / 1000, info.nvrtc_version % 1000 / 10, info.nvrtc_path);
     else
         printf("NVRTC:        not found (not needed while the kernel cache holds the kernels)\n");
+    if (info.nccl_version)
+        printf("NCCL:         %d.%d.%d (%s)\n", info.nccl_version / 10000, info.nccl_version / 100 % 100, info.nccl_version % 100, info.nccl_path);
+    else
+        printf("NCCL:         not found (needed only to train on several GPUs)\n");
     printf("kernel cache: %s\n", info.cache_dir[0] ? info.cache_dir : "off");
     if (st != MFM_OK) return fail("%s", e.message);
     printf("driver:       CUDA %d.%d, %d device%s\n", info.driver_version / 1000, info.driver_version % 1000 / 10, info.n_devices, info.n_devices == 1 ? "" : "s");
