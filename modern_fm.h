@@ -8783,13 +8783,19 @@ static void mfm__driver_load_locked(void) {
     s->driver_status = MFM_OK;
 }
 
-static mfm_status mfm__driver_load(mfm_error *err) {
+/* A library loaded once per process, under the lock; every later call answers with the outcome
+   (a failure's sentence included). */
+static mfm_status mfm__load_once(int *tried, void (*load_locked)(void), const mfm_status *status, const char *why, mfm_error *err) {
     mfm_status st;
     mfm__cuda_lock();
-    if (!mfm__cuda.driver_tried) mfm__driver_load_locked();
-    st = mfm__cuda.driver_status;
+    if (!*tried) load_locked();
+    st = *status;
     mfm__cuda_unlock();
-    return st == MFM_OK ? MFM_OK : mfm__fail(err, st, "%s", mfm__cuda.driver_why);
+    return st == MFM_OK ? MFM_OK : mfm__fail(err, st, "%s", why);
+}
+
+static mfm_status mfm__driver_load(mfm_error *err) {
+    return mfm__load_once(&mfm__cuda.driver_tried, mfm__driver_load_locked, &mfm__cuda.driver_status, mfm__cuda.driver_why, err);
 }
 
 MFMDEF int mfm_cuda_available(void) { return mfm__driver_load(NULL) == MFM_OK; }
@@ -8927,13 +8933,8 @@ static void mfm__nvrtc_load_locked(void) {
 }
 
 static mfm_status mfm__nvrtc_load(mfm_error *err) {
-    mfm_status st;
-    mfm__cuda_lock();
-    if (!mfm__cuda.driver_tried) mfm__driver_load_locked(); /* the driver's CUDA version bounds NVRTC's */
-    if (!mfm__cuda.nvrtc_tried) mfm__nvrtc_load_locked();
-    st = mfm__cuda.nvrtc_status;
-    mfm__cuda_unlock();
-    return st == MFM_OK ? MFM_OK : mfm__fail(err, st, "%s", mfm__cuda.nvrtc_why);
+    mfm__driver_load(NULL); /* the driver's CUDA version, where there is one, bounds NVRTC's */
+    return mfm__load_once(&mfm__cuda.nvrtc_tried, mfm__nvrtc_load_locked, &mfm__cuda.nvrtc_status, mfm__cuda.nvrtc_why, err);
 }
 
 /* ---- NCCL: only for training on several GPUs ---- */
@@ -9048,12 +9049,7 @@ static void mfm__nccl_load_locked(void) {
 }
 
 static mfm_status mfm__nccl_load(mfm_error *err) {
-    mfm_status st;
-    mfm__cuda_lock();
-    if (!mfm__cuda.nccl_tried) mfm__nccl_load_locked();
-    st = mfm__cuda.nccl_status;
-    mfm__cuda_unlock();
-    return st == MFM_OK ? MFM_OK : mfm__fail(err, st, "%s", mfm__cuda.nccl_why);
+    return mfm__load_once(&mfm__cuda.nccl_tried, mfm__nccl_load_locked, &mfm__cuda.nccl_status, mfm__cuda.nccl_why, err);
 }
 
 /* "ncclAllReduce failed: unhandled cuda error (1)" */

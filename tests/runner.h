@@ -178,7 +178,6 @@
     X(test_cuda_no_driver) \
     X(test_cuda_nvrtc_path_missing) \
     X(test_cuda_training_params) \
-    X(test_cuda_devices_params) \
     X(test_cuda_nccl_loader) \
     X(test_gpu_predict_parity) \
     X(test_gpu_predict_half)                  \

@@ -344,44 +344,32 @@ void test_cuda_nvrtc_path_missing(void) {
     CHECK(code == 0, "the child's checks: exit %d", code);
 }
 
-/* The GPU's training switches are checked like every other parameter. */
-void test_cuda_training_params(void) {
+/* One training row with one non-zero. */
+static mfm_csr one_row(void) {
     static const uint64_t off[] = {0, 1};
     static const uint32_t feat[] = {0};
     static const float y[] = {1};
-    mfm_params p;
     mfm_csr d;
+    memset(&d, 0, sizeof d);
+    d.n_rows = 1, d.row_offsets = off, d.features = feat, d.labels = y;
+    return d;
+}
+
+/* The GPU's training switches are checked like every other parameter, the list of devices for
+   several GPUs included, before any GPU is asked for. */
+void test_cuda_training_params(void) {
+    const int twice[] = {1, 0, 1}, negative[] = {0, -1};
+    const mfm_csr d = one_row();
+    mfm_params p;
     mfm_model *m = NULL;
     mfm_error e;
     memset(&p, 0, sizeof p);
-    memset(&d, 0, sizeof d);
-    d.n_rows = 1;
-    d.row_offsets = off;
-    d.features = feat;
-    d.labels = y;
     p.backend = MFM_BACKEND_CUDA;
     p.deterministic = 2;
     CHECK(mfm_train(&p, &d, &m, &e) == MFM_ERR_INVALID_PARAM && strstr(e.message, "deterministic = 2") && m == NULL, "deterministic 2: %s", e.message);
     p.deterministic = 1;
     p.backend = (mfm_backend)7;
     CHECK(mfm_train(&p, &d, &m, &e) == MFM_ERR_INVALID_PARAM && strstr(e.message, "backend"), "backend 7: %s", e.message);
-    mfm_model_free(m);
-}
-
-/* Training on several GPUs: the list of devices is checked like any parameter, before any GPU
-   is asked for. */
-void test_cuda_devices_params(void) {
-    static const uint64_t off[] = {0, 1};
-    static const uint32_t feat[] = {0};
-    static const float y[] = {1};
-    const int twice[] = {1, 0, 1}, negative[] = {0, -1};
-    mfm_params p;
-    mfm_csr d;
-    mfm_model *m = NULL;
-    mfm_error e;
-    memset(&p, 0, sizeof p);
-    memset(&d, 0, sizeof d);
-    d.n_rows = 1, d.row_offsets = off, d.features = feat, d.labels = y;
     p.backend = MFM_BACKEND_CUDA;
     p.n_devices = 3, p.devices = twice;
     CHECK(mfm_train(&p, &d, &m, &e) == MFM_ERR_INVALID_PARAM && strstr(e.message, "device 1 twice") && strstr(e.message, "devices[0] and devices[2]") && !m,
@@ -398,19 +386,14 @@ void test_cuda_devices_params(void) {
 /* NCCL is looked for only where several GPUs are asked for, and first: a machine without it
    (or with a wrong MFM_NCCL_LIBRARY) says so before the driver is needed. */
 static int nccl_missing_child(void) {
-    static const uint64_t off[] = {0, 1};
-    static const uint32_t feat[] = {0};
-    static const float y[] = {1};
     const char *library = getenv("MFM_NCCL_LIBRARY");
+    const mfm_csr d = one_row();
     mfm_params p;
-    mfm_csr d;
     mfm_model *m = NULL;
     mfm_error e;
     mfm_cuda_info info;
     int bad = 0;
     memset(&p, 0, sizeof p);
-    memset(&d, 0, sizeof d);
-    d.n_rows = 1, d.row_offsets = off, d.features = feat, d.labels = y;
     p.backend = MFM_BACKEND_CUDA, p.n_devices = 2;
     if (mfm_train(&p, &d, &m, &e) != MFM_ERR_NCCL_UNAVAILABLE || m) bad |= 1;
     if (!strstr(e.message, library) || !strstr(e.message, strchr(library, '/') ? "no such file" : "has no ncclGetVersion")) bad |= 2;

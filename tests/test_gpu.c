@@ -522,8 +522,27 @@ static double score_gap(const mfm_model *cpu, const mfm_model *gpu, const mfm_cs
     return worst;
 }
 
-/* Every model x task x optimizer at batch 1, 7 and the whole data, with row weights, label
-   smoothing and L2 (FTRL: L1 too): the GPU's final scores match the CPU's. */
+/* One parity cell: a model, task and optimizer at batch size `batch` (the ib-th of 1, 7 and a
+   whole-data batch), with row weights, label smoothing and L2 (FTRL: L1 too), two epochs. */
+static mfm_params parity_cell(mfm_model_type model, mfm_task task, mfm_optimizer optimizer, size_t ib, int batch, int deterministic) {
+    mfm_params p;
+    memset(&p, 0, sizeof p);
+    p.model = model, p.task = task, p.optimizer = optimizer;
+    /* k: the kernels built for k = 4, 8, 16 and the one for any k (5). At batch 1 the float
+       order of longer dot products drifts past the tolerance over the 120 steps. */
+    p.k = ib == 0 ? 4 : ib == 1 ? 5 : 4 << ((int)optimizer - MFM_OPTIMIZER_SGD) % 3;
+    p.batch_size = batch, p.n_epochs = 2, p.seed = 5;
+    p.learning_rate = optimizer == MFM_OPTIMIZER_SGD ? 0.01 : 0.1; /* SGD at 0.05 diverges on the 40-long row */
+    p.l2_linear = 1e-3, p.l2_factors = 2e-3;
+    if (optimizer == MFM_OPTIMIZER_FTRL) p.l1_linear = 1e-3, p.l1_factors = 1e-3;
+    if (task != MFM_TASK_REGRESSION) p.label_smoothing = 0.1;
+    p.init_scale = 0.1;
+    p.deterministic = deterministic;
+    return p;
+}
+
+/* Every model x task x optimizer at batch 1, 7 and the whole data: the GPU's final scores match
+   the CPU's. */
 void test_gpu_train_parity(void) {
     static const mfm_model_type models[] = {MFM_MODEL_FM, MFM_MODEL_FFM, MFM_MODEL_FWFM};
     static const mfm_task tasks[] = {MFM_TASK_BINARY, MFM_TASK_REGRESSION, MFM_TASK_MULTICLASS};
@@ -538,21 +557,9 @@ void test_gpu_train_parity(void) {
             make_train_data(&t, 11 + im * 3 + it, 60, 50, 5, tasks[it]);
             for (io = 0; io < 5; io++)
                 for (ib = 0; ib < 3; ib++) {
-                    mfm_params p;
+                    const mfm_params p = parity_cell(models[im], tasks[it], optimizers[io], ib, batches[ib], (int)(ib & 1));
                     mfm_model *cpu, *gpu;
                     double gap;
-                    memset(&p, 0, sizeof p);
-                    p.model = models[im], p.task = tasks[it], p.optimizer = optimizers[io];
-                    /* k: the kernels built for k = 4, 8, 16 and the one for any k (5). At batch 1 the float
-                       order of longer dot products drifts past the tolerance over the 120 steps. */
-                    p.k = ib == 0 ? 4 : ib == 1 ? 5 : 4 << (io % 3);
-                    p.batch_size = batches[ib], p.n_epochs = 2, p.seed = 5;
-                    p.learning_rate = optimizers[io] == MFM_OPTIMIZER_SGD ? 0.01 : 0.1; /* SGD at 0.05 diverges on the 40-long row */
-                    p.l2_linear = 1e-3, p.l2_factors = 2e-3;
-                    if (optimizers[io] == MFM_OPTIMIZER_FTRL) p.l1_linear = 1e-3, p.l1_factors = 1e-3;
-                    if (tasks[it] != MFM_TASK_REGRESSION) p.label_smoothing = 0.1;
-                    p.init_scale = 0.1;
-                    p.deterministic = (int)(ib & 1);
                     cpu = train_on(p, MFM_BACKEND_CPU, &t.g.d);
                     gpu = train_on(p, MFM_BACKEND_CUDA, &t.g.d);
                     if (cpu && gpu) {
@@ -855,11 +862,7 @@ void test_gpu_train_streaming(void) {
 /* How many GPUs this machine offers (0 after a skip: no GPU, or no NCCL). */
 static int gpus_available(void) {
     mfm_cuda_info info;
-    mfm_error e;
-    if (mfm_cuda_get_info(0, &info, &e) != MFM_OK) {
-        runner_skip("%s", e.message);
-        return 0;
-    }
+    if (!gpu_ready() || mfm_cuda_get_info(0, &info, NULL) != MFM_OK) return 0;
     if (!info.nccl_version) {
         runner_skip("no NCCL: training on several GPUs needs NCCL 2 (MFM_NCCL_LIBRARY)");
         return 0;
@@ -903,20 +906,9 @@ void test_gpu_ranks_parity(void) {
             make_train_data(&t, 31 + im * 3 + it, 60, 50, 5, tasks[it]);
             for (io = 0; io < 5; io++)
                 for (ib = 0; ib < 3; ib++) {
-                    mfm_params p;
-                    mfm_model *one;
+                    const mfm_params p = parity_cell(models[im], tasks[it], optimizers[io], ib, batches[ib], ib != 0);
                     const int line = (optimizers[io] == MFM_OPTIMIZER_ADAGRAD || optimizers[io] == MFM_OPTIMIZER_ROWWISE_ADAGRAD) && batches[ib] > 1;
-                    memset(&p, 0, sizeof p);
-                    p.model = models[im], p.task = tasks[it], p.optimizer = optimizers[io];
-                    p.k = ib == 1 ? 5 : 4 << (io % 3);
-                    p.batch_size = batches[ib], p.n_epochs = 2, p.seed = 5;
-                    p.learning_rate = optimizers[io] == MFM_OPTIMIZER_SGD ? 0.01 : 0.1;
-                    p.l2_linear = 1e-3, p.l2_factors = 2e-3;
-                    if (optimizers[io] == MFM_OPTIMIZER_FTRL) p.l1_linear = 1e-3, p.l1_factors = 1e-3;
-                    if (tasks[it] != MFM_TASK_REGRESSION) p.label_smoothing = 0.1;
-                    p.init_scale = 0.1;
-                    p.deterministic = ib != 0;
-                    if (p.batch_size == 1) p.k = 4; /* batch 1's long float chains: as test_gpu_train_parity */
+                    mfm_model *one;
                     one = train_on(p, MFM_BACKEND_CUDA, &t.g.d);
                     for (ic = 0; ic < n_counts && one; ic++) {
                         mfm_model *many = train_on_gpus(p, counts[ic], &t.g.d);
