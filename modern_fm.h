@@ -271,7 +271,8 @@ typedef struct mfm_params {
     int n_devices;              /* 0 or 1: training on one GPU, params.device; 2 to MFM_MAX_DEVICES:
                                    data parallel on as many GPUs of this process (NCCL): each
                                    batch's rows are shared out, one step per touched coordinate
-                                   (docs/GPU.md). Prediction and validation run on the first */
+                                   (docs/GPU.md). mfm_predict shares the rows out among them;
+                                   validation scoring runs on the first */
     const int *devices;         /* with n_devices > 1: their CUDA ordinals, each once; copied.
                                    NULL: 0, 1, ..., n_devices - 1 */
     int deterministic;          /* 0: CUDA training takes its fastest path, whose last bits vary
@@ -734,8 +735,10 @@ MFMDEF mfm_status mfm_model_file_inspect(const char *path, mfm_model_file_info *
        nvrtc_library   MFM_NVRTC_PATH    searched by version, newest first, never newer than
                                          the driver (a path set here is authoritative)
        nccl_library    MFM_NCCL_LIBRARY  libnccl.so.2 on the library path, in the CUDA folders,
-                                         then in Python's nvidia/nccl wheel; loaded only to
-                                         train on several GPUs (params.n_devices > 1)
+                                         then in Python's nvidia/nccl wheel; loaded to train on
+                                         several GPUs (params.n_devices > 1) and to describe the
+                                         machine (mfm_cuda_get_info); a path that failed to
+                                         load may be replaced
        cache_dir       MFM_CACHE_DIR     $XDG_CACHE_HOME/modern_fm, ~/.cache/modern_fm;
                                          %LOCALAPPDATA%\modern_fm\cache on Windows
        cache_mode      MFM_CACHE         on / off (no reads, no writes) / readonly; another
@@ -752,9 +755,9 @@ typedef enum mfm_cache_mode {
 typedef struct mfm_cuda_config {
     const char *driver_library; /* copied; NULL = MFM_CUDA_LIBRARY, else the default */
     const char *nvrtc_library;  /* copied; NULL = MFM_NVRTC_PATH, else searched */
-    const char *nccl_library;   /* copied; NULL = MFM_NCCL_LIBRARY, else searched (several GPUs only) */
     const char *cache_dir;      /* copied; NULL = MFM_CACHE_DIR, else the default */
     mfm_cache_mode cache_mode;  /* DEFAULT = MFM_CACHE, else on */
+    const char *nccl_library;   /* copied; NULL = MFM_NCCL_LIBRARY, else searched (several GPUs only) */
 } mfm_cuda_config;
 
 /* Sets the GPU's settings (NULL: back to the environment's). The cache settings apply from the
@@ -789,7 +792,8 @@ typedef struct mfm_cuda_info {
     uint64_t total_memory, free_memory; /* bytes */
     int nvrtc_version;    /* e.g. 13000; 0 when no NVRTC loaded (a warm cache does not need one) */
     char nvrtc_path[256]; /* the NVRTC library that was loaded */
-    int nccl_version;     /* e.g. 22703 for 2.27.3; 0 when no NCCL loads (one GPU needs none) */
+    int nccl_version;     /* NCCL's own code: 22703 for 2.27.3 (before 2.9: 2804 for 2.8.4); 0 when no
+                             NCCL loads (one GPU needs none) */
     char nccl_path[512];  /* the NCCL library that was loaded */
     char cache_dir[512];  /* "" when the cache is off or no directory could be found */
     mfm_cache_mode cache_mode; /* ON, READONLY or OFF: the mode in force */
@@ -7184,13 +7188,69 @@ static int mfm__on_gpu(const mfm_params *p) {
     return p->backend == MFM_BACKEND_CUDA || (p->backend == MFM_BACKEND_AUTO && mfm_cuda_available());
 }
 
-/* Backend CUDA: the model goes up for this call only (mfm_gpu_model_upload keeps it there). */
-static mfm_status mfm__predict_gpu(const mfm_model *m, const mfm_csr *d, mfm_output kind, float *out, size_t capacity, mfm_error *err) {
+/* Backend CUDA (the call checked already): the model goes up for this call only
+   (mfm_gpu_model_upload keeps it there). On several GPUs (params.n_devices > 1) each takes a consecutive part of the rows, on a thread of
+   its own with its own copy of the model: a row's score does not depend on where it runs. */
+typedef struct mfm__gpu_parts {
+    const mfm_model *m;
+    const mfm_csr *d;
+    mfm_output kind;
+    float *out;
+    size_t width;
+    mfm_status status[MFM_MAX_DEVICES];
+    mfm_error err[MFM_MAX_DEVICES];
+} mfm__gpu_parts;
+
+static void mfm__predict_gpu_part(void *ctx, int k) {
+    mfm__gpu_parts *g = (mfm__gpu_parts *)ctx;
+    const mfm_params *p = &g->m->params;
+    const uint64_t n = g->d->n_rows, lo = n * (uint64_t)k / (uint64_t)p->n_devices, hi = n * (uint64_t)(k + 1) / (uint64_t)p->n_devices;
+    const uint64_t at = g->d->row_offsets[lo];
     mfm_gpu_model *gm = NULL;
-    mfm_status st = mfm_gpu_model_upload(m, m->params.n_devices > 1 ? m->params.devices[0] : m->params.device, &gm, err);
-    if (st == MFM_OK) st = mfm_gpu_predict(gm, d, kind, out, capacity, err);
+    mfm_csr part = *g->d;
+    uint64_t *offsets, r;
+    g->status[k] = MFM_OK;
+    if (hi == lo) return;
+    if (!(offsets = (uint64_t *)mfm__alloc(hi - lo + 1, sizeof(uint64_t)))) {
+        g->status[k] = mfm__fail(&g->err[k], MFM_ERR_OUT_OF_MEMORY, "out of memory for the rows of GPU %d", p->devices[k]);
+        return;
+    }
+    for (r = lo; r <= hi; r++) offsets[r - lo] = g->d->row_offsets[r] - at;
+    part.n_rows = hi - lo, part.row_offsets = offsets;
+    part.origin = NULL; /* a view of some of the rows: errors must not name the dataset's lines */
+    part.features += at;
+    if (part.fields) part.fields += at;
+    if (part.values) part.values += at;
+    if (part.labels) part.labels += lo;
+    if (part.weights) part.weights += lo;
+    g->status[k] = mfm_gpu_model_upload(g->m, p->devices[k], &gm, &g->err[k]);
+    if (g->status[k] == MFM_OK) g->status[k] = mfm_gpu_predict(gm, &part, g->kind, g->out + lo * g->width, (size_t)((hi - lo) * g->width), &g->err[k]);
     mfm_gpu_model_free(gm);
-    return st;
+    MFM_FREE(offsets);
+}
+
+static mfm_status mfm__predict_gpu(const mfm_model *m, const mfm_csr *d, mfm_output kind, float *out, size_t capacity, mfm_error *err) {
+    mfm__gpu_parts parts;
+    mfm__pool pool;
+    mfm_status st;
+    int k;
+    if (m->params.n_devices < 2) {
+        mfm_gpu_model *gm = NULL;
+        st = mfm_gpu_model_upload(m, m->params.device, &gm, err);
+        if (st == MFM_OK) st = mfm_gpu_predict(gm, d, kind, out, capacity, err);
+        mfm_gpu_model_free(gm);
+        return st;
+    }
+    parts.m = m, parts.d = d, parts.kind = kind, parts.out = out, parts.width = mfm_output_width(m, kind);
+    if ((st = mfm__pool_start(&pool, m->params.n_devices, err)) != MFM_OK) return st;
+    mfm__pool_run(&pool, mfm__predict_gpu_part, &parts);
+    mfm__pool_stop(&pool);
+    for (k = 0; k < m->params.n_devices; k++)
+        if (parts.status[k] != MFM_OK) {
+            if (err) *err = parts.err[k];
+            return parts.status[k];
+        }
+    return mfm__ok(err);
 }
 
 /* A call of a few rows is a server's: it runs on the calling thread, its buffers on the stack
@@ -8829,6 +8889,8 @@ MFMDEF mfm_status mfm_cuda_configure(const mfm_cuda_config *config, mfm_error *e
     before = mfm__settings;
     st = mfm__configure_path(mfm__settings.driver, config->driver_library, mfm__cuda.driver_tried, "driver_library", err);
     if (st == MFM_OK) st = mfm__configure_path(mfm__settings.nvrtc, config->nvrtc_library, mfm__cuda.nvrtc_tried, "nvrtc_library", err);
+    if (st == MFM_OK && mfm__cuda.nccl_tried && mfm__cuda.nccl_status != MFM_OK && strcmp(config->nccl_library ? config->nccl_library : "", mfm__settings.nccl) != 0)
+        mfm__cuda.nccl_tried = 0; /* nothing was loaded: another path is looked at afresh */
     if (st == MFM_OK) st = mfm__configure_path(mfm__settings.nccl, config->nccl_library, mfm__cuda.nccl_tried, "nccl_library", err);
     if (st == MFM_OK) {
         snprintf(mfm__settings.cache_dir, sizeof mfm__settings.cache_dir, "%s", config->cache_dir ? config->cache_dir : "");
@@ -10383,12 +10445,12 @@ static void mfm__gpu_fit_free(mfm__gpu_trainer *g) {
     int i;
     if (!g) return;
     for (i = 1; i < g->n_ranks && g->rank == 0; i++) mfm__gpu_fit_free(g->ranks[i]);
-    if (g->comm) mfm__cuda.nccl.ncclCommDestroy(g->comm);
     if (g->dev) {
         mfm__cuda.cu.cuCtxGetCurrent(&saved);
         mfm__cuda.cu.cuCtxSetCurrent(g->dev->context);
         if (g->stream) mfm__cuda.cu.cuStreamSynchronize(g->stream);
         if (g->copy) mfm__cuda.cu.cuStreamSynchronize(g->copy);
+        if (g->comm) mfm__cuda.nccl.ncclCommDestroy(g->comm); /* it may change the thread's device: inside the save and restore */
         for (i = 0; i < g->n_owned; i++) mfm__cuda.cu.cuMemFree(g->owned[i]);
         for (i = 0; i < 2; i++) {
             if (g->host[i]) mfm__cuda.cu.cuMemFreeHost(g->host[i]);
@@ -10730,8 +10792,8 @@ static void mfm__gpu_gather(mfm__gpu_trainer *g, const mfm_csr *d, const uint64_
         curvatures, gathered, then the same alpha everywhere.
    Validation, early stopping's copy and the final download use GPU 0's replica. */
 
-/* Several NCCL calls, one per GPU, as one group; the first failure is kept. */
-#define MFM__NCCL_GROUP(rc, body)                                               \
+/* Several NCCL calls, one per GPU, as one group; the first failure is kept, with what it was. */
+#define MFM__NCCL_GROUP(rc, what, body)                                         \
     do {                                                                        \
         int g_rc_ = mfm__cuda.nccl.ncclGroupStart(), k_;                        \
         for (k_ = 0; k_ < g->n_ranks && g_rc_ == 0; k_++) {                     \
@@ -10740,7 +10802,15 @@ static void mfm__gpu_gather(mfm__gpu_trainer *g, const mfm_csr *d, const uint64_
         }                                                                       \
         (rc) = mfm__cuda.nccl.ncclGroupEnd();                                   \
         if (g_rc_ != 0) (rc) = g_rc_;                                           \
+        if (rc) nccl_step = (what);                                             \
     } while (0)
+
+/* A driver call's failure on one of several GPUs, naming the GPU. */
+static mfm_status mfm__rank_fail(mfm__gpu_trainer *t, mfm__cu_result r, const char *what, mfm_error *err) {
+    char step[160];
+    snprintf(step, sizeof step, "%s, on GPU %d", what, t->device);
+    return mfm__cu_fail(err, r, step);
+}
 
 static mfm_status mfm__rank_launch(mfm__gpu_trainer *t, mfm__cu_function f, unsigned blocks, unsigned threads, unsigned shared, const char *what, mfm_error *err) {
     void *params[1];
@@ -10749,8 +10819,12 @@ static mfm_status mfm__rank_launch(mfm__gpu_trainer *t, mfm__cu_function f, unsi
     mfm__cuda.cu.cuCtxSetCurrent(t->dev->context);
     if (!blocks) return MFM_OK;
     r = mfm__cuda.cu.cuLaunchKernel(f, blocks, 1, 1, threads, 1, 1, shared, t->stream, params, NULL);
-    return r ? mfm__cu_fail(err, r, what) : MFM_OK;
+    return r ? mfm__rank_fail(t, r, what, err) : MFM_OK;
 }
+
+/* GPUs that run collectives for two fits at once can wait on each other for ever (NCCL): one
+   fit on several GPUs passes over its rows at a time in a process. */
+static mfm__static_lock mfm__ranks_mutex = MFM__STATIC_LOCK_INIT;
 
 static mfm_status mfm__gpu_ranks_pass(mfm__gpu_trainer *g, const uint64_t *order, uint64_t n, const mfm__epoch_order *meanwhile, double *loss, double *weight,
                                       mfm_error *err) {
@@ -10760,22 +10834,27 @@ static mfm_status mfm__gpu_ranks_pass(mfm__gpu_trainer *g, const uint64_t *order
     const uint64_t per_feature = C * (1 + (uint64_t)g->a.line + (p->linear_only ? 0 : (uint64_t)g->a.len[MFM_TENSOR_V] * (g->a.packed_fields ? g->m->n_fields : 1)));
     mfm__cu_ptr dlds[MFM_MAX_DEVICES], scores[MFM_MAX_DEVICES], row_loss[MFM_MAX_DEVICES], parts[MFM_MAX_DEVICES];
     unsigned line_blocks = g->max_blocks;
+    const char *nccl_step = "";
     mfm__cu_context saved;
     mfm__cu_result r = 0;
     mfm_status st = MFM_OK;
     double totals[2] = {0, 0};
     uint64_t start;
     int k, rc = 0;
-    mfm__cuda.cu.cuCtxGetCurrent(&saved);
-    for (k = 0; k < G && r == 0; k++) { /* the order to every GPU, the epoch's loss to zero */
-        mfm__gpu_trainer *t = g->ranks[k];
+    for (k = 0; k < G; k++) { /* the batch buffers' own places, restored at the end */
+        const mfm__gpu_trainer *t = g->ranks[k];
         dlds[k] = t->a.dlds, scores[k] = t->a.scores, row_loss[k] = t->a.row_loss, parts[k] = t->a.line_parts;
         if (t->max_blocks < line_blocks) line_blocks = t->max_blocks;
-        mfm__cuda.cu.cuCtxSetCurrent(t->dev->context);
-        if ((r = mfm__cuda.cu.cuMemsetD8Async(t->a.totals, 0, 2 * sizeof(double), t->stream)) == 0)
-            r = mfm__cuda.cu.cuMemcpyHtoDAsync(t->order[0], order, (size_t)(n * 8), t->stream);
     }
-    if (r) st = mfm__cu_fail(err, r, "cuMemcpyHtoDAsync (the row order)");
+    mfm__static_lock_take(&mfm__ranks_mutex);
+    mfm__cuda.cu.cuCtxGetCurrent(&saved);
+    for (k = 0; k < G && st == MFM_OK; k++) { /* the order to every GPU, the epoch's loss to zero */
+        mfm__gpu_trainer *t = g->ranks[k];
+        mfm__cuda.cu.cuCtxSetCurrent(t->dev->context);
+        if ((r = mfm__cuda.cu.cuMemsetD8Async(t->a.totals, 0, 2 * sizeof(double), t->stream)) != 0 ||
+            (r = mfm__cuda.cu.cuMemcpyHtoDAsync(t->order[0], order, (size_t)(n * 8), t->stream)) != 0)
+            st = mfm__rank_fail(t, r, "cuMemcpyHtoDAsync (the row order)", err);
+    }
     for (start = 0; start < n && st == MFM_OK && rc == 0; start += batch) {
         const uint64_t rows = n - start < batch ? n - start : batch, part = (rows + (uint64_t)G - 1) / (uint64_t)G;
         uint64_t n_f, n_r, packed;
@@ -10789,7 +10868,7 @@ static mfm_status mfm__gpu_ranks_pass(mfm__gpu_trainer *g, const uint64_t *order
             if (++t->stamp == 0) { /* wrapped: every mark must read as stale again */
                 if ((r = mfm__cuda.cu.cuMemsetD8Async(a->mark[0], 0, (size_t)(a->n_blocks[MFM_TENSOR_W] * 4), t->stream)) == 0 && a->mark[1])
                     r = mfm__cuda.cu.cuMemsetD8Async(a->mark[1], 0, (size_t)(a->n_blocks[MFM_TENSOR_R] * 4), t->stream);
-                if (r) st = mfm__cu_fail(err, r, "cuMemsetD8Async");
+                if (r) st = mfm__rank_fail(t, r, "cuMemsetD8Async (the touched marks)", err);
                 t->stamp = 1;
             }
             a->stamp = t->stamp;
@@ -10805,7 +10884,7 @@ static mfm_status mfm__gpu_ranks_pass(mfm__gpu_trainer *g, const uint64_t *order
         }
         if (st != MFM_OK) break;
         /* 2. the stamps to GPU 0, every part's dL/ds and losses to every GPU */
-        MFM__NCCL_GROUP(rc, {
+        MFM__NCCL_GROUP(rc, "the touched marks, dL/ds and losses of every part", {
             const mfm__train_args *a = &t_->a;
             g_rc_ = mfm__cuda.nccl.ncclReduce((void *)a->mark[0], (void *)a->mark[0], (size_t)a->n_blocks[MFM_TENSOR_W], MFM__NCCL_UINT32, MFM__NCCL_MAX, 0, t_->comm, t_->stream);
             if (g_rc_ == 0 && a->mark[1])
@@ -10821,11 +10900,11 @@ static mfm_status mfm__gpu_ranks_pass(mfm__gpu_trainer *g, const uint64_t *order
         st = mfm__rank_launch(g, g->dev->train_list, g->max_blocks, 256, 0, "cuLaunchKernel (listing the touched features)", err);
         if (st == MFM_OK && ((r = mfm__cuda.cu.cuMemcpyDtoHAsync(g->listed, g->a.count + 16 * g->a.parity, 16, g->stream)) != 0 ||
                              (r = mfm__cuda.cu.cuStreamSynchronize(g->stream)) != 0))
-            st = mfm__cu_fail(err, r, "reading how many coordinates the batch touched");
+            st = mfm__rank_fail(g, r, "reading how many coordinates the batch touched", err);
         if (st != MFM_OK) break;
         n_f = g->listed[0], n_r = g->listed[1];
         packed = n_f * per_feature + n_r * C;
-        MFM__NCCL_GROUP(rc, {
+        MFM__NCCL_GROUP(rc, "the first GPU's list of touched coordinates", {
             const mfm__train_args *a = &t_->a;
             g_rc_ = mfm__cuda.nccl.ncclBroadcast((void *)a->list[0], (void *)a->list[0], (size_t)n_f, MFM__NCCL_UINT64, 0, t_->comm, t_->stream);
             if (g_rc_ == 0 && n_r) g_rc_ = mfm__cuda.nccl.ncclBroadcast((void *)a->list[1], (void *)a->list[1], (size_t)n_r, MFM__NCCL_UINT64, 0, t_->comm, t_->stream);
@@ -10837,7 +10916,7 @@ static mfm_status mfm__gpu_ranks_pass(mfm__gpu_trainer *g, const uint64_t *order
         for (k = 0; k < G && st == MFM_OK; k++)
             st = mfm__rank_launch(g->ranks[k], g->ranks[k]->dev->train_pack[0][exact], g->ranks[k]->max_blocks, 256, 0, "cuLaunchKernel (packing the sums)", err);
         if (st != MFM_OK) break;
-        MFM__NCCL_GROUP(rc, {
+        MFM__NCCL_GROUP(rc, "the all-reduce of the packed gradient sums", {
             const mfm__train_args *a = &t_->a;
             g_rc_ = mfm__cuda.nccl.ncclAllReduce((void *)a->packed, (void *)a->packed, (size_t)(exact ? 2 * packed : packed), exact ? MFM__NCCL_UINT64 : MFM__NCCL_FLOAT32,
                                                  MFM__NCCL_SUM, t_->comm, t_->stream);
@@ -10860,12 +10939,13 @@ static mfm_status mfm__gpu_ranks_pass(mfm__gpu_trainer *g, const uint64_t *order
                 a->dlds = dlds[k] + lo * C * 4, a->scores = scores[k] + lo * C * 4;
                 a->line_parts = parts[k] + (uint64_t)k * line_blocks * 16;
                 a->line_blocks = need < line_blocks ? (uint32_t)need : line_blocks;
-                if ((r = mfm__cuda.cu.cuMemsetD8Async(parts[k], 0, (size_t)G * line_blocks * 16, t->stream)) != 0) st = mfm__cu_fail(err, r, "cuMemsetD8Async");
+                if ((r = mfm__cuda.cu.cuMemsetD8Async(parts[k], 0, (size_t)G * line_blocks * 16, t->stream)) != 0)
+                    st = mfm__rank_fail(t, r, "cuMemsetD8Async (the line search's parts)", err);
                 if (st == MFM_OK) st = mfm__rank_launch(t, t->dev->line[0], a->line_blocks, 256, 0, "cuLaunchKernel (the linear terms' line search)", err);
             }
         }
         if (st != MFM_OK || !g->a.line) continue;
-        MFM__NCCL_GROUP(rc, {
+        MFM__NCCL_GROUP(rc, "the line search's slopes and curvatures", {
             g_rc_ = mfm__cuda.nccl.ncclAllGather((void *)(parts[k_] + (uint64_t)k_ * line_blocks * 16), (void *)parts[k_], (size_t)line_blocks * 2, MFM__NCCL_FLOAT64,
                                                  t_->comm, t_->stream);
         });
@@ -10880,15 +10960,21 @@ static mfm_status mfm__gpu_ranks_pass(mfm__gpu_trainer *g, const uint64_t *order
         mfm__train_args *a = &g->ranks[k]->a;
         a->dlds = dlds[k], a->scores = scores[k], a->row_loss = row_loss[k], a->line_parts = parts[k];
     }
-    if (st == MFM_OK && rc) st = mfm__nccl_fail(err, rc, "combining the GPUs' gradients");
+    if (st == MFM_OK && rc) {
+        char step[160];
+        snprintf(step, sizeof step, "exchanging %s among GPUs %d", nccl_step, g->ranks[0]->device);
+        for (k = 1; k < G; k++) snprintf(step + strlen(step), sizeof step - strlen(step), "%s%d", k + 1 < G ? ", " : " and ", g->ranks[k]->device);
+        st = mfm__nccl_fail(err, rc, step);
+    }
     if (st == MFM_OK && meanwhile) mfm__make_order(meanwhile);
     mfm__cuda.cu.cuCtxSetCurrent(g->dev->context);
-    if (st == MFM_OK && (r = mfm__cuda.cu.cuMemcpyDtoHAsync(totals, g->a.totals, sizeof totals, g->stream)) != 0) st = mfm__cu_fail(err, r, "training on the GPUs");
+    if (st == MFM_OK && (r = mfm__cuda.cu.cuMemcpyDtoHAsync(totals, g->a.totals, sizeof totals, g->stream)) != 0) st = mfm__rank_fail(g, r, "training", err);
     for (k = 0; k < G; k++) { /* every GPU idle again, failed or not */
         mfm__cuda.cu.cuCtxSetCurrent(g->ranks[k]->dev->context);
-        if ((r = mfm__cuda.cu.cuStreamSynchronize(g->ranks[k]->stream)) != 0 && st == MFM_OK) st = mfm__cu_fail(err, r, "training on the GPUs");
+        if ((r = mfm__cuda.cu.cuStreamSynchronize(g->ranks[k]->stream)) != 0 && st == MFM_OK) st = mfm__rank_fail(g->ranks[k], r, "training", err);
     }
     mfm__cuda.cu.cuCtxSetCurrent(saved);
+    mfm__static_lock_give(&mfm__ranks_mutex);
     *loss = totals[0];
     *weight = totals[1];
     return st;

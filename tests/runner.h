@@ -198,7 +198,8 @@
     X(test_gpu_ranks_parity)                \
     X(test_gpu_ranks_deterministic)         \
     X(test_gpu_ranks_lifecycle)             \
-    X(test_gpu_ranks_errors)
+    X(test_gpu_ranks_errors)                \
+    X(test_gpu_ranks_predict)
 
 #define TEST_DECLARE(name) void name(void);
 TEST_LIST(TEST_DECLARE)

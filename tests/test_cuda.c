@@ -399,6 +399,13 @@ static int nccl_missing_child(void) {
     if (!strstr(e.message, library) || !strstr(e.message, strchr(library, '/') ? "no such file" : "has no ncclGetVersion")) bad |= 2;
     mfm_cuda_get_info(0, &info, NULL);
     if (info.nccl_version != 0 || info.nccl_path[0]) bad |= 4;
+    { /* a path that failed may be replaced, and is then looked at afresh */
+        mfm_cuda_config c;
+        memset(&c, 0, sizeof c);
+        c.nccl_library = "libnccl-other.so.2";
+        if (mfm_cuda_configure(&c, &e) != MFM_OK) bad |= 8;
+        if (mfm_train(&p, &d, &m, &e) != MFM_ERR_NCCL_UNAVAILABLE || !strstr(e.message, "libnccl-other.so.2") || strstr(e.message, library)) bad |= 16;
+    }
     if (bad) printf("  no-NCCL child (%s): failed checks %#x (%s)\n", library, bad, e.message);
     return bad;
 }
@@ -408,7 +415,7 @@ static int nccl_found_child(void) {
     mfm_cuda_get_info(0, &info, NULL);
     if (info.nccl_version) printf("  NCCL %d found: %s\n", info.nccl_version, info.nccl_path);
     else printf("  (this machine has no NCCL where the library looks: nothing to check)\n");
-    return info.nccl_version && (info.nccl_version < 20000 || !strstr(info.nccl_path, "libnccl.so.2")) ? 1 : 0;
+    return info.nccl_version && (info.nccl_version < 2000 || !strstr(info.nccl_path, "libnccl.so.2")) ? 1 : 0; /* 2.x: 2000 and up (2.9 on: 20900 and up) */
 }
 
 void test_cuda_nccl_loader(void) {

@@ -1043,3 +1043,40 @@ void test_gpu_ranks_errors(void) {
     mfm_model_free(m);
     free_train_data(&t);
 }
+
+/* mfm_predict on several GPUs shares the rows out, each GPU with its own copy of the model: the
+   same bits as one GPU, for many rows and for fewer rows than GPUs. */
+void test_gpu_ranks_predict(void) {
+    const int available = gpus_available();
+    int counts[2], n_counts, ic, im;
+    train_data t;
+    if (!available) return;
+    n_counts = gpu_counts(available, counts);
+    make_train_data(&t, 44, 5000, 300, 6, MFM_TASK_MULTICLASS);
+    for (im = MFM_MODEL_FM; im <= MFM_MODEL_FWFM; im++) {
+        mfm_params p;
+        mfm_model *m = NULL;
+        mfm_error e;
+        const size_t width = 3;
+        float *one = (float *)malloc(t.g.d.n_rows * width * sizeof(float)), *many = (float *)malloc(t.g.d.n_rows * width * sizeof(float));
+        memset(&p, 0, sizeof p);
+        p.model = (mfm_model_type)im, p.task = MFM_TASK_MULTICLASS, p.k = 8, p.batch_size = 512, p.n_epochs = 1, p.backend = MFM_BACKEND_CUDA;
+        if (CHECK(mfm_train(&p, &t.g.d, &m, &e) == MFM_OK, "train: %s", e.message) &&
+            CHECK(mfm_predict(m, &t.g.d, MFM_OUTPUT_PROBABILITY, one, t.g.d.n_rows * width, &e) == MFM_OK, "one GPU: %s", e.message))
+            for (ic = 0; ic < n_counts; ic++) {
+                mfm_csr first = t.g.d;
+                p.n_devices = counts[ic];
+                first.n_rows = 1;
+                CHECK(mfm_model_set_params(m, &p, &e) == MFM_OK, "set params: %s", e.message);
+                CHECK(mfm_predict(m, &t.g.d, MFM_OUTPUT_PROBABILITY, many, t.g.d.n_rows * width, &e) == MFM_OK && !memcmp(one, many, t.g.d.n_rows * width * sizeof(float)),
+                      "model %d on %d GPUs: other predictions (%s)", im, counts[ic], e.message);
+                memset(many, 0, width * sizeof(float));
+                CHECK(mfm_predict(m, &first, MFM_OUTPUT_PROBABILITY, many, width, &e) == MFM_OK && !memcmp(one, many, width * sizeof(float)),
+                      "model %d, one row on %d GPUs: %s", im, counts[ic], e.message);
+            }
+        mfm_model_free(m);
+        free(one);
+        free(many);
+    }
+    free_train_data(&t);
+}

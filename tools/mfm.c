@@ -1603,8 +1603,10 @@ static int cmd_gpu(const settings *s, job *j) {
         printf("NVRTC:        %d.%d (%s)\n", info.nvrtc_version / 1000, info.nvrtc_version % 1000 / 10, info.nvrtc_path);
     else
         printf("NVRTC:        not found (not needed while the kernel cache holds the kernels)\n");
-    if (info.nccl_version)
+    if (info.nccl_version >= 10000) /* NCCL_VERSION_CODE: major 10000 + minor 100 + patch from 2.9 on, major 1000 + minor 100 + patch before */
         printf("NCCL:         %d.%d.%d (%s)\n", info.nccl_version / 10000, info.nccl_version / 100 % 100, info.nccl_version % 100, info.nccl_path);
+    else if (info.nccl_version)
+        printf("NCCL:         %d.%d.%d (%s)\n", info.nccl_version / 1000, info.nccl_version / 100 % 10, info.nccl_version % 100, info.nccl_path);
     else
         printf("NCCL:         not found (needed only to train on several GPUs)\n");
     printf("kernel cache: %s\n", info.cache_dir[0] ? info.cache_dir : "off");
