@@ -363,6 +363,8 @@ void test_cli_errors(void) {
         {"train --no-such-option", "train", "", "--no-such-option", 2},
         {"predict no-such.model", "test", " -", "no-such.model", 1},
         {"frobnicate", "", "", "frobnicate", 2},
+        {"train --quiet --devices 0,x", "train", "", "--devices expects CUDA device numbers like 0,1, got '0,x'", 2},
+        {"train --quiet --devices 1,0,1", "train", "", "device 1 twice (devices[0] and devices[2])", 1}, /* refused before any GPU is asked for */
     };
     char cmd[1200], out[4096], errs[4096], bad[512];
     size_t i;
