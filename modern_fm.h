@@ -42,7 +42,7 @@
    kernel sources modern_fm_kernels.h (beside this file) and xxhash.h (xxHash 0.8,
    header-only, which keys the kernel cache; Debian/Ubuntu: libxxhash-dev). Without them,
    backend CUDA fails with MFM_ERR_CUDA_UNAVAILABLE naming the missing file, and AUTO runs on
-   the CPU.
+   the CPU. Training on several GPUs at once (params.n_devices) loads NCCL the same way.
 
    Conventions
    -----------
@@ -70,7 +70,8 @@
 
    Thread safety: a model may be used for prediction and inspection from many threads at
    once; training (mfm_fit, mfm_model_set_tensor) needs the model to itself. Nothing is global
-   but the GPU's loaded libraries and their settings (mfm_cuda_configure).
+   but the GPU's loaded libraries and their settings (mfm_cuda_configure), and a lock that lets
+   one fit on several GPUs pass over its rows at a time.
 */
 /* The implementation uses POSIX 2008 (clock_gettime, fsync, lstat, ...), which a strict -std=c99
    hides unless asked for before the first system header. A system header included before this
