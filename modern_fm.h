@@ -10376,6 +10376,7 @@ struct mfm__gpu_trainer {
     mfm__gpu_trainer *ranks[MFM_MAX_DEVICES];
     mfm__nccl_comm comm;
     uint64_t *listed;             /* pinned: the union's counts of features and entries of R */
+    uint64_t packed_per_feature;  /* a listed feature's packed sums (mfm_train_pack's record, all classes) */
 };
 
 /* Device memory that the trainer owns, counted against what the fit may take. */
@@ -10670,9 +10671,9 @@ static mfm_status mfm__gpu_rank_start(mfm__gpu_trainer **out, mfm_model *m, int 
     if (st == MFM_OK && n_ranks > 1) { /* the union's sums packed for NCCL: as many as the lists hold */
         const uint64_t features = mfm__touch_bound(m->n_features, g->batch_rows, z), ffm = p->model == MFM_MODEL_FFM && !p->linear_only;
         const uint64_t entries = a->list[1] ? mfm__touch_bound(m->t[MFM_TENSOR_R].n_blocks, g->batch_rows, (uint64_t)z * (z - 1) / 2) : 0;
-        const uint64_t per_feature = C * (1 + (uint64_t)a->line + (p->linear_only ? 0 : (uint64_t)m->t[MFM_TENSOR_V].len * (ffm ? m->n_fields : 1)));
         void *host = NULL;
-        st = mfm__gpu_take(g, &a->packed, (features * per_feature + entries * C) * gsize, "the batch's sums packed for NCCL", err);
+        g->packed_per_feature = C * (1 + (uint64_t)a->line + (p->linear_only ? 0 : (uint64_t)m->t[MFM_TENSOR_V].len * (ffm ? m->n_fields : 1)));
+        st = mfm__gpu_take(g, &a->packed, (features * g->packed_per_feature + entries * C) * gsize, "the batch's sums packed for NCCL", err);
         if (st == MFM_OK && ffm) st = mfm__gpu_take(g, &a->packed_fields, features * m->n_fields, "the batch's field masks packed for NCCL", err);
         if (st == MFM_OK && (r = mfm__cuda.cu.cuMemAllocHost(&host, 4 * sizeof(uint64_t))) != 0) st = mfm__cu_fail(err, r, "cuMemAllocHost");
         g->listed = (uint64_t *)host;
@@ -10827,12 +10828,17 @@ static mfm_status mfm__rank_launch(mfm__gpu_trainer *t, mfm__cu_function f, unsi
    fit on several GPUs passes over its rows at a time in a process. */
 static mfm__static_lock mfm__ranks_mutex = MFM__STATIC_LOCK_INIT;
 
+/* GPU k's rows of a batch of `rows`, cut in parts of `part`: [*lo, *hi), empty past the end. */
+static void mfm__rank_part(int k, uint64_t part, uint64_t rows, uint64_t *lo, uint64_t *hi) {
+    *lo = (uint64_t)k * part < rows ? (uint64_t)k * part : rows;
+    *hi = *lo + part < rows ? *lo + part : rows;
+}
+
 static mfm_status mfm__gpu_ranks_pass(mfm__gpu_trainer *g, const uint64_t *order, uint64_t n, const mfm__epoch_order *meanwhile, double *loss, double *weight,
                                       mfm_error *err) {
     const mfm_params *p = &g->m->params;
     const int G = g->n_ranks, exact = p->deterministic;
     const uint64_t batch = (uint64_t)p->batch_size, C = g->m->n_classes;
-    const uint64_t per_feature = C * (1 + (uint64_t)g->a.line + (p->linear_only ? 0 : (uint64_t)g->a.len[MFM_TENSOR_V] * (g->a.packed_fields ? g->m->n_fields : 1)));
     mfm__cu_ptr dlds[MFM_MAX_DEVICES], scores[MFM_MAX_DEVICES], row_loss[MFM_MAX_DEVICES], parts[MFM_MAX_DEVICES];
     unsigned line_blocks = g->max_blocks;
     const char *nccl_step = "";
@@ -10863,8 +10869,9 @@ static mfm_status mfm__gpu_ranks_pass(mfm__gpu_trainer *g, const uint64_t *order
         for (k = 0; k < G && st == MFM_OK; k++) {
             mfm__gpu_trainer *t = g->ranks[k];
             mfm__train_args *a = &t->a;
-            const uint64_t lo = (uint64_t)k * part < rows ? (uint64_t)k * part : rows, hi = lo + part < rows ? lo + part : rows;
-            const uint64_t need = (hi - lo + t->rows_per_block - 1) / t->rows_per_block;
+            uint64_t lo, hi, need;
+            mfm__rank_part(k, part, rows, &lo, &hi);
+            need = (hi - lo + t->rows_per_block - 1) / t->rows_per_block;
             mfm__cuda.cu.cuCtxSetCurrent(t->dev->context);
             if (++t->stamp == 0) { /* wrapped: every mark must read as stale again */
                 if ((r = mfm__cuda.cu.cuMemsetD8Async(a->mark[0], 0, (size_t)(a->n_blocks[MFM_TENSOR_W] * 4), t->stream)) == 0 && a->mark[1])
@@ -10904,7 +10911,7 @@ static mfm_status mfm__gpu_ranks_pass(mfm__gpu_trainer *g, const uint64_t *order
             st = mfm__rank_fail(g, r, "reading how many coordinates the batch touched", err);
         if (st != MFM_OK) break;
         n_f = g->listed[0], n_r = g->listed[1];
-        packed = n_f * per_feature + n_r * C;
+        packed = n_f * g->packed_per_feature + n_r * C;
         MFM__NCCL_GROUP(rc, "the first GPU's list of touched coordinates", {
             const mfm__train_args *a = &t_->a;
             g_rc_ = mfm__cuda.nccl.ncclBroadcast((void *)a->list[0], (void *)a->list[0], (size_t)n_f, MFM__NCCL_UINT64, 0, t_->comm, t_->stream);
@@ -10934,8 +10941,9 @@ static mfm_status mfm__gpu_ranks_pass(mfm__gpu_trainer *g, const uint64_t *order
             a->n_batch = rows, a->dlds = dlds[k], a->row_loss = row_loss[k], a->rows = t->order[0] + start * 8;
             if (st == MFM_OK) st = mfm__rank_launch(t, t->apply, t->apply_blocks, 256, 0, "cuLaunchKernel (optimizer steps)", err);
             if (st == MFM_OK && a->line) { /* the line search's slopes and curvatures of this GPU's part, in its place among the parts */
-                const uint64_t lo = (uint64_t)k * part < rows ? (uint64_t)k * part : rows, hi = lo + part < rows ? lo + part : rows;
-                const uint64_t need = (hi - lo + 255) / 256;
+                uint64_t lo, hi, need;
+                mfm__rank_part(k, part, rows, &lo, &hi);
+                need = (hi - lo + 255) / 256;
                 a->n_batch = hi - lo, a->rows = t->order[0] + (start + lo) * 8;
                 a->dlds = dlds[k] + lo * C * 4, a->scores = scores[k] + lo * C * 4;
                 a->line_parts = parts[k] + (uint64_t)k * line_blocks * 16;

@@ -213,14 +213,14 @@ static void train_table(uint64_t n_rows, uint32_t n_features, uint64_t cpu_rows,
                 double cpu = NAN, cpu_call, gpu, gpu_call, det, det_call, loss_cpu, loss, loss_det;
                 if (only.batch && batches[b] != only.batch) continue;
                 if (only.n_gpus) {
+                    double first_fast = NAN, first_det = NAN; /* the first count's rates, the ratios' base */
                     int g;
                     printf("%-7s %-5s %3d %6d", shape == 0 ? "Criteo" : "Avazu", mfm_model_type_name((mfm_model_type)model), k, batches[b]);
                     for (g = 0; g < only.n_gpus; g++) {
                         train_cell(init, &dtrain, &dtest, MFM_BACKEND_CUDA, batches[b], 0, 1, only.gpus[g], &gpu, &gpu_call, &loss);
-                        if (g == 0) cpu = gpu;
                         train_cell(init, &dtrain, &dtest, MFM_BACKEND_CUDA, batches[b], 1, 1, only.gpus[g], &det, &det_call, &loss_det);
-                        if (g == 0) cpu_call = det;
-                        printf(" | %d: %10.0f %5.2fx %8.5f %10.0f %5.2fx", only.gpus[g], gpu, gpu / cpu, loss, det, det / cpu_call);
+                        if (g == 0) first_fast = gpu, first_det = det;
+                        printf(" | %d: %10.0f %5.2fx %8.5f %10.0f %5.2fx", only.gpus[g], gpu, gpu / first_fast, loss, det, det / first_det);
                         fflush(stdout);
                     }
                     printf("\n");

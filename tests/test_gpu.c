@@ -874,9 +874,12 @@ static int gpus_available(void) {
     return info.n_devices;
 }
 
-/* The counts of GPUs to test (2 and 4 where there are), with a line for the ones missing. */
-static int gpu_counts(int available, int *counts) {
+/* The counts of GPUs to test (2 and 4 where there are), with a line for the ones missing; 0
+   after a skip (gpus_available). */
+static int gpu_counts(int *counts) {
+    const int available = gpus_available();
     int n = 0;
+    if (!available) return 0;
     counts[n++] = 2;
     if (available >= 4) counts[n++] = 4;
     else printf("  (4 GPUs: not run, this machine has %d)\n", available);
@@ -895,11 +898,9 @@ void test_gpu_ranks_parity(void) {
     static const mfm_task tasks[] = {MFM_TASK_BINARY, MFM_TASK_REGRESSION, MFM_TASK_MULTICLASS};
     static const mfm_optimizer optimizers[] = {MFM_OPTIMIZER_SGD, MFM_OPTIMIZER_ADAGRAD, MFM_OPTIMIZER_ADAM, MFM_OPTIMIZER_FTRL, MFM_OPTIMIZER_ROWWISE_ADAGRAD};
     static const int batches[] = {1, 7, 65536};
-    const int available = gpus_available();
-    int counts[2], n_counts, ic, cells = 0, same = 0;
+    int counts[2], n_counts = gpu_counts(counts), ic, cells = 0, same = 0;
     size_t im, it, io, ib;
-    if (!available) return;
-    n_counts = gpu_counts(available, counts);
+    if (!n_counts) return;
     for (im = 0; im < 3; im++)
         for (it = 0; it < 3; it++) {
             train_data t;
@@ -936,11 +937,9 @@ void test_gpu_ranks_parity(void) {
 /* Deterministic mode on several GPUs: two runs give the same bits (AdaGrad with its line
    search, every model, batches spread over many features), within the tolerance of one GPU. */
 void test_gpu_ranks_deterministic(void) {
-    const int available = gpus_available();
-    int counts[2], n_counts, ic, im;
+    int counts[2], n_counts = gpu_counts(counts), ic, im;
     train_data t;
-    if (!available) return;
-    n_counts = gpu_counts(available, counts);
+    if (!n_counts) return;
     make_train_data(&t, 41, 3000, 400, 8, MFM_TASK_BINARY);
     for (im = MFM_MODEL_FM; im <= MFM_MODEL_FWFM; im++) {
         mfm_params p;
@@ -1047,11 +1046,9 @@ void test_gpu_ranks_errors(void) {
 /* mfm_predict on several GPUs shares the rows out, each GPU with its own copy of the model: the
    same bits as one GPU, for many rows and for fewer rows than GPUs. */
 void test_gpu_ranks_predict(void) {
-    const int available = gpus_available();
-    int counts[2], n_counts, ic, im;
+    int counts[2], n_counts = gpu_counts(counts), ic, im;
     train_data t;
-    if (!available) return;
-    n_counts = gpu_counts(available, counts);
+    if (!n_counts) return;
     make_train_data(&t, 44, 5000, 300, 6, MFM_TASK_MULTICLASS);
     for (im = MFM_MODEL_FM; im <= MFM_MODEL_FWFM; im++) {
         mfm_params p;
