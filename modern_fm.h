@@ -4161,12 +4161,14 @@ static float mfm__fwfm_r(const mfm_model *m, uint32_t c, uint32_t fa, uint32_t f
 typedef struct mfm__ffm_span {
     const uint32_t *feat; /* the row's features; NULL for no row */
     uint32_t z;
-    uint64_t first; /* floats from a feature's first slot to the lowest field's */
-    uint64_t bytes; /* 0 where the fields lie far apart: the span would be mostly waste */
+    uint64_t feature_bytes; /* of a feature's F slots in V: floats, or a float16 model's halves */
+    uint64_t first;         /* bytes from a feature's first slot to the lowest field's */
+    uint64_t bytes;         /* 0 where the fields lie far apart: the span would be mostly waste */
 } mfm__ffm_span;
 
 static mfm__ffm_span mfm__ffm_span_of(const mfm_model *m, const mfm_csr *d, uint64_t r) {
-    const uint64_t lo = d->row_offsets[r], hi = d->row_offsets[r + 1];
+    const mfm__table *V = &m->t[MFM_TENSOR_V];
+    const uint64_t lo = d->row_offsets[r], hi = d->row_offsets[r + 1], slot_bytes = V->stride * (V->halves ? sizeof(uint16_t) : sizeof(float));
     mfm__ffm_span s;
     uint32_t low, high;
     uint64_t j;
@@ -4177,51 +4179,77 @@ static mfm__ffm_span mfm__ffm_span_of(const mfm_model *m, const mfm_csr *d, uint
         if (d->fields[j] < low) low = d->fields[j];
         if (d->fields[j] > high) high = d->fields[j];
     }
-    s.first = (uint64_t)low * m->t[MFM_TENSOR_V].stride;
-    if (high - low < 4 * (hi - lo)) s.bytes = ((uint64_t)high - low + 1) * m->t[MFM_TENSOR_V].stride * sizeof(float);
+    s.feature_bytes = m->n_fields * slot_bytes, s.first = low * slot_bytes;
+    if (high - low < 4 * (hi - lo)) s.bytes = ((uint64_t)high - low + 1) * slot_bytes;
     return s;
 }
 
 /* The span of the row's a-th feature in `table` (one class's V); nothing past the row's end. */
-MFM__INLINE static void mfm__ffm_ask(const float *table, uint64_t per_feature, const mfm__ffm_span *s, uint32_t a) {
+MFM__INLINE static void mfm__ffm_ask(const void *table, const mfm__ffm_span *s, uint32_t a) {
     const char *p;
     uint64_t at;
     if (!s || a >= s->z) return;
-    p = (const char *)(table + s->feat[a] * per_feature + s->first);
+    p = (const char *)table + s->feat[a] * s->feature_bytes + s->first;
     for (at = 0; at < s->bytes; at += 64) MFM__PREFETCH(p + at);
     if (s->bytes) MFM__PREFETCH(p + s->bytes - 1); /* a span that starts inside a line ends one line further */
 }
 
 /* ... and those of its features from the a-th on: what a shorter row's pair loop left. */
-MFM__INLINE static void mfm__ffm_ask_rest(const float *table, uint64_t per_feature, const mfm__ffm_span *s, uint32_t a) {
-    for (; s && a < s->z; a++) mfm__ffm_ask(table, per_feature, s, a);
+MFM__INLINE static void mfm__ffm_ask_rest(const void *table, const mfm__ffm_span *s, uint32_t a) {
+    for (; s && a < s->z; a++) mfm__ffm_ask(table, s, a);
 }
 
 /* FFM's pair term: every pair adds into the same four lanes, and one sum ends it; with a's pairs
-   the next row's a-th span is asked for (`next`, NULL for none). */
-MFM__INLINE static float mfm__ffm_pairs(const mfm_model *m, uint32_t c, const mfm__row *row, int k, const mfm__ffm_span *next) {
-    const mfm__table *V = &m->t[MFM_TENSOR_V];
-    const float *const table = V->data + (uint64_t)c * V->n_blocks * V->stride;
-    const uint64_t stride = V->stride, per_feature = (uint64_t)m->n_fields * stride;
-    mfm__f4 acc4 = mfm__f4_set1(0.0f);
-    float rest = 0;
-    uint32_t a, b;
-    int t;
-    for (a = 0; a < row->z; a++) {
-        const float *const base_a = table + row->feat[a] * per_feature;
-        const uint64_t field_a = row->field[a] * stride;
-        mfm__ffm_ask(table, per_feature, next, a);
-        for (b = a + 1; b < row->z; b++) {
-            const float *va = base_a + row->field[b] * stride, *vb = table + row->feat[b] * per_feature + field_a;
-            const float xx = row->x[a] * row->x[b];
-            const mfm__f4 xx4 = mfm__f4_set1(xx);
-            for (t = 0; t + 4 <= k; t += 4) acc4 = mfm__f4_add(acc4, mfm__f4_mul(mfm__f4_mul(mfm__f4_load(va + t), mfm__f4_load(vb + t)), xx4));
-            for (; t < k; t++) rest += va[t] * vb[t] * xx;
-        }
-    }
-    mfm__ffm_ask_rest(table, per_feature, next, row->z);
+   the next row's a-th span is asked for (`next`, NULL for none). The body of a function with
+   mfm__ffm_pairs's parameters over V's elements of type T at TABLE (a class's V follows at
+   n_blocks x stride), LOAD4 and ONE giving four and one of them as floats: a float16 model
+   (mfm_model_save_half) is read in place, each half widened where it is used, as exact floats
+   and in the same order, so that it gives the bits of a float32 model holding the same values. */
+#define MFM__FFM_PAIRS(T, TABLE, LOAD4, ONE)                                                                   \
+    const mfm__table *V = &m->t[MFM_TENSOR_V];                                                                 \
+    const T *const table = (TABLE) + (uint64_t)c * V->n_blocks * V->stride;                                    \
+    const uint64_t stride = V->stride, per_feature = (uint64_t)m->n_fields * stride;                           \
+    mfm__f4 acc4 = mfm__f4_set1(0.0f);                                                                         \
+    float rest = 0;                                                                                            \
+    uint32_t a, b;                                                                                             \
+    int t;                                                                                                     \
+    for (a = 0; a < row->z; a++) {                                                                             \
+        const T *const base_a = table + row->feat[a] * per_feature;                                            \
+        const uint64_t field_a = row->field[a] * stride;                                                       \
+        mfm__ffm_ask(table, next, a);                                                                          \
+        for (b = a + 1; b < row->z; b++) {                                                                     \
+            const T *va = base_a + row->field[b] * stride, *vb = table + row->feat[b] * per_feature + field_a; \
+            const float xx = row->x[a] * row->x[b];                                                            \
+            const mfm__f4 xx4 = mfm__f4_set1(xx);                                                              \
+            for (t = 0; t + 4 <= k; t += 4) acc4 = mfm__f4_add(acc4, mfm__f4_mul(mfm__f4_mul(LOAD4(va + t), LOAD4(vb + t)), xx4)); \
+            for (; t < k; t++) rest += ONE(va[t]) * ONE(vb[t]) * xx;                                           \
+        }                                                                                                      \
+    }                                                                                                          \
+    mfm__ffm_ask_rest(table, next, row->z);                                                                    \
     return mfm__f4_sum(acc4) + rest;
+
+#define MFM__FLOAT(x) (x)
+MFM__INLINE static float mfm__ffm_pairs(const mfm_model *m, uint32_t c, const mfm__row *row, int k, const mfm__ffm_span *next) {
+    MFM__FFM_PAIRS(float, V->data, mfm__f4_load, MFM__FLOAT)
 }
+
+#define MFM__HALVES4(p) mfm__f4_set4(mfm__half_to_float((p)[0]), mfm__half_to_float((p)[1]), mfm__half_to_float((p)[2]), mfm__half_to_float((p)[3]))
+static float mfm__ffm_pairs_halves(const mfm_model *m, uint32_t c, const mfm__row *row, int k, const mfm__ffm_span *next) {
+    MFM__FFM_PAIRS(uint16_t, V->halves, MFM__HALVES4, mfm__half_to_float)
+}
+
+#if defined(MFM__F16C) /* four halves to four floats in one instruction */
+#define MFM__HALVES4_F16C(p) _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(const void *)(p)))
+__attribute__((target("avx,f16c"), always_inline)) inline static float mfm__ffm_pairs_f16c_k(const mfm_model *m, uint32_t c, const mfm__row *row, int k,
+                                                                                           const mfm__ffm_span *next) {
+    MFM__FFM_PAIRS(uint16_t, V->halves, MFM__HALVES4_F16C, mfm__half_to_float)
+}
+
+/* k = 4 (the common case) gets its own copy, with the k-loop unrolled. */
+__attribute__((target("avx,f16c"))) static float mfm__ffm_pairs_f16c(const mfm_model *m, uint32_t c, const mfm__row *row, int k, const mfm__ffm_span *next) {
+    return k == 4 ? mfm__ffm_pairs_f16c_k(m, c, row, 4, next) : mfm__ffm_pairs_f16c_k(m, c, row, k, next);
+}
+#endif
 
 /* FwFM's weight of the pair (a, b) is W_ab = (x_a x_b) r(fa, fb), multiplied in that order
    wherever it is computed (the score, mfm__fwfm_weights), so that every path has its bits. */
@@ -4459,6 +4487,12 @@ static float mfm__score(const mfm_model *m, uint32_t c, const mfm__row *row, flo
     if (m->params.linear_only) return s;
     switch (m->params.model) {
     case MFM_MODEL_FFM: /* k = 4 (the common case) gets its own copy, with the k-loop unrolled */
+        if (m->t[MFM_TENSOR_V].halves) {
+#if defined(MFM__F16C)
+            if (m->f16c) return s + mfm__ffm_pairs_f16c(m, c, row, k, next);
+#endif
+            return s + mfm__ffm_pairs_halves(m, c, row, k, next);
+        }
         return s + (k == 4 ? mfm__ffm_pairs(m, c, row, 4, next) : mfm__ffm_pairs(m, c, row, k, next));
     case MFM_MODEL_FWFM:
 #if defined(MFM__AVX)
@@ -4686,10 +4720,10 @@ MFM__INLINE static void mfm__ffm_pair_adagrad(float lr, float *va, float *vb, fl
         float *const base_a = table + vectors[a];                                                               \
         const uint64_t field_a = slot[a];                                                                       \
         const float ga = dlds * x[a];                                                                           \
-        mfm__ffm_ask(table, per_feature, next, a);                                                              \
+        mfm__ffm_ask(table, next, a);                                                                           \
         for (b = a + 1; b < z; b++) PAIR_STEP(lr, base_a + slot[b], table + vectors[b] + field_a, ga * x[b], k, l2); \
     }                                                                                                           \
-    mfm__ffm_ask_rest(table, per_feature, next, z);
+    mfm__ffm_ask_rest(table, next, z);
 
 MFM__INLINE static void mfm__ffm_row_adagrad(const mfm__optim *o, const mfm_model *m, uint32_t c, const mfm__row *row, float dlds, uint32_t k, float l2, const mfm__ffm_span *next) {
     MFM__FFM_ROW_PAIRS(mfm__ffm_pair_adagrad);
@@ -5100,15 +5134,15 @@ MFM__INLINE static void mfm__prefetch_feature(const mfm_model *m, uint32_t c, ui
 MFM__INLINE static void mfm__prefetch_row(const mfm_model *m, const mfm_csr *d, uint64_t r, mfm__ffm_span *later) {
     const mfm__ffm_span span = mfm__ffm_span_of(m, d, r);
     const mfm__table *V = &m->t[MFM_TENSOR_V];
-    const uint64_t per_feature = (uint64_t)m->n_fields * V->stride;
     uint32_t c, a;
     for (c = 0; c < m->n_classes; c++) {
-        const float *table = V->data + (uint64_t)c * V->n_blocks * V->stride;
+        const uint64_t at = (uint64_t)c * V->n_blocks * V->stride; /* class c's V: floats, or a float16 model's halves */
+        const char *table = V->halves ? (const char *)(V->halves + at) : (const char *)(V->data + at);
         for (a = 0; a < span.z; a++) {
             mfm__prefetch_feature(m, c, span.feat[a]);
-            if (!later && span.bytes) MFM__PREFETCH(table + span.feat[a] * per_feature + span.first);
+            if (!later && span.bytes) MFM__PREFETCH(table + span.feat[a] * span.feature_bytes + span.first);
         }
-        for (a = 0; !later && span.bytes && a < span.z; a++) mfm__ffm_ask(table, per_feature, &span, a);
+        for (a = 0; !later && span.bytes && a < span.z; a++) mfm__ffm_ask(table, &span, a);
     }
     if (later) *later = span;
 }
@@ -5711,7 +5745,6 @@ static void mfm__update_row(const mfm__trainer *tr, mfm__worker *wk, uint32_t c,
     const float l1w = (float)p->l1_linear, l2w = (float)p->l2_linear, l1v = (float)p->l1_factors, l2v = (float)p->l2_factors;
     const mfm__ffm_span *const next = tr->next_span.bytes ? &tr->next_span : NULL;
     const float *const table = next ? mfm__block(m, MFM_TENSOR_V, c, 0) : NULL; /* FFM: class c's V, for next's spans */
-    const uint64_t per_feature = (uint64_t)m->n_fields * m->t[MFM_TENSOR_V].stride;
     float *w0 = mfm__block(m, MFM_TENSOR_W0, c, 0), g0;
     uint32_t a, b;
     int t;
@@ -5747,7 +5780,7 @@ static void mfm__update_row(const mfm__trainer *tr, mfm__worker *wk, uint32_t c,
             break;
         }
         for (a = 0; a < row->z; a++) {
-            mfm__ffm_ask(table, per_feature, next, a);
+            mfm__ffm_ask(table, next, a);
             for (b = a + 1; b < row->z; b++) {
                 float *va = mfm__block(m, MFM_TENSOR_V, c, (uint64_t)row->feat[a] * m->n_fields + row->field[b]);
                 float *vb = mfm__block(m, MFM_TENSOR_V, c, (uint64_t)row->feat[b] * m->n_fields + row->field[a]);
@@ -5760,7 +5793,7 @@ static void mfm__update_row(const mfm__trainer *tr, mfm__worker *wk, uint32_t c,
                 mfm__step(o, vb, (uint32_t)k, gb, 1.0f, l1v, l2v);
             }
         }
-        mfm__ffm_ask_rest(table, per_feature, next, row->z);
+        mfm__ffm_ask_rest(table, next, row->z);
         break;
     case MFM_MODEL_FWFM:
         mfm__fwfm_row_update(tr, wk, c, row, g, keep);
@@ -7036,28 +7069,29 @@ typedef struct mfm__predictor {
     float *scratch;  /* per worker: C x k sums then C scores */
     double *prob;    /* per worker: C */
     float *scaled;   /* per worker: the longest row, for normalize_rows */
-    float *widened;  /* per worker, float16 factors only: mfm__row_widened's floats */
+    float *widened;  /* per worker, FM and FwFM float16 factors only: mfm__row_widened's floats */
     uint64_t widened_floats;
-    uint32_t *ids;   /* per worker, float16 factors only: the row's features renumbered (max_row_nnz) */
+    uint32_t *ids;   /* per worker, with widened: the row's features renumbered (max_row_nnz) */
     uint32_t max_row_nnz;
     int n_workers;
 } mfm__predictor;
 
 /* Floats of mfm__row_widened's buffer for rows of up to z non-zeros; 0 for a model of float32
-   parameters. */
+   parameters, and for FFM, which reads its halves in place (mfm__ffm_pairs). */
 static uint64_t mfm__widened_floats(const mfm_model *m, uint32_t z) {
-    const uint64_t F = m->params.model == MFM_MODEL_FFM ? m->n_fields : 1;
-    return m->t[MFM_TENSOR_V].halves ? (uint64_t)m->n_classes * z * (F * m->t[MFM_TENSOR_V].stride + 1) : 0;
+    return m->t[MFM_TENSOR_V].halves && m->params.model != MFM_MODEL_FFM ? (uint64_t)m->n_classes * z * (m->t[MFM_TENSOR_V].stride + 1) : 0;
 }
 
-/* A model whose factors are float16 (mfm_model_save_half) scores a row through a model of that
-   row alone: the blocks of the row's features (every class; for FFM every field) widened into
-   buf, the features renumbered 0 .. z-1, FFM's w copied beside them. The float32 score paths
-   then run as they are, and give the bits a float32 model holding the same values would. */
+/* An FM or FwFM model whose factors are float16 (mfm_model_save_half) scores a row through a
+   model of that row alone: the blocks of the row's features (every class) widened into buf, the
+   features renumbered 0 .. z-1, w copied beside them where it lies apart. The float32 score
+   paths then run as they are, and give the bits a float32 model holding the same values would.
+   (FFM reads its halves where they lie: its row covers F slots a feature, and widening them
+   first cost more than the score.) */
 static mfm__row mfm__row_widened(const mfm_model *m, const mfm__row *row, mfm_model *local, float *buf, uint32_t *ids) {
     const mfm__table *V = &m->t[MFM_TENSOR_V], *W = &m->t[MFM_TENSOR_W];
-    const uint32_t F = m->params.model == MFM_MODEL_FFM ? m->n_fields : 1, z = row->z;
-    const uint64_t nb = (uint64_t)z * F, per_feature = (uint64_t)F * V->stride;
+    const uint32_t z = row->z;
+    const uint64_t nb = z, per_feature = V->stride;
     float *w = buf + m->n_classes * nb * V->stride;
     const int f16c = m->f16c;
     mfm__row r = *row;
@@ -7067,8 +7101,7 @@ static mfm__row mfm__row_widened(const mfm_model *m, const mfm__row *row, mfm_mo
     local->t[MFM_TENSOR_V].data = buf, local->t[MFM_TENSOR_V].n_blocks = nb;
     for (c = 0; c < m->n_classes; c++)
         for (a = 0; a < z; a++) {
-            mfm__halves_to_floats(V->halves + (c * V->n_blocks + (uint64_t)row->feat[a] * F) * V->stride, buf + (c * nb + (uint64_t)a * F) * V->stride,
-                                  per_feature, f16c);
+            mfm__halves_to_floats(V->halves + (c * V->n_blocks + row->feat[a]) * V->stride, buf + (c * nb + a) * V->stride, per_feature, f16c);
             if (!W->guest) w[c * z + a] = *mfm__block(m, MFM_TENSOR_W, c, row->feat[a]);
         }
     if (W->guest)
@@ -7081,23 +7114,19 @@ static mfm__row mfm__row_widened(const mfm_model *m, const mfm__row *row, mfm_mo
     return r;
 }
 
-/* The float16 blocks of row r's features, and their w where it lies apart, asked for at once. */
+/* The float16 blocks of row r's features (FM, FwFM), and their w where it lies apart, asked for
+   at once. */
 static void mfm__prefetch_halves(const mfm_model *m, const mfm_csr *d, uint64_t r) {
     const mfm__table *V = &m->t[MFM_TENSOR_V];
-    const uint64_t F = m->params.model == MFM_MODEL_FFM ? m->n_fields : 1, bytes = 2 * F * V->stride;
-    uint64_t j, at;
+    uint64_t j;
     uint32_t c;
-    for (c = 0; c < m->n_classes; c++) { /* first lines and w, then the rest (mfm__prefetch_row) */
+    for (c = 0; c < m->n_classes; c++)
         for (j = d->row_offsets[r]; j < d->row_offsets[r + 1]; j++) {
-            MFM__PREFETCH(V->halves + (c * V->n_blocks + (uint64_t)d->features[j] * F) * V->stride);
+            const char *p = (const char *)(V->halves + (c * V->n_blocks + d->features[j]) * V->stride);
+            MFM__PREFETCH(p);
+            MFM__PREFETCH(p + 2 * V->stride - 1); /* a block that starts inside a line ends one line further */
             if (m->t[MFM_TENSOR_W].data) MFM__PREFETCH(mfm__block(m, MFM_TENSOR_W, c, d->features[j]));
         }
-        for (j = d->row_offsets[r]; j < d->row_offsets[r + 1]; j++) {
-            const char *p = (const char *)(V->halves + (c * V->n_blocks + (uint64_t)d->features[j] * F) * V->stride);
-            for (at = 64; at < bytes; at += 64) MFM__PREFETCH(p + at);
-            MFM__PREFETCH(p + bytes - 1);
-        }
-    }
 }
 
 /* One row's output of `kind` from its C scores; prob: room for C doubles. */

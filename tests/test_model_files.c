@@ -1131,16 +1131,17 @@ static void round_tensor_to_half(mfm_model *m, mfm_tensor t) {
 /* mfm_model_save_half: V (and FM's and FwFM's w inside its blocks) as float16 in a file of the
    documented size. Mapped, the model holds exactly the values rounded to nearest (rounded here
    independently) and scores every row as a float32 model holding those values does, bit for
-   bit; mfm_model_load widens them to the same values; a clone trains once its state is reset.
+   bit (FFM, which reads its halves in place, at k = 3 and 7, with F16C and without);
+   mfm_model_load widens them to the same values; a clone trains once its state is reset.
    A factor beyond float16's range, a damaged section and a NaN behind valid checksums are
    refused with a sentence; the inspections that read factors in place refuse it. */
 void test_model_half_serving(void) {
-    static const mfm_model_type models[] = {MFM_MODEL_FM, MFM_MODEL_FFM, MFM_MODEL_FWFM, MFM_MODEL_FM};
-    static const mfm_task tasks[] = {MFM_TASK_BINARY, MFM_TASK_BINARY, MFM_TASK_MULTICLASS, MFM_TASK_REGRESSION};
+    static const mfm_model_type models[] = {MFM_MODEL_FM, MFM_MODEL_FFM, MFM_MODEL_FWFM, MFM_MODEL_FM, MFM_MODEL_FFM};
+    static const mfm_task tasks[] = {MFM_TASK_BINARY, MFM_TASK_BINARY, MFM_TASK_MULTICLASS, MFM_TASK_REGRESSION, MFM_TASK_MULTICLASS};
     char path[256];
     size_t mi;
     scratch_path(path, sizeof path, "half.mfm");
-    for (mi = 0; mi < 4; mi++) {
+    for (mi = 0; mi < 5; mi++) {
         mfm_params p = file_params(models[mi], tasks[mi], MFM_OPTIMIZER_ADAGRAD);
         mfm_model *m, *want = NULL, *mapped = NULL, *loaded = NULL, *clone = NULL;
         const char *what = model_name(models[mi]);
@@ -1154,6 +1155,7 @@ void test_model_half_serving(void) {
         mfm_status st;
         v2_layout L;
         if (mi == 3) p.k = 16; /* w apart from V: k + 1 floats pass a line */
+        if (mi == 4) p.k = 7;  /* FFM: four lanes, then three one by one */
         if (!(m = make_model(&p, N_FEATURES, N_FIELDS, 3))) continue;
         make_data(&td, tasks[mi], 60 + mi);
         model_randomize(m, 9 + mi, 0.7);
@@ -1185,6 +1187,14 @@ void test_model_half_serving(void) {
             mfm_model_info mi_info;
             same_slots(want, mapped, 0, 0, what);
             scores_equal(want, mapped, &td.csr, what);
+            if (models[mi] == MFM_MODEL_FFM) { /* and its halves widened one by one, as on a CPU without F16C */
+                mfm_model *narrow = NULL;
+                setenv("MFM_SIMD", "sse2", 1);
+                st = mfm_model_map(path, &narrow, &e);
+                unsetenv("MFM_SIMD");
+                if (CHECK(st == MFM_OK, "%s: map with MFM_SIMD=sse2: %s", what, st ? e.message : "")) scores_equal(want, narrow, &td.csr, "FFM, halves one by one");
+                mfm_model_free(narrow);
+            }
             mfm_model_get_info(mapped, &mi_info);
             CHECK(mi_info.memory_bytes < info.memory_bytes / 2, "%s: a mapped float16 model holds %llu bytes", what, (unsigned long long)mi_info.memory_bytes);
             st = mfm_top_interactions(mapped, &td.csr, 0, 4, top, &found, &e);
