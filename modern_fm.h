@@ -2177,7 +2177,11 @@ static mfm_status mfm__validate_params(const mfm_params *p, uint32_t n_classes, 
    guest of V: each V block is followed by the feature's W block, the pair padded to a power of
    two floats, so that a feature costs one line, not two (mfm__guest_stride). Code that walks
    blocks (mfm__block) sees no difference; code that copies whole tables copies the host's
-   (mfm__table_bytes), which holds the guest's too. */
+   (mfm__table_bytes), which holds the guest's too.
+
+   FFM's F blocks of a feature lie side by side, a record of F x stride floats. A float16 file
+   mapped for serving (mfm_model_save_half) pads each record to whole lines with w inside, after
+   the F blocks (mfm__half_record): a row's feature then costs its factors' lines and no other. */
 
 typedef struct mfm__table {
     float *data;       /* 64-byte aligned (mfm__table_alloc); a guest's: its host's data + a host block's floats */
@@ -2189,6 +2193,9 @@ typedef struct mfm__table {
     int guest;         /* W only: its blocks lie in V's */
     const uint16_t *halves; /* instead of data: the parameters as IEEE float16, where a model maps
                                mfm_model_save_half's file (V, and W inside it); data is NULL then */
+    uint32_t per_feature;    /* FFM's V: F, the blocks of a feature's record, side by side; other tables 1 */
+    uint64_t feature_stride; /* values from a feature's record to the next's: per_feature x stride,
+                                or more in a float16 file's padded records (mfm__half_record) */
 } mfm__table;
 
 struct mfm_model {
@@ -2240,6 +2247,10 @@ static uint32_t mfm__slot_len(const mfm__table *tab, int slot) { return slot ? t
 static uint64_t mfm__table_floats(const mfm__table *tab, uint32_t n_classes) {
     const uint64_t blocks = tab->n_blocks && n_classes > UINT64_MAX / tab->n_blocks ? UINT64_MAX : tab->n_blocks * n_classes;
     if (tab->guest) return 0;
+    if (tab->per_feature > 1) { /* FFM's V: records of F blocks */
+        const uint64_t records = blocks / tab->per_feature;
+        return records && tab->feature_stride > UINT64_MAX / records ? UINT64_MAX : records * tab->feature_stride;
+    }
     return blocks && tab->stride > UINT64_MAX / blocks ? UINT64_MAX : blocks * tab->stride;
 }
 
@@ -2323,14 +2334,15 @@ static void mfm__halves_to_floats(const uint16_t *h, float *f, size_t n, int f16
 
 /* The parameters (slot 0) of blocks b .. b + n - 1 of tensor t, class c, into out (n x len
    floats): the table's own floats, or its halves widened; one run where the blocks lie side by
-   side (parameters only, stride len). */
+   side (parameters only, stride len), a float16 FFM file's within a feature's record. */
 static void mfm__block_params(const mfm_model *m, mfm_tensor t, uint32_t c, uint64_t b, uint64_t n, float *out) {
     const mfm__table *tab = &m->t[t];
-    const uint64_t run = tab->stride == tab->len ? n : 1;
-    uint64_t i;
+    uint64_t i, run;
     for (i = 0; i < n; i += run, out += run * tab->len) {
+        const uint64_t at = c * tab->n_blocks + b + i, in_record = at % tab->per_feature; /* the block's place among all classes' */
+        run = tab->stride != tab->len ? 1 : tab->halves && tab->per_feature - in_record < n - i ? tab->per_feature - in_record : n - i;
         if (tab->halves)
-            mfm__halves_to_floats(tab->halves + (c * tab->n_blocks + b + i) * tab->stride, out, (size_t)(run * tab->len), m->f16c);
+            mfm__halves_to_floats(tab->halves + at / tab->per_feature * tab->feature_stride + in_record * tab->stride, out, (size_t)(run * tab->len), m->f16c);
         else
             memcpy(out, mfm__block(m, t, c, b + i), (size_t)(run * tab->len) * sizeof(float));
     }
@@ -2448,15 +2460,28 @@ static void mfm__shape_tables(const mfm_params *p, uint32_t n_features, uint32_t
         tab[t].len = t == MFM_TENSOR_V ? (uint32_t)p->k : 1;
         tab[t].state_len = mfm__state_len(p->optimizer, tab[t].len);
         tab[t].stride = guest_stride && (t == MFM_TENSOR_V || t == MFM_TENSOR_W) ? guest_stride : mfm__block_floats(p, tab[t].len, n_slots);
+        tab[t].per_feature = t == MFM_TENSOR_V && p->model == MFM_MODEL_FFM && n_fields ? n_fields : 1;
+        tab[t].feature_stride = (uint64_t)tab[t].per_feature * tab[t].stride;
     }
     tab[MFM_TENSOR_W].guest = guest_stride != 0;
 }
 
-/* W's blocks inside V's, after V's k values and their state (>>model, above): floats, or the
-   halves of a mapped float16 file. */
+/* The halves of an FFM feature's record in a float16 file: its F blocks of k, then w, padded to
+   a power of two up to a line (64 bytes), else to whole lines, so that no record straddles more
+   lines than it fills. */
+static uint64_t mfm__half_record(uint32_t n_fields, int k) {
+    const uint64_t need = (uint64_t)n_fields * (uint64_t)k + 1;
+    uint64_t record = 1;
+    if (need > 32) return (need + 31) / 32 * 32;
+    while (record < need) record *= 2;
+    return record;
+}
+
+/* W's blocks inside V's (>>model, above): after V's k values and their state, or after the F
+   blocks of an FFM record (a float16 file's); floats, or the halves of a mapped float16 file. */
 static void mfm__place_guest(mfm_model *m) {
     mfm__table *V = &m->t[MFM_TENSOR_V], *W = &m->t[MFM_TENSOR_W];
-    const uint32_t at = V->len + V->state_len * (uint32_t)(m->n_slots - 1); /* V's block: its parameters and state */
+    const uint64_t at = V->per_feature > 1 ? (uint64_t)V->per_feature * V->stride : V->len + V->state_len * (uint64_t)(m->n_slots - 1); /* the record's blocks */
     if (!W->guest) return;
     if (V->data) W->data = V->data + at;
     if (V->halves) W->halves = V->halves + at;
@@ -4143,6 +4168,18 @@ static mfm__row mfm__get_row(const mfm_model *m, const mfm_csr *d, uint64_t r, c
     return row;
 }
 
+/* Feature id's w in class c: where it lies, and its value (a float, or a half of a mapped
+   float16 file). */
+static const void *mfm__w_at(const mfm_model *m, uint32_t c, uint64_t id) {
+    const mfm__table *W = &m->t[MFM_TENSOR_W];
+    if (W->halves) return W->halves + (c * W->n_blocks + id) * W->stride;
+    return mfm__block(m, MFM_TENSOR_W, c, id);
+}
+
+MFM__INLINE static float mfm__w(const mfm_model *m, uint32_t c, uint64_t id) {
+    return m->t[MFM_TENSOR_W].halves ? mfm__half_to_float(*(const uint16_t *)mfm__w_at(m, c, id)) : *mfm__block(m, MFM_TENSOR_W, c, id);
+}
+
 /* FFM slot (i, g): the vector feature i uses against field g. */
 static const float *mfm__ffm_slot(const mfm_model *m, uint32_t c, uint32_t i, uint32_t g) {
     return mfm__block(m, MFM_TENSOR_V, c, (uint64_t)i * m->n_fields + g);
@@ -4179,7 +4216,7 @@ static mfm__ffm_span mfm__ffm_span_of(const mfm_model *m, const mfm_csr *d, uint
         if (d->fields[j] < low) low = d->fields[j];
         if (d->fields[j] > high) high = d->fields[j];
     }
-    s.feature_bytes = m->n_fields * slot_bytes, s.first = low * slot_bytes;
+    s.feature_bytes = V->feature_stride * (V->halves ? sizeof(uint16_t) : sizeof(float)), s.first = low * slot_bytes;
     if (high - low < 4 * (hi - lo)) s.bytes = ((uint64_t)high - low + 1) * slot_bytes;
     return s;
 }
@@ -4201,14 +4238,14 @@ MFM__INLINE static void mfm__ffm_ask_rest(const void *table, const mfm__ffm_span
 
 /* FFM's pair term: every pair adds into the same four lanes, and one sum ends it; with a's pairs
    the next row's a-th span is asked for (`next`, NULL for none). The body of a function with
-   mfm__ffm_pairs's parameters over V's elements of type T at TABLE (a class's V follows at
-   n_blocks x stride), LOAD4 and ONE giving four and one of them as floats: a float16 model
+   mfm__ffm_pairs's parameters over V's elements of type T at TABLE (a class's V follows the
+   last's n_features records), LOAD4 and ONE giving four and one of them as floats: a float16 model
    (mfm_model_save_half) is read in place, each half widened where it is used, as exact floats
    and in the same order, so that it gives the bits of a float32 model holding the same values. */
 #define MFM__FFM_PAIRS(T, TABLE, LOAD4, ONE)                                                                   \
     const mfm__table *V = &m->t[MFM_TENSOR_V];                                                                 \
-    const T *const table = (TABLE) + (uint64_t)c * V->n_blocks * V->stride;                                    \
-    const uint64_t stride = V->stride, per_feature = (uint64_t)m->n_fields * stride;                           \
+    const uint64_t stride = V->stride, per_feature = V->feature_stride;                                        \
+    const T *const table = (TABLE) + (uint64_t)c * m->n_features * per_feature;                                \
     mfm__f4 acc4 = mfm__f4_set1(0.0f);                                                                         \
     float rest = 0;                                                                                            \
     uint32_t a, b;                                                                                             \
@@ -4482,7 +4519,7 @@ static float mfm__score(const mfm_model *m, uint32_t c, const mfm__row *row, flo
     uint32_t a;
     if (!m->params.pairs_only) {
         s = *mfm__block(m, MFM_TENSOR_W0, c, 0);
-        for (a = 0; a < row->z; a++) s += *mfm__block(m, MFM_TENSOR_W, c, row->feat[a]) * row->x[a];
+        for (a = 0; a < row->z; a++) s += mfm__w(m, c, row->feat[a]) * row->x[a];
     }
     if (m->params.linear_only) return s;
     switch (m->params.model) {
@@ -5124,7 +5161,7 @@ static float *mfm__own_like_w(mfm__coords *o, uint32_t w_entry, uint64_t id, uin
    for one without effects and drops every call to it. */
 /* Feature id's w and (FM, FwFM) v in class c: one line where w is v's guest (>>model). */
 MFM__INLINE static void mfm__prefetch_feature(const mfm_model *m, uint32_t c, uint32_t id) {
-    MFM__PREFETCH(mfm__block(m, MFM_TENSOR_W, c, id));
+    MFM__PREFETCH(mfm__w_at(m, c, id));
     if (!m->params.linear_only && m->params.model != MFM_MODEL_FFM && !m->t[MFM_TENSOR_W].guest) MFM__PREFETCH(mfm__block(m, MFM_TENSOR_V, c, id));
 }
 
@@ -5136,7 +5173,7 @@ MFM__INLINE static void mfm__prefetch_row(const mfm_model *m, const mfm_csr *d, 
     const mfm__table *V = &m->t[MFM_TENSOR_V];
     uint32_t c, a;
     for (c = 0; c < m->n_classes; c++) {
-        const uint64_t at = (uint64_t)c * V->n_blocks * V->stride; /* class c's V: floats, or a float16 model's halves */
+        const uint64_t at = (uint64_t)c * m->n_features * V->feature_stride; /* class c's V: floats, or a float16 model's halves */
         const char *table = V->halves ? (const char *)(V->halves + at) : (const char *)(V->data + at);
         for (a = 0; a < span.z; a++) {
             mfm__prefetch_feature(m, c, span.feat[a]);
@@ -7774,6 +7811,10 @@ static uint64_t mfm__plan_sections(const mfm_params *p, uint32_t n_features, uin
     uint64_t at = mfm__align_section(header_part), state_floats = 0;
     int t;
     mfm__shape_tables(p, n_features, n_fields, 1, tab);
+    if (half && tab[MFM_TENSOR_V].per_feature > 1 && !p->linear_only) { /* FFM: padded records, w inside (mfm__half_record) */
+        tab[MFM_TENSOR_V].stride = tab[MFM_TENSOR_V].feature_stride = mfm__half_record(n_fields, p->k), tab[MFM_TENSOR_V].n_blocks = n_features;
+        tab[MFM_TENSOR_W].guest = 1;
+    }
     memset(L, 0, sizeof *L);
     L->header_end = at;
     for (t = 0; t < MFM_TENSOR_COUNT; t++) {
@@ -7781,7 +7822,7 @@ static uint64_t mfm__plan_sections(const mfm_params *p, uint32_t n_features, uin
         state_floats += tab[t].n_blocks * tab[t].state_len * n_classes * (uint64_t)state_slots;
         if (tab[t].guest || tab[t].n_blocks * tab[t].len == 0) continue;
         s = &L->sec[L->n_sections++];
-        s->kind = MFM__SECTION_PARAMS, s->tensor = (uint32_t)t, s->stride = tab[t].stride;
+        s->kind = MFM__SECTION_PARAMS, s->tensor = (uint32_t)t, s->stride = (uint32_t)tab[t].stride; /* FFM's records: the record */
         s->flags = t == MFM_TENSOR_V && tab[MFM_TENSOR_W].guest ? MFM__SECTION_W_INSIDE : 0;
         s->flags |= t == MFM_TENSOR_V && half ? MFM__SECTION_HALF : 0;
         L->half |= (s->flags & MFM__SECTION_HALF) != 0;
@@ -7909,26 +7950,28 @@ static void mfm__emit_floats(mfm__writer *w, mfm__section_hash *sh, float *buf, 
 }
 
 /* One section's content: a parameter table block by block in the section's layout (zeros
-   between blocks, w after v where it lies inside), or the state slot by slot. */
+   between blocks, w after v where it lies inside; a float16 FFM file's records of F blocks and
+   w), or the state slot by slot. */
 static void mfm__write_section(const mfm_model *m, mfm__writer *w, mfm__section_hash *sh, const mfm__section *s, float *buf) {
     size_t used = 0;
     uint32_t c;
     int t, slot;
     for (t = 0; t < MFM_TENSOR_COUNT; t++) {
         const mfm__table *tab = &m->t[t];
+        const uint64_t per_record = s->kind == MFM__SECTION_PARAMS && (s->flags & MFM__SECTION_W_INSIDE) ? tab->per_feature : 1; /* blocks a record holds */
         if (s->kind == MFM__SECTION_PARAMS && (uint32_t)t != s->tensor) continue;
         for (c = 0; c < m->n_classes; c++)
             for (slot = s->kind == MFM__SECTION_PARAMS ? 0 : 1; slot < (s->kind == MFM__SECTION_PARAMS ? 1 : m->n_slots); slot++) {
                 const uint32_t width = s->kind == MFM__SECTION_PARAMS ? s->stride : tab->state_len;
                 uint64_t b;
-                for (b = 0; b < tab->n_blocks; b++) {
+                for (b = 0; b < tab->n_blocks; b += per_record) {
                     float *rec = buf + used;
                     memset(rec, 0, width * sizeof(float));
                     if (slot == 0)
-                        mfm__block_params(m, (mfm_tensor)t, c, b, 1, rec);
+                        mfm__block_params(m, (mfm_tensor)t, c, b, per_record, rec);
                     else
                         memcpy(rec, mfm__block_slot(m, (mfm_tensor)t, c, b, slot), tab->state_len * sizeof(float));
-                    if (s->flags & MFM__SECTION_W_INSIDE) mfm__block_params(m, MFM_TENSOR_W, c, b, 1, rec + m->k);
+                    if (s->flags & MFM__SECTION_W_INSIDE) mfm__block_params(m, MFM_TENSOR_W, c, b / per_record, 1, rec + per_record * (uint64_t)m->k);
                     if ((used += width) >= MFM__SAVE_FLOATS) mfm__emit_floats(w, sh, buf, &used, (s->flags & MFM__SECTION_HALF) != 0);
                 }
             }
@@ -7944,7 +7987,7 @@ static mfm_status mfm__model_write(const mfm_model *m, mfm__writer *w, int with_
     mfm__model_header h;
     mfm__model_layout L;
     mfm__hash head; /* the header part and the directory */
-    uint64_t at;
+    uint64_t at, widest = 64 + (uint64_t)m->k * 2; /* floats of the widest record a section writes */
     size_t i;
     int s;
     mfm__header_from_model(m, with_state, &h);
@@ -7965,7 +8008,9 @@ static mfm_status mfm__model_write(const mfm_model *m, mfm__writer *w, int with_
         at += mfm__model_fields[i].size;
     }
     mfm__store_le(header + at, mfm__checksum(header, at), 8); /* so that a damaged header is named as such */
-    if (!(buf = (float *)mfm__alloc(MFM__SAVE_FLOATS + 64 + (uint64_t)m->k * 2, sizeof(float))))
+    for (s = 0; s < L.n_sections; s++)
+        if (L.sec[s].stride > widest) widest = L.sec[s].stride; /* a float16 FFM file's records */
+    if (!(buf = (float *)mfm__alloc(MFM__SAVE_FLOATS + widest, sizeof(float))))
         return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory saving a model");
     w->unhashed = 1; /* the checksums are the sections' and the header's own */
     mfm__hash_init(&head);
@@ -8028,24 +8073,31 @@ MFMDEF mfm_status mfm_model_write(const mfm_model *m, mfm_output_file *out, int 
     return mfm__model_write(m, &out->w, with_state, 0, err);
 }
 
-/* The first factor (or FM's and FwFM's w, where the file keeps it inside V's blocks, whatever
-   this model's own layout) that float16 cannot hold. */
+/* The first factor (or w, where the file keeps it inside V's records: FM's and FwFM's blocks
+   whatever this model's own layout, FFM's always) that float16 cannot hold. */
 static int mfm__beyond_half(const mfm_model *m, char *what, size_t size) {
-    const int w_inside = mfm__guest_stride(&m->params, 1) != 0;
-    float *v = (float *)mfm__alloc((uint64_t)m->k + 1, sizeof(float));
+    const int w_inside = !m->params.linear_only && (mfm__guest_stride(&m->params, 1) != 0 || m->params.model == MFM_MODEL_FFM);
+    float *v = (float *)mfm__alloc((uint64_t)m->k, sizeof(float)), w;
     uint64_t b;
     uint32_t c, i;
     int found = 0;
-    for (c = 0; c < m->n_classes && v && !found; c++)
+    for (c = 0; c < m->n_classes && v && !found; c++) {
         for (b = 0; b < m->t[MFM_TENSOR_V].n_blocks && !found; b++) {
             mfm__block_params(m, MFM_TENSOR_V, c, b, 1, v);
-            if (w_inside) mfm__block_params(m, MFM_TENSOR_W, c, b, 1, v + m->k);
-            for (i = 0; i < (uint32_t)m->k + (w_inside ? 1u : 0u) && !found; i++)
+            for (i = 0; i < (uint32_t)m->k && !found; i++)
                 if (fabs(v[i]) > 65504.0) {
-                    snprintf(what, size, "%s of block %" PRIu64 " of class %u is %g", i < (uint32_t)m->k ? "a factor" : "w", b, (unsigned)c, (double)v[i]);
+                    snprintf(what, size, "a factor of block %" PRIu64 " of class %u is %g", b, (unsigned)c, (double)v[i]);
                     found = 1;
                 }
         }
+        for (b = 0; w_inside && b < m->n_features && !found; b++) {
+            mfm__block_params(m, MFM_TENSOR_W, c, b, 1, &w);
+            if (fabs(w) > 65504.0) {
+                snprintf(what, size, "w of feature %" PRIu64 " of class %u is %g", b, (unsigned)c, (double)w);
+                found = 1;
+            }
+        }
+    }
     MFM_FREE(v);
     return found;
 }
@@ -8209,13 +8261,17 @@ static mfm_status mfm__read_directory(const unsigned char *b, uint64_t size, con
     for (s = 0, at = L->header_end, t = -1; s < L->n_sections; s++) {
         mfm__section *x = &L->sec[s];
         const uint32_t len = x->tensor == MFM_TENSOR_V ? h->k : 1;
+        /* FFM's V in a float16 file: a record a feature, F blocks and w (mfm__half_record) */
+        const int records = h->model == MFM_MODEL_FFM && x->tensor == MFM_TENSOR_V && (x->flags & MFM__SECTION_W_INSIDE);
+        const uint64_t n_blocks = x->tensor < MFM_TENSOR_COUNT ? (records ? h->n_features : blocks[x->tensor]) : 0;
         int ok = x->offset == at && x->offset % MFM__SECTION_ALIGN == 0;
         if (x->kind == MFM__SECTION_PARAMS) {
-            ok = ok && (int)x->tensor > t && x->tensor < MFM_TENSOR_COUNT && tensor_floats[x->tensor] && x->stride >= len && x->stride <= 65536 + 16 &&
-                 (x->flags & ~(uint32_t)(x->tensor != MFM_TENSOR_V ? 0 : h->model != MFM_MODEL_FFM ? MFM__SECTION_W_INSIDE | MFM__SECTION_HALF : MFM__SECTION_HALF)) == 0 &&
-                 (!(x->flags & MFM__SECTION_W_INSIDE) || x->stride >= h->k + 1) && !((x->flags & MFM__SECTION_HALF) && (h->flags & MFM__MODEL_STATE)) &&
-                 blocks[x->tensor] * h->n_classes <= size / 2 / x->stride && /* no product below wraps */
-                 x->bytes == (x->flags & MFM__SECTION_HALF ? 2ull : 4ull) * h->n_classes * blocks[x->tensor] * x->stride;
+            ok = ok && (int)x->tensor > t && x->tensor < MFM_TENSOR_COUNT && tensor_floats[x->tensor] && x->stride >= len &&
+                 (records ? (x->flags & MFM__SECTION_HALF) && x->stride == mfm__half_record(h->n_fields, (int)h->k) : x->stride <= 65536 + 16) &&
+                 (x->flags & ~(uint32_t)(x->tensor != MFM_TENSOR_V ? 0 : MFM__SECTION_W_INSIDE | MFM__SECTION_HALF)) == 0 &&
+                 (!(x->flags & MFM__SECTION_W_INSIDE) || records || x->stride >= h->k + 1) && !((x->flags & MFM__SECTION_HALF) && (h->flags & MFM__MODEL_STATE)) &&
+                 n_blocks * h->n_classes <= size / 2 / x->stride && /* no product below wraps */
+                 x->bytes == (x->flags & MFM__SECTION_HALF ? 2ull : 4ull) * h->n_classes * n_blocks * x->stride;
             t = (int)x->tensor;
             w_inside |= (x->flags & MFM__SECTION_W_INSIDE) != 0, has_w |= x->tensor == MFM_TENSOR_W;
             L->half |= (x->flags & MFM__SECTION_HALF) != 0;
@@ -8355,17 +8411,18 @@ static mfm_status mfm__fill_from_file(mfm_model *m, const unsigned char *b, cons
         const mfm__table *tab = &m->t[x->kind == MFM__SECTION_PARAMS ? x->tensor : 0];
         const unsigned char *src = b + x->offset;
         if (x->kind != MFM__SECTION_PARAMS) continue;
-        if (x->flags & MFM__SECTION_HALF) { /* widened block by block (a file of float16 factors) */
+        if (x->flags & MFM__SECTION_HALF) { /* widened record by record (a file of float16 factors) */
+            const uint32_t per_record = x->flags & MFM__SECTION_W_INSIDE ? tab->per_feature : 1; /* FFM's: F blocks and w */
             float *v = (float *)mfm__alloc(x->stride, sizeof(float) + sizeof(uint16_t));
             uint16_t *hv = (uint16_t *)(void *)(v + x->stride);
             uint32_t i;
             if (!v) return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory reading a model's float16 factors");
             for (c = 0; c < m->n_classes; c++)
-                for (blk = 0; blk < tab->n_blocks; blk++, src += 2ull * x->stride) {
+                for (blk = 0; blk < tab->n_blocks; blk += per_record, src += 2ull * x->stride) {
                     for (i = 0; i < x->stride; i++) hv[i] = (uint16_t)(src[2 * i] | src[2 * i + 1] << 8);
                     mfm__halves_to_floats(hv, v, x->stride, 0);
-                    memcpy(mfm__block(m, MFM_TENSOR_V, c, blk), v, tab->len * sizeof(float));
-                    if (x->flags & MFM__SECTION_W_INSIDE) *mfm__block(m, MFM_TENSOR_W, c, blk) = v[m->k];
+                    for (i = 0; i < per_record; i++) memcpy(mfm__block(m, MFM_TENSOR_V, c, blk + i), v + (uint64_t)i * m->k, tab->len * sizeof(float));
+                    if (x->flags & MFM__SECTION_W_INSIDE) *mfm__block(m, MFM_TENSOR_W, c, blk / per_record) = v[(uint64_t)per_record * m->k];
                 }
             MFM_FREE(v);
             continue;
@@ -8474,6 +8531,11 @@ MFMDEF mfm_status mfm_model_map(const char *path, mfm_model **out, mfm_error *er
                 tab->halves = (const uint16_t *)(const void *)(map.bytes + L.sec[s].offset);
             else
                 tab->data = (float *)(uintptr_t)(map.bytes + L.sec[s].offset); /* never written */
+            if (tab->per_feature > 1 && (L.sec[s].flags & MFM__SECTION_W_INSIDE)) { /* FFM's padded records, w inside */
+                mfm__table *W = &m->t[MFM_TENSOR_W];
+                tab->feature_stride = W->stride = W->feature_stride = L.sec[s].stride;
+                W->guest = 1;
+            }
         }
         mfm__place_guest(m);
         m->file = map; /* the model owns the mapping now */

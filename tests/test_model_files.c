@@ -1112,8 +1112,8 @@ void test_model_half_conversions(void) {
     free(eight);
 }
 
-/* Every value of tensor t of every class of m, rounded to float16 (FFM's w stays as it is: only
-   V's blocks, and FM's and FwFM's w inside them, are float16). */
+/* Every value of tensor t of every class of m, rounded to float16 (V, and w where the file keeps
+   it inside V's records). */
 static void round_tensor_to_half(mfm_model *m, mfm_tensor t) {
     mfm_model_info info;
     size_t n = mfm_tensor_size(m, t), i;
@@ -1131,7 +1131,8 @@ static void round_tensor_to_half(mfm_model *m, mfm_tensor t) {
 /* mfm_model_save_half: V (and FM's and FwFM's w inside its blocks) as float16 in a file of the
    documented size. Mapped, the model holds exactly the values rounded to nearest (rounded here
    independently) and scores every row as a float32 model holding those values does, bit for
-   bit (FFM, which reads its halves in place, at k = 3 and 7, with F16C and without);
+   bit (FFM, which reads its halves in place, at k = 3 and 9, with F16C and without: its records
+   of F blocks and w padded to 16 and 64 halves);
    mfm_model_load widens them to the same values; a clone trains once its state is reset.
    A factor beyond float16's range, a damaged section and a NaN behind valid checksums are
    refused with a sentence; the inspections that read factors in place refuse it. */
@@ -1155,18 +1156,19 @@ void test_model_half_serving(void) {
         mfm_status st;
         v2_layout L;
         if (mi == 3) p.k = 16; /* w apart from V: k + 1 floats pass a line */
-        if (mi == 4) p.k = 7;  /* FFM: four lanes, then three one by one */
+        if (mi == 4) p.k = 9;  /* FFM: four lanes twice, then one; a record of whole lines */
         if (!(m = make_model(&p, N_FEATURES, N_FIELDS, 3))) continue;
         make_data(&td, tasks[mi], 60 + mi);
         model_randomize(m, 9 + mi, 0.7);
         mfm_model_get_info(m, &info);
         REQUIRE(mfm_model_clone(m, &want, &e) == MFM_OK, "clone: %s", e.message);
         round_tensor_to_half(want, MFM_TENSOR_V);
-        if (models[mi] != MFM_MODEL_FFM && p.k < 16) round_tensor_to_half(want, MFM_TENSOR_W); /* w inside V's blocks */
+        if (models[mi] == MFM_MODEL_FFM || p.k < 16) round_tensor_to_half(want, MFM_TENSOR_W); /* w inside V's records */
         st = mfm_model_save_half(m, path, &e);
         if (!CHECK(st == MFM_OK, "%s: save_half: %s", what, st ? e.message : "")) goto next;
         bytes = read_whole_file(path, &n);
         prediction_floats(&p, info.n_features, info.n_fields, info.k, &sections);
+        if (models[mi] == MFM_MODEL_FFM) sections--; /* w inside V's records */
         if (CHECK(bytes && v2_read(bytes, n, &L) && L.n_sections == sections, "%s: the file's directory", what)) {
             uint64_t s, at = seal_align_up(V2_HEADER_BYTES + 4 * (models[mi] == MFM_MODEL_FWFM ? 0 : 0));
             for (s = 0; s < L.n_sections; s++) {
@@ -1174,6 +1176,21 @@ void test_model_half_serving(void) {
                 const uint64_t values = L.s[s].bytes / (v ? 2 : 4);
                 CHECK(L.s[s].offset == at && (L.s[s].flags & 2) == (v ? 2u : 0u) && values % info.n_classes == 0, "%s: section %llu at %llu, flags %u", what,
                       (unsigned long long)s, (unsigned long long)L.s[s].offset, L.s[s].flags);
+                if (v && models[mi] == MFM_MODEL_FFM) { /* a record a feature: F blocks of k, w, zeros to 16 or a multiple of 32 halves */
+                    const uint64_t need = (uint64_t)N_FIELDS * p.k + 1, record = need <= 16 ? 16 : (need + 31) / 32 * 32;
+                    uint64_t f, j, bad = 0;
+                    float w[N_FEATURES];
+                    REQUIRE(mfm_model_get_tensor(want, MFM_TENSOR_W, 0, 0, w, N_FEATURES, NULL) == MFM_OK, "get_tensor");
+                    CHECK(L.s[s].flags == 3 && L.s[s].stride == record && L.s[s].bytes == 2 * record * N_FEATURES * info.n_classes,
+                          "%s: V's section: flags %u, stride %u, %llu bytes; want 3, %llu, %llu", what, L.s[s].flags, L.s[s].stride,
+                          (unsigned long long)L.s[s].bytes, (unsigned long long)record, (unsigned long long)(2 * record * N_FEATURES * info.n_classes));
+                    for (f = 0; f < N_FEATURES && L.s[s].bytes == 2 * record * N_FEATURES * info.n_classes; f++) {
+                        const unsigned char *r = bytes + L.s[s].offset + 2 * record * f; /* class 0 */
+                        bad += half_value((uint32_t)(r[2 * (need - 1)] | r[2 * (need - 1) + 1] << 8)) != (double)w[f];
+                        for (j = need; j < record; j++) bad += r[2 * j] || r[2 * j + 1];
+                    }
+                    CHECK(bad == 0, "%s: %llu of V's records lack w after their blocks, or zeros after w", what, (unsigned long long)bad);
+                }
                 at += seal_align_up(L.s[s].bytes);
             }
             CHECK(at == L.directory, "%s: the sections end at %llu, the directory is at %llu", what, (unsigned long long)at, (unsigned long long)L.directory);
@@ -1244,21 +1261,53 @@ void test_model_half_serving(void) {
         mfm_model_free(m);
         data_free(&td);
     }
-    { /* Adam keeps FM's w apart from V in memory, the file puts it inside: its range is checked too */
-        mfm_params p = file_params(MFM_MODEL_FM, MFM_TASK_BINARY, MFM_OPTIMIZER_ADAM);
+    for (mi = 0; mi < 2; mi++) { /* Adam keeps FM's w apart from V in memory, FFM always: the file puts it inside, its range is checked too */
+        mfm_params p = file_params(mi ? MFM_MODEL_FFM : MFM_MODEL_FM, MFM_TASK_BINARY, mi ? MFM_OPTIMIZER_ADAGRAD : MFM_OPTIMIZER_ADAM);
         mfm_model *m;
         mfm_error e;
         mfm_status st;
         float w[N_FEATURES];
         p.k = 4;
-        if ((m = make_model(&p, N_FEATURES, 0, 1)) != NULL) {
+        if ((m = make_model(&p, N_FEATURES, mi ? N_FIELDS : 0, 1)) != NULL) {
             mfm_model_get_tensor(m, MFM_TENSOR_W, 0, 0, w, N_FEATURES, NULL);
             w[3] = 1e5f;
             mfm_model_set_tensor(m, MFM_TENSOR_W, 0, 0, w, N_FEATURES, NULL);
             st = mfm_model_save_half(m, path, &e);
-            CHECK(st == MFM_ERR_INVALID_ARGUMENT && strstr(e.message, "w of block 3"), "FM under Adam with w = 1e5: %d %s", (int)st, st ? e.message : "saved");
+            CHECK(st == MFM_ERR_INVALID_ARGUMENT && strstr(e.message, "w of feature 3"), "%s with w = 1e5: %d %s", mi ? "FFM" : "FM under Adam", (int)st,
+                  st ? e.message : "saved");
         }
         mfm_model_free(m);
     }
     scratch_clean();
+}
+
+/* tests/data/v2-ffm-half-multiclass.mfm is a float16 FFM file from before FFM's records held w
+   (tests/data/README.md): its V blocks of k halves, its w floats. It still loads and maps (as a
+   float32 copy: its layout is not the one mapped in place), holding exactly the model's values
+   with V rounded to float16 and w as it was, and scores as that model does. */
+void test_model_half_files_before_records_load(void) {
+    const char *path = "tests/data/v2-ffm-half-multiclass.mfm";
+    mfm_params p;
+    mfm_model *want, *loaded = NULL, *mapped = NULL;
+    mfm_error e;
+    test_data td;
+    memset(&p, 0, sizeof p);
+    p.model = MFM_MODEL_FFM, p.task = MFM_TASK_MULTICLASS, p.optimizer = MFM_OPTIMIZER_ADAGRAD, p.k = 3, p.n_classes = 3;
+    p.learning_rate = 0.037, p.seed = 12345678901234ull;
+    if (!(want = make_model(&p, N_FEATURES, N_FIELDS, 3))) return;
+    model_randomize(want, 2000, 0.5);
+    round_tensor_to_half(want, MFM_TENSOR_V);
+    make_data(&td, MFM_TASK_MULTICLASS, 77);
+    if (CHECK(mfm_model_load(path, &loaded, &e) == MFM_OK, "%s: %s", path, e.message)) {
+        same_slots(want, loaded, 0, 0, path);
+        scores_equal(want, loaded, &td.csr, path);
+    }
+    if (CHECK(mfm_model_map(path, &mapped, &e) == MFM_OK, "%s: map: %s", path, e.message)) {
+        same_slots(want, mapped, 0, 0, path);
+        scores_equal(want, mapped, &td.csr, path);
+    }
+    mfm_model_free(mapped);
+    mfm_model_free(loaded);
+    mfm_model_free(want);
+    data_free(&td);
 }
