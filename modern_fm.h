@@ -7273,55 +7273,58 @@ typedef struct mfm__gpu_parts {
     mfm_output kind;
     float *out;
     size_t width;
+    int n_parts;
     mfm_status status[MFM_MAX_DEVICES];
     mfm_error err[MFM_MAX_DEVICES];
 } mfm__gpu_parts;
 
+/* Part k of the rows on its GPU (params.devices[k], or params.device for one): the model
+   uploaded, the part predicted, the upload freed. A part of some rows is a view with offsets of
+   its own; one part is the data as it is. */
 static void mfm__predict_gpu_part(void *ctx, int k) {
     mfm__gpu_parts *g = (mfm__gpu_parts *)ctx;
     const mfm_params *p = &g->m->params;
-    const uint64_t n = g->d->n_rows, lo = n * (uint64_t)k / (uint64_t)p->n_devices, hi = n * (uint64_t)(k + 1) / (uint64_t)p->n_devices;
+    const int device = g->n_parts > 1 ? p->devices[k] : p->device;
+    const uint64_t n = g->d->n_rows, lo = n * (uint64_t)k / (uint64_t)g->n_parts, hi = n * (uint64_t)(k + 1) / (uint64_t)g->n_parts;
     const uint64_t at = g->d->row_offsets[lo];
     mfm_gpu_model *gm = NULL;
     mfm_csr part = *g->d;
-    uint64_t *offsets, r;
+    uint64_t *offsets = NULL, r;
     g->status[k] = MFM_OK;
     if (hi == lo) return;
-    if (!(offsets = (uint64_t *)mfm__alloc(hi - lo + 1, sizeof(uint64_t)))) {
-        g->status[k] = mfm__fail(&g->err[k], MFM_ERR_OUT_OF_MEMORY, "out of memory for the rows of GPU %d", p->devices[k]);
-        return;
+    if (g->n_parts > 1) {
+        if (!(offsets = (uint64_t *)mfm__alloc(hi - lo + 1, sizeof(uint64_t)))) {
+            g->status[k] = mfm__fail(&g->err[k], MFM_ERR_OUT_OF_MEMORY, "out of memory for the rows of GPU %d", device);
+            return;
+        }
+        for (r = lo; r <= hi; r++) offsets[r - lo] = g->d->row_offsets[r] - at;
+        part.n_rows = hi - lo, part.row_offsets = offsets;
+        part.origin = NULL; /* a view of some of the rows: errors must not name the dataset's lines */
+        part.features += at;
+        if (part.fields) part.fields += at;
+        if (part.values) part.values += at;
+        if (part.labels) part.labels += lo;
+        if (part.weights) part.weights += lo;
     }
-    for (r = lo; r <= hi; r++) offsets[r - lo] = g->d->row_offsets[r] - at;
-    part.n_rows = hi - lo, part.row_offsets = offsets;
-    part.origin = NULL; /* a view of some of the rows: errors must not name the dataset's lines */
-    part.features += at;
-    if (part.fields) part.fields += at;
-    if (part.values) part.values += at;
-    if (part.labels) part.labels += lo;
-    if (part.weights) part.weights += lo;
-    g->status[k] = mfm_gpu_model_upload(g->m, p->devices[k], &gm, &g->err[k]);
+    g->status[k] = mfm_gpu_model_upload(g->m, device, &gm, &g->err[k]);
     if (g->status[k] == MFM_OK) g->status[k] = mfm_gpu_predict(gm, &part, g->kind, g->out + lo * g->width, (size_t)((hi - lo) * g->width), &g->err[k]);
     mfm_gpu_model_free(gm);
     MFM_FREE(offsets);
 }
 
+/* The rows on the model's GPU, or split across its GPUs (a thread each). */
 static mfm_status mfm__predict_gpu(const mfm_model *m, const mfm_csr *d, mfm_output kind, float *out, size_t capacity, mfm_error *err) {
     mfm__gpu_parts parts;
     mfm__pool pool;
     mfm_status st;
     int k;
-    if (m->params.n_devices < 2) {
-        mfm_gpu_model *gm = NULL;
-        st = mfm_gpu_model_upload(m, m->params.device, &gm, err);
-        if (st == MFM_OK) st = mfm_gpu_predict(gm, d, kind, out, capacity, err);
-        mfm_gpu_model_free(gm);
-        return st;
-    }
+    (void)capacity; /* checked by the caller: each part has its rows' room */
     parts.m = m, parts.d = d, parts.kind = kind, parts.out = out, parts.width = mfm_output_width(m, kind);
-    if ((st = mfm__pool_start(&pool, m->params.n_devices, err)) != MFM_OK) return st;
+    parts.n_parts = m->params.n_devices > 1 ? m->params.n_devices : 1;
+    if ((st = mfm__pool_start(&pool, parts.n_parts, err)) != MFM_OK) return st; /* one part runs on this thread */
     mfm__pool_run(&pool, mfm__predict_gpu_part, &parts);
     mfm__pool_stop(&pool);
-    for (k = 0; k < m->params.n_devices; k++)
+    for (k = 0; k < parts.n_parts; k++)
         if (parts.status[k] != MFM_OK) {
             if (err) *err = parts.err[k];
             return parts.status[k];
