@@ -2247,11 +2247,10 @@ static uint32_t mfm__slot_len(const mfm__table *tab, int slot) { return slot ? t
 static uint64_t mfm__table_floats(const mfm__table *tab, uint32_t n_classes) {
     const uint64_t blocks = tab->n_blocks && n_classes > UINT64_MAX / tab->n_blocks ? UINT64_MAX : tab->n_blocks * n_classes;
     if (tab->guest) return 0;
-    if (tab->per_feature > 1) { /* FFM's V: records of F blocks */
+    { /* records of per_feature blocks (FFM's V: F), feature_stride values apart */
         const uint64_t records = blocks / tab->per_feature;
         return records && tab->feature_stride > UINT64_MAX / records ? UINT64_MAX : records * tab->feature_stride;
     }
-    return blocks && tab->stride > UINT64_MAX / blocks ? UINT64_MAX : blocks * tab->stride;
 }
 
 /* The bytes a whole-table copy takes (clone, snapshot, the GPU's tables); a table of halves, half. */
@@ -2481,7 +2480,7 @@ static uint64_t mfm__half_record(uint32_t n_fields, int k) {
    blocks of an FFM record (a float16 file's); floats, or the halves of a mapped float16 file. */
 static void mfm__place_guest(mfm_model *m) {
     mfm__table *V = &m->t[MFM_TENSOR_V], *W = &m->t[MFM_TENSOR_W];
-    const uint64_t at = V->per_feature > 1 ? (uint64_t)V->per_feature * V->stride : V->len + V->state_len * (uint64_t)(m->n_slots - 1); /* the record's blocks */
+    const uint64_t at = m->params.model == MFM_MODEL_FFM ? (uint64_t)V->per_feature * V->stride : V->len + V->state_len * (uint64_t)(m->n_slots - 1); /* the record's blocks */
     if (!W->guest) return;
     if (V->data) W->data = V->data + at;
     if (V->halves) W->halves = V->halves + at;
@@ -4118,10 +4117,11 @@ MFM__INLINE static mfm__f4 mfm__dot4(const float *a, const float *b0, const floa
 
 /* Asks for the line at p, for writing, into every cache level; MFM__PREFETCH_L2 as far as the
    core's second level (the first level's few misses in flight are then left to the lines
-   needed first). */
+   needed first), for reading: where the target has PREFETCHW a write prefetch goes to the
+   first level whatever its hint. */
 #if defined(__GNUC__) || defined(__clang__)
 #define MFM__PREFETCH(p) __builtin_prefetch((p), 1, 3)
-#define MFM__PREFETCH_L2(p) __builtin_prefetch((p), 1, 2)
+#define MFM__PREFETCH_L2(p) __builtin_prefetch((p), 0, 2)
 #elif defined(MFM__SSE2)
 #define MFM__PREFETCH(p) _mm_prefetch((const char *)(p), _MM_HINT_T0)
 #define MFM__PREFETCH_L2(p) _mm_prefetch((const char *)(p), _MM_HINT_T1)
@@ -7823,8 +7823,8 @@ static uint64_t mfm__plan_sections(const mfm_params *p, uint32_t n_features, uin
     uint64_t at = mfm__align_section(header_part), state_floats = 0;
     int t;
     mfm__shape_tables(p, n_features, n_fields, 1, tab);
-    if (half && tab[MFM_TENSOR_V].per_feature > 1 && !p->linear_only) { /* FFM: padded records, w inside (mfm__half_record) */
-        tab[MFM_TENSOR_V].stride = tab[MFM_TENSOR_V].feature_stride = mfm__half_record(n_fields, p->k), tab[MFM_TENSOR_V].n_blocks = n_features;
+    if (half && p->model == MFM_MODEL_FFM && !p->linear_only) { /* padded records, w inside (mfm__half_record) */
+        tab[MFM_TENSOR_V].stride = (uint32_t)(tab[MFM_TENSOR_V].feature_stride = mfm__half_record(n_fields, p->k)), tab[MFM_TENSOR_V].n_blocks = n_features;
         tab[MFM_TENSOR_W].guest = 1;
     }
     memset(L, 0, sizeof *L);
@@ -8119,6 +8119,9 @@ MFMDEF mfm_status mfm_model_save_half(const mfm_model *m, const char *path, mfm_
     mfm_status st;
     if (!m || !path) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_model_save_half: the model or the path is NULL");
     if ((st = mfm__check_savable(m, 0, "mfm_model_save_half", err)) != MFM_OK) return st;
+    if (m->params.model == MFM_MODEL_FFM && mfm__half_record(m->n_fields, m->k) > UINT32_MAX)
+        return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_model_save_half: a feature's %u fields x k = %d factors exceed a float16 file's record; nothing was written: save it with mfm_model_save",
+                         (unsigned)m->n_fields, m->k);
     if (mfm__beyond_half(m, what, sizeof what))
         return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_model_save_half: %s, beyond float16's range (65504); nothing was written: save it with mfm_model_save",
                          what);
@@ -8543,7 +8546,7 @@ MFMDEF mfm_status mfm_model_map(const char *path, mfm_model **out, mfm_error *er
                 tab->halves = (const uint16_t *)(const void *)(map.bytes + L.sec[s].offset);
             else
                 tab->data = (float *)(uintptr_t)(map.bytes + L.sec[s].offset); /* never written */
-            if (tab->per_feature > 1 && (L.sec[s].flags & MFM__SECTION_W_INSIDE)) { /* FFM's padded records, w inside */
+            if (h.model == MFM_MODEL_FFM && L.sec[s].tensor == MFM_TENSOR_V && (L.sec[s].flags & MFM__SECTION_W_INSIDE)) { /* FFM's padded records, w inside */
                 mfm__table *W = &m->t[MFM_TENSOR_W];
                 tab->feature_stride = W->stride = W->feature_stride = L.sec[s].stride;
                 W->guest = 1;

@@ -102,6 +102,7 @@
     X(test_model_half_conversions)            \
     X(test_model_half_serving)                \
     X(test_model_half_files_before_records_load) \
+    X(test_model_half_ffm_records)            \
     X(test_faults_output_writer) \
     X(test_faults_unwritable_folder) \
     X(test_faults_kill_during_save) \

@@ -1128,6 +1128,16 @@ static void round_tensor_to_half(mfm_model *m, mfm_tensor t) {
     free(x);
 }
 
+/* The halves of a float16 FFM file's record (docs/FORMATS.md): F x k factors and w, padded to the
+   smallest power of two up to 32, else to the next multiple of 32. */
+static uint64_t half_record(uint64_t n_fields, uint64_t k) {
+    const uint64_t need = n_fields * k + 1;
+    uint64_t record = 1;
+    if (need > 32) return (need + 31) / 32 * 32;
+    while (record < need) record *= 2;
+    return record;
+}
+
 /* mfm_model_save_half: V (and FM's and FwFM's w inside its blocks) as float16 in a file of the
    documented size. Mapped, the model holds exactly the values rounded to nearest (rounded here
    independently) and scores every row as a float32 model holding those values does, bit for
@@ -1177,7 +1187,7 @@ void test_model_half_serving(void) {
                 CHECK(L.s[s].offset == at && (L.s[s].flags & 2) == (v ? 2u : 0u) && values % info.n_classes == 0, "%s: section %llu at %llu, flags %u", what,
                       (unsigned long long)s, (unsigned long long)L.s[s].offset, L.s[s].flags);
                 if (v && models[mi] == MFM_MODEL_FFM) { /* a record a feature: F blocks of k, w, zeros to 16 or a multiple of 32 halves */
-                    const uint64_t need = (uint64_t)N_FIELDS * p.k + 1, record = need <= 16 ? 16 : (need + 31) / 32 * 32;
+                    const uint64_t need = (uint64_t)N_FIELDS * p.k + 1, record = half_record(N_FIELDS, (uint64_t)p.k);
                     uint64_t f, j, bad = 0;
                     float w[N_FEATURES];
                     REQUIRE(mfm_model_get_tensor(want, MFM_TENSOR_W, 0, 0, w, N_FEATURES, NULL) == MFM_OK, "get_tensor");
@@ -1303,11 +1313,79 @@ void test_model_half_files_before_records_load(void) {
         scores_equal(want, loaded, &td.csr, path);
     }
     if (CHECK(mfm_model_map(path, &mapped, &e) == MFM_OK, "%s: map: %s", path, e.message)) {
+        mfm_model_info info;
+        const uint64_t floats = 3 * (1 + N_FEATURES + (uint64_t)N_FEATURES * N_FIELDS * 3); /* w0, w, V of 3 classes */
         same_slots(want, mapped, 0, 0, path);
         scores_equal(want, mapped, &td.csr, path);
+        mfm_model_get_info(mapped, &info);
+        CHECK(info.memory_bytes == 4 * floats, "%s: mapped as %llu bytes, not the float32 copy's %llu", path, (unsigned long long)info.memory_bytes,
+              (unsigned long long)(4 * floats));
     }
     mfm_model_free(mapped);
     mfm_model_free(loaded);
     mfm_model_free(want);
     data_free(&td);
+}
+
+/* Float16 FFM files of every record shape: 1, 2 and 4 fields, k = 1, 3 and 9 (records of 2 to
+   64 halves), 1 and 3 classes, and pairs-only and linear-only models. Mapped, each holds the
+   float16-rounded model (w too) in records whose memory is C x (w0 + records) exactly, and scores
+   as that model does; its clone holds the same values; saved again as float16 it gives the same
+   bytes. */
+void test_model_half_ffm_records(void) {
+    static const uint32_t fields[] = {1, 2, 4};
+    static const int ks[] = {1, 3, 9};
+    char path[256], again[256];
+    size_t fi, ki, variant;
+    scratch_path(path, sizeof path, "records.mfm");
+    scratch_path(again, sizeof again, "records-again.mfm");
+    for (variant = 0; variant < 3; variant++)
+        for (fi = 0; fi < 3; fi++)
+            for (ki = 0; ki < 3; ki++) {
+                const uint32_t F = fields[fi], C = variant == 1 ? 3 : 1;
+                mfm_params p = file_params(MFM_MODEL_FFM, C > 1 ? MFM_TASK_MULTICLASS : MFM_TASK_BINARY, MFM_OPTIMIZER_ADAGRAD);
+                mfm_model *m, *want = NULL, *mapped = NULL, *clone = NULL;
+                mfm_model_info info;
+                data_spec spec;
+                test_data td;
+                mfm_error e;
+                unsigned char *a, *b;
+                size_t na = 0, nb = 0;
+                char what[80];
+                p.k = ks[ki];
+                p.pairs_only = variant == 1, p.linear_only = variant == 2;
+                snprintf(what, sizeof what, "FFM F %u k %d C %u%s", F, p.k, C, variant == 1 ? " pairs-only" : variant == 2 ? " linear-only" : "");
+                if (!(m = make_model(&p, N_FEATURES, F, C))) continue;
+                model_randomize(m, 70 + fi * 3 + ki, 0.6);
+                REQUIRE(mfm_model_clone(m, &want, &e) == MFM_OK, "clone: %s", e.message);
+                round_tensor_to_half(want, MFM_TENSOR_V);
+                if (!p.linear_only) round_tensor_to_half(want, MFM_TENSOR_W);
+                memset(&spec, 0, sizeof spec);
+                spec.n_rows = 40, spec.feature_range = N_FEATURES, spec.n_fields = F, spec.min_nnz = 1, spec.max_nnz = 6, spec.with_values = 1;
+                spec.task = C > 1 ? MFM_TASK_MULTICLASS : MFM_TASK_BINARY, spec.n_classes = C, spec.seed = 90 + variant * 9 + fi * 3 + ki;
+                data_random(&td, &spec);
+                td.csr.n_features = N_FEATURES, td.csr.n_fields = F;
+                if (CHECK(mfm_model_save_half(m, path, &e) == MFM_OK, "%s: save_half: %s", what, e.message) &&
+                    CHECK(mfm_model_map(path, &mapped, &e) == MFM_OK, "%s: map: %s", what, e.message)) {
+                    const uint64_t bytes = 4 * C * (1 + (uint64_t)N_FEATURES / 2 * half_record(F, (uint64_t)p.k)); /* w0, then the records' halves */
+                    same_slots(want, mapped, 0, 0, what);
+                    scores_equal(want, mapped, &td.csr, what);
+                    mfm_model_get_info(mapped, &info);
+                    if (!p.linear_only)
+                        CHECK(info.memory_bytes == bytes, "%s: a mapped model of %llu bytes, not %llu", what, (unsigned long long)info.memory_bytes,
+                              (unsigned long long)bytes);
+                    if (CHECK(mfm_model_clone(mapped, &clone, &e) == MFM_OK, "%s: clone: %s", what, e.message)) same_slots(want, clone, 0, 0, what);
+                    a = read_whole_file(path, &na);
+                    b = CHECK(mfm_model_save_half(mapped, again, &e) == MFM_OK, "%s: save_half of the mapped model: %s", what, e.message) ? read_whole_file(again, &nb) : NULL;
+                    CHECK(a && b && na == nb && memcmp(a, b, na) == 0, "%s: the mapped model saved as float16 gives other bytes (%zu, %zu)", what, na, nb);
+                    free(a);
+                    free(b);
+                }
+                mfm_model_free(clone);
+                mfm_model_free(mapped);
+                mfm_model_free(want);
+                mfm_model_free(m);
+                data_free(&td);
+            }
+    scratch_clean();
 }
