@@ -689,12 +689,14 @@ MFMDEF mfm_status mfm_model_write(const mfm_model *model, mfm_output_file *out, 
    Refuses a truncated, corrupt, foreign or newer-version file with a sentence saying which. */
 MFMDEF mfm_status mfm_model_load(const char *path, mfm_model **out, mfm_error *err);
 MFMDEF mfm_status mfm_model_load_memory(const void *bytes, size_t size, mfm_model **out, mfm_error *err);
-/* The parameters alone, for serving, with the factors (V, and FM's and FwFM's w that lie in
-   V's blocks) as IEEE float16, rounded to nearest: a quarter of the file with AdaGrad state.
-   Scores are still summed in float32; on held-out data the change is at most 4.4e-5 of the
-   logloss (docs/PERFORMANCE.md). mfm_model_map maps the halves (half the memory) and widens a
-   row's blocks as it scores it: a row takes up to 2.7x as long on the CPU as from float32.
-   mfm_model_load widens the whole file. A factor beyond 65504 is refused. */
+/* The parameters alone, for serving, with the factors (V, and w where it lies in V's blocks:
+   FM's and FwFM's up to k = 15, FFM's always, in a record of whole lines a feature) as IEEE
+   float16, rounded to nearest: a quarter of the file with AdaGrad state. Scores are still
+   summed in float32, the same bits as a float32 model holding the rounded values; on held-out
+   data the change is at most 4.4e-5 of the logloss (docs/PERFORMANCE.md). mfm_model_map maps
+   the halves (half the memory): FFM reads them where they lie, faster than from float32; FM
+   and FwFM widen a row's few blocks as they score it. mfm_model_load widens the whole file. A
+   factor or w beyond 65504 is refused. */
 MFMDEF mfm_status mfm_model_save_half(const mfm_model *model, const char *path, mfm_error *err);
 /* Opens a model for prediction, the way a server should: maps the file's parameters read-only
    in place (no copy; the optimizer state is neither read nor kept) after verifying their
