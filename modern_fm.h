@@ -8284,7 +8284,7 @@ static mfm_status mfm__read_directory(const unsigned char *b, uint64_t size, con
         int ok = x->offset == at && x->offset % MFM__SECTION_ALIGN == 0;
         if (x->kind == MFM__SECTION_PARAMS) {
             ok = ok && (int)x->tensor > t && x->tensor < MFM_TENSOR_COUNT && tensor_floats[x->tensor] && x->stride >= len &&
-                 (records ? (x->flags & MFM__SECTION_HALF) && x->stride == mfm__half_record(h->n_fields, (int)h->k) : x->stride <= 65536 + 16) &&
+                 (records ? (x->flags & MFM__SECTION_HALF) && !h->linear_only && x->stride == mfm__half_record(h->n_fields, (int)h->k) : x->stride <= 65536 + 16) &&
                  (x->flags & ~(uint32_t)(x->tensor != MFM_TENSOR_V ? 0 : MFM__SECTION_W_INSIDE | MFM__SECTION_HALF)) == 0 &&
                  (!(x->flags & MFM__SECTION_W_INSIDE) || records || x->stride >= h->k + 1) && !((x->flags & MFM__SECTION_HALF) && (h->flags & MFM__MODEL_STATE)) &&
                  n_blocks * h->n_classes <= size / 2 / x->stride && /* no product below wraps */

@@ -1331,7 +1331,8 @@ void test_model_half_files_before_records_load(void) {
    64 halves), 1 and 3 classes, and pairs-only and linear-only models. Mapped, each holds the
    float16-rounded model (w too) in records whose memory is C x (w0 + records) exactly, and scores
    as that model does; its clone holds the same values; saved again as float16 it gives the same
-   bytes. */
+   bytes. Behind valid checksums, a record section without its flag, of the wrong record size or
+   in a linear-only model's file is refused as corrupt. */
 void test_model_half_ffm_records(void) {
     static const uint32_t fields[] = {1, 2, 4};
     static const int ks[] = {1, 3, 9};
@@ -1378,6 +1379,26 @@ void test_model_half_ffm_records(void) {
                     a = read_whole_file(path, &na);
                     b = CHECK(mfm_model_save_half(mapped, again, &e) == MFM_OK, "%s: save_half of the mapped model: %s", what, e.message) ? read_whole_file(again, &nb) : NULL;
                     CHECK(a && b && na == nb && memcmp(a, b, na) == 0, "%s: the mapped model saved as float16 gives other bytes (%zu, %zu)", what, na, nb);
+                    if (a && variant == 0 && F == 4 && ki == 1) { /* behind valid checksums, a record section that does not fit its header is refused */
+                        v2_layout L;
+                        unsigned char *c = (unsigned char *)malloc(na);
+                        if (CHECK(c && v2_read(a, na, &L) && L.n_sections == 2 && L.s[1].flags == 3, "%s: the directory", what)) {
+                            const size_t entry = (size_t)L.directory + 8 + 40;
+                            memcpy(c, a, na);
+                            store_le(c + entry + 12, 2, 4); /* V's records without the w-inside flag: blocks of `stride` halves */
+                            v2_reseal(c, na, test_checksum);
+                            expect_bad_model(c, na, MFM_ERR_BAD_FILE, "corrupt", "FFM records flagged as float16 blocks");
+                            memcpy(c, a, na);
+                            store_le(c + entry + 8, L.s[1].stride / 2, 4); /* a record of half the halves */
+                            v2_reseal(c, na, test_checksum);
+                            expect_bad_model(c, na, MFM_ERR_BAD_FILE, "corrupt", "FFM records of the wrong size");
+                            memcpy(c, a, na);
+                            store_le(c + 56, 1, 4); /* a linear-only header: its file has no records */
+                            v2_reseal(c, na, test_checksum);
+                            expect_bad_model(c, na, MFM_ERR_BAD_FILE, "corrupt", "FFM records in a linear-only model's file");
+                        }
+                        free(c);
+                    }
                     free(a);
                     free(b);
                 }
