@@ -11,6 +11,7 @@
 #define _POSIX_C_SOURCE 200112L
 #endif
 #include "runner.h"
+#include "scratch.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -119,6 +120,7 @@ int main(int argc, char **argv) {
         start = wall_seconds();
         cpu = cpu_seconds();
         tests[i].fn();
+        scratch_clean(); /* what a test that skipped or failed midway left in its scratch folder */
         seconds = wall_seconds() - start;
         cpu = cpu_seconds() - cpu;
         if (current_failures == 0 && current_skip[0]) {

@@ -14,9 +14,32 @@
 
 static char dir_name[64];
 
+/* Removes path and, where it is a directory (not a link to one), everything under it. */
+static void remove_tree(const char *path) {
+    struct stat st;
+    DIR *d;
+    struct dirent *e;
+    char child[512];
+    if (lstat(path, &st) != 0) return;
+    if (S_ISDIR(st.st_mode) && (d = opendir(path)) != NULL) {
+        while ((e = readdir(d)) != NULL) {
+            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+            snprintf(child, sizeof child, "%s/%s", path, e->d_name);
+            remove_tree(child);
+        }
+        closedir(d);
+        rmdir(path);
+        return;
+    }
+    remove(path);
+}
+
 const char *scratch_dir(void) {
     struct stat st;
-    if (!dir_name[0]) snprintf(dir_name, sizeof dir_name, "build/test-tmp-%ld", (long)getpid());
+    if (!dir_name[0]) { /* a folder of this name was left by an earlier process with this id: start empty */
+        snprintf(dir_name, sizeof dir_name, "build/test-tmp-%ld", (long)getpid());
+        remove_tree(dir_name);
+    }
     if (stat(dir_name, &st) == 0) return dir_name;
     mkdir("build", 0777);
     if (mkdir(dir_name, 0777) != 0) return NULL;
@@ -29,17 +52,7 @@ void scratch_path(char *buf, size_t size, const char *name) {
 }
 
 void scratch_clean(void) {
-    DIR *d;
-    struct dirent *e;
-    char path[512];
-    if (!dir_name[0] || (d = opendir(dir_name)) == NULL) return;
-    while ((e = readdir(d)) != NULL) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-        snprintf(path, sizeof path, "%s/%s", dir_name, e->d_name);
-        remove(path);
-    }
-    closedir(d);
-    rmdir(dir_name);
+    if (dir_name[0]) remove_tree(dir_name);
 }
 
 unsigned char *read_whole_file(const char *path, size_t *size) {

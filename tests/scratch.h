@@ -5,11 +5,12 @@
 
 #include <stddef.h>
 
-/* "build/test-tmp-<pid>", created on first use (NULL when it cannot be created). */
+/* "build/test-tmp-<pid>", created on first use, emptied first where an earlier process of the
+   same id left it (NULL when it cannot be created). */
 const char *scratch_dir(void);
 /* buf = scratch_dir() + "/" + name. */
 void scratch_path(char *buf, size_t size, const char *name);
-/* Removes every file in the scratch directory and the directory itself (tests call it last). */
+/* Removes the scratch directory and everything in it, folders included (tests call it last). */
 void scratch_clean(void);
 
 /* The whole file in a malloc'd buffer (one spare NUL after it); NULL when it cannot be read. */
