@@ -15,7 +15,9 @@
      rows, wall time from fork to exit and the process's peak memory;
    - one-row latency: for each count of --threads, that many threads at once, each predicting
      --calls single rows from the mapped serve.mfm and half.mfm (every call timed, its row in the
-     caller's buffer as a server's parser leaves it): p50, p99, p99.9, max. */
+     caller's buffer as a server's parser leaves it): p50, p99, p99.9, max; --turns N measures
+     both files N times in turn (a shared host's tails vary from one minute to the next, so a
+     comparison is made within turns). */
 #define _DEFAULT_SOURCE /* wait4: a child's own peak memory */
 #define MODERN_FM_IMPLEMENTATION
 #include "../modern_fm.h"
@@ -36,22 +38,22 @@ enum { TRAIN_ROWS = 1000, FEW_ROWS = 100, MANY_ROWS = 200000, MAX_THREADS = 8 };
 
 typedef struct options {
     uint32_t features;
-    int model, k, repeat, calls, n_threads, threads[MAX_THREADS];
+    int model, k, repeat, calls, turns, n_threads, threads[MAX_THREADS];
     const char *dir, *mfm;
 } options;
 
 static void usage(int code) {
     printf("usage: bench-serve [--features N] [--model ffm|fm|fwfm] [--k K] [--dir DIR] [--mfm PATH]\n"
-           "                   [--repeat N] [--threads 1,4,16] [--calls N]\n"
+           "                   [--repeat N] [--threads 1,4,16] [--calls N] [--turns N]\n"
            "  defaults: --features 1000000 --model ffm --k 4 --dir build/serve --mfm build/mfm --repeat 3\n"
-           "            --threads 1,<every core> --calls 20000\n");
+           "            --threads 1,<every core> --calls 20000 --turns 1\n");
     exit(code);
 }
 
 static void parse_options(int argc, char **argv, options *o) {
     int i;
     memset(o, 0, sizeof *o);
-    o->features = 1000000, o->model = MFM_MODEL_FFM, o->k = 4, o->repeat = 3, o->calls = 20000;
+    o->features = 1000000, o->model = MFM_MODEL_FFM, o->k = 4, o->repeat = 3, o->calls = 20000, o->turns = 1;
     o->dir = "build/serve", o->mfm = "build/mfm";
     o->n_threads = 2, o->threads[0] = 1, o->threads[1] = (int)sysconf(_SC_NPROCESSORS_ONLN);
     for (i = 1; i < argc; i++) {
@@ -69,6 +71,8 @@ static void parse_options(int argc, char **argv, options *o) {
             o->repeat = atoi(v);
         else if (strcmp(a, "--calls") == 0)
             o->calls = atoi(v);
+        else if (strcmp(a, "--turns") == 0)
+            o->turns = atoi(v);
         else if (strcmp(a, "--dir") == 0)
             o->dir = v;
         else if (strcmp(a, "--mfm") == 0)
@@ -81,7 +85,7 @@ static void parse_options(int argc, char **argv, options *o) {
         } else
             usage(2);
     }
-    if (o->features < 1000 || o->model < 0 || o->k < 1 || o->repeat < 1 || o->calls < 100) usage(2);
+    if (o->features < 1000 || o->model < 0 || o->k < 1 || o->repeat < 1 || o->calls < 100 || o->turns < 1) usage(2);
 }
 
 static void path_in(char *out, size_t size, const options *o, const char *name) { snprintf(out, size, "%s/%s", o->dir, name); }
@@ -238,14 +242,14 @@ int main(int argc, char **argv) {
     mfm_read_options read_options;
     mfm_csr held_out_rows;
     mfm_params p;
-    mfm_model *m, *served;
+    mfm_model *m, *served, *served_half;
     mfm_csr train;
     mfm_error e;
     char cpu[400], model_path[1024], serve_path[1024], half_path[1024], few_path[1024], many_path[1024];
     const char *files[3], *rows[2];
     static const char *const names[3] = {"model.mfm (with state)", "serve.mfm (parameters)", "half.mfm (float16 factors)"};
     double t0;
-    int i, j;
+    int i, j, turn;
     parse_options(argc, argv, &o);
     mkdir(o.dir, 0755);
     path_in(model_path, sizeof model_path, &o, "model.mfm"), path_in(serve_path, sizeof serve_path, &o, "serve.mfm");
@@ -300,14 +304,17 @@ int main(int argc, char **argv) {
     memset(&read_options, 0, sizeof read_options);
     bench_check(mfm_dataset_read(many_path, &read_options, &held_out, &e), &e, "mfm_dataset_read");
     held_out_rows = mfm_dataset_csr(held_out);
-    for (j = 1; j < 3; j++) {
-        bench_check(mfm_model_map(files[j], &served, &e), &e, "mfm_model_map");
-        printf("\nOne row per mfm_predict call from %.9s (mapped), every thread at once, %d calls each:\n\n"
-               "| threads | p50 us | p99 us | p99.9 us | max us | calls/s |\n|---|---|---|---|---|---|\n",
-               names[j], o.calls);
-        for (i = 0; i < o.n_threads; i++) latency_row(served, &held_out_rows, o.threads[i], o.calls);
-        mfm_model_free(served);
-    }
+    bench_check(mfm_model_map(files[1], &served, &e), &e, "mfm_model_map");
+    bench_check(mfm_model_map(files[2], &served_half, &e), &e, "mfm_model_map");
+    for (turn = 1; turn <= o.turns; turn++)
+        for (j = 1; j < 3; j++) {
+            printf("\nOne row per mfm_predict call from %.9s (mapped), every thread at once, %d calls each", names[j], o.calls);
+            if (o.turns > 1) printf(" (turn %d of %d)", turn, o.turns);
+            printf(":\n\n| threads | p50 us | p99 us | p99.9 us | max us | calls/s |\n|---|---|---|---|---|---|\n");
+            for (i = 0; i < o.n_threads; i++) latency_row(j == 1 ? served : served_half, &held_out_rows, o.threads[i], o.calls);
+        }
+    mfm_model_free(served);
+    mfm_model_free(served_half);
     mfm_dataset_free(held_out);
     return 0;
 }
