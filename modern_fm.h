@@ -2341,7 +2341,8 @@ static void mfm__block_params(const mfm_model *m, mfm_tensor t, uint32_t c, uint
     uint64_t i, run;
     for (i = 0; i < n; i += run, out += run * tab->len) {
         const uint64_t at = c * tab->n_blocks + b + i, in_record = at % tab->per_feature; /* the block's place among all classes' */
-        run = tab->stride != tab->len ? 1 : tab->halves && tab->per_feature - in_record < n - i ? tab->per_feature - in_record : n - i;
+        run = tab->stride != tab->len ? 1 : n - i;
+        if (tab->halves && run > tab->per_feature - in_record) run = tab->per_feature - in_record; /* a padded record ends the run */
         if (tab->halves)
             mfm__halves_to_floats(tab->halves + at / tab->per_feature * tab->feature_stride + in_record * tab->stride, out, (size_t)(run * tab->len), m->f16c);
         else
@@ -4184,7 +4185,8 @@ static const void *mfm__w_at(const mfm_model *m, uint32_t c, uint64_t id) {
 }
 
 MFM__INLINE static float mfm__w(const mfm_model *m, uint32_t c, uint64_t id) {
-    return m->t[MFM_TENSOR_W].halves ? mfm__half_to_float(*(const uint16_t *)mfm__w_at(m, c, id)) : *mfm__block(m, MFM_TENSOR_W, c, id);
+    const void *w = mfm__w_at(m, c, id);
+    return m->t[MFM_TENSOR_W].halves ? mfm__half_to_float(*(const uint16_t *)w) : *(const float *)w;
 }
 
 /* FFM slot (i, g): the vector feature i uses against field g. */
@@ -4212,7 +4214,7 @@ typedef struct mfm__ffm_span {
 
 static mfm__ffm_span mfm__ffm_span_of(const mfm_model *m, const mfm_csr *d, uint64_t r) {
     const mfm__table *V = &m->t[MFM_TENSOR_V];
-    const uint64_t lo = d->row_offsets[r], hi = d->row_offsets[r + 1], slot_bytes = V->stride * (V->halves ? sizeof(uint16_t) : sizeof(float));
+    const uint64_t lo = d->row_offsets[r], hi = d->row_offsets[r + 1], value_bytes = V->halves ? sizeof(uint16_t) : sizeof(float), slot_bytes = V->stride * value_bytes;
     mfm__ffm_span s;
     uint32_t low, high;
     uint64_t j;
@@ -4223,7 +4225,7 @@ static mfm__ffm_span mfm__ffm_span_of(const mfm_model *m, const mfm_csr *d, uint
         if (d->fields[j] < low) low = d->fields[j];
         if (d->fields[j] > high) high = d->fields[j];
     }
-    s.feature_bytes = V->feature_stride * (V->halves ? sizeof(uint16_t) : sizeof(float)), s.first = low * slot_bytes;
+    s.feature_bytes = V->feature_stride * value_bytes, s.first = low * slot_bytes;
     if (high - low < 4 * (hi - lo)) s.bytes = ((uint64_t)high - low + 1) * slot_bytes;
     return s;
 }
@@ -8548,7 +8550,7 @@ MFMDEF mfm_status mfm_model_map(const char *path, mfm_model **out, mfm_error *er
                 tab->halves = (const uint16_t *)(const void *)(map.bytes + L.sec[s].offset);
             else
                 tab->data = (float *)(uintptr_t)(map.bytes + L.sec[s].offset); /* never written */
-            if (h.model == MFM_MODEL_FFM && L.sec[s].tensor == MFM_TENSOR_V && (L.sec[s].flags & MFM__SECTION_W_INSIDE)) { /* FFM's padded records, w inside */
+            if (L.sec[s].flags & MFM__SECTION_W_INSIDE) { /* w in V's records (FFM's padded ones, FM's and FwFM's blocks): a record apart */
                 mfm__table *W = &m->t[MFM_TENSOR_W];
                 tab->feature_stride = W->stride = W->feature_stride = L.sec[s].stride;
                 W->guest = 1;
