@@ -9,14 +9,15 @@
    export --half's: the factors as float16), rows100.ffm and rows200k.ffm (held-out rows as
    libffm text). Then, the page cache warm, the best of --repeat:
 
-   - opening: mfm_model_load (for training: everything read and copied) and mfm_model_map (for
-     prediction: the parameters verified and mapped in place) of each file;
+   - opening: mfm_model_load (for training: everything read and copied), mfm_model_map (for
+     prediction: the parameters verified and mapped in place) and mfm_model_load_parameters
+     (for prediction: verified and copied) of each file;
    - the command line: `mfm predict FILE ROWS OUT` (--mfm, default build/mfm) of 100 and 200,000
      rows, wall time from fork to exit and the process's peak memory;
    - one-row latency: for each count of --threads, that many threads at once, each predicting
-     --calls single rows from the mapped serve.mfm and half.mfm (every call timed, its row in the
-     caller's buffer as a server's parser leaves it): p50, p99, p99.9, max; --turns N measures
-     both files N times in turn (a shared host's tails vary from one minute to the next, so a
+     --calls single rows from the mapped serve.mfm and half.mfm and the copied half.mfm (every
+     call timed, its row in the caller's buffer as a server's parser leaves it): p50, p99, p99.9,
+     max; --turns N measures the three N times in turn (a shared host's tails vary from one minute to the next, so a
      comparison is made within turns). */
 #define _DEFAULT_SOURCE /* wait4: a child's own peak memory */
 #define MODERN_FM_IMPLEMENTATION
@@ -99,14 +100,22 @@ static void warm(const char *path) {
 
 /* ---- opening ---- */
 
-static double time_open(const char *path, int map, int repeat) {
+/* The ways to open a model file, as the tables name them. */
+enum { OPEN_LOAD, OPEN_MAP, OPEN_COPY, OPEN_WAYS };
+static const char *const open_names[OPEN_WAYS] = {"mfm_model_load", "mfm_model_map", "mfm_model_load_parameters"};
+
+static mfm_status open_model(const char *path, int way, mfm_model **m, mfm_error *e) {
+    return way == OPEN_LOAD ? mfm_model_load(path, m, e) : way == OPEN_MAP ? mfm_model_map(path, m, e) : mfm_model_load_parameters(path, m, e);
+}
+
+static double time_open(const char *path, int way, int repeat) {
     double best = 1e30;
     int i;
     for (i = 0; i < repeat; i++) {
         mfm_model *m = NULL;
         mfm_error e;
         double t0 = bench_now(), t;
-        bench_check(map ? mfm_model_map(path, &m, &e) : mfm_model_load(path, &m, &e), &e, map ? "mfm_model_map" : "mfm_model_load");
+        bench_check(open_model(path, way, &m, &e), &e, open_names[way]);
         t = bench_now() - t0;
         mfm_model_free(m);
         if (t < best) best = t;
@@ -242,7 +251,7 @@ int main(int argc, char **argv) {
     mfm_read_options read_options;
     mfm_csr held_out_rows;
     mfm_params p;
-    mfm_model *m, *served, *served_half;
+    mfm_model *m, *served[3];
     mfm_csr train;
     mfm_error e;
     char cpu[400], model_path[1024], serve_path[1024], half_path[1024], few_path[1024], many_path[1024];
@@ -281,11 +290,13 @@ int main(int argc, char **argv) {
     for (i = 0; i < 3; i++) warm(files[i]);
     for (i = 0; i < 2; i++) warm(rows[i]);
 
-    printf("Opening a model file (page cache warm, best of %d):\n\n| file | MB | mfm_model_load s | mfm_model_map s |\n|---|---|---|---|\n", o.repeat);
+    printf("Opening a model file (page cache warm, best of %d):\n\n| file | MB | %s s | %s s | %s s |\n|---|---|---|---|---|\n", o.repeat,
+           open_names[OPEN_LOAD], open_names[OPEN_MAP], open_names[OPEN_COPY]);
     for (i = 0; i < 3; i++) {
         struct stat st;
         stat(files[i], &st);
-        printf("| %s | %.0f | %.3f | %.3f |\n", names[i], (double)st.st_size / 1e6, time_open(files[i], 0, o.repeat), time_open(files[i], 1, o.repeat));
+        printf("| %s | %.0f | %.3f | %.3f | %.3f |\n", names[i], (double)st.st_size / 1e6, time_open(files[i], OPEN_LOAD, o.repeat),
+               time_open(files[i], OPEN_MAP, o.repeat), time_open(files[i], OPEN_COPY, o.repeat));
     }
 
     printf("\n`mfm predict FILE ROWS OUT`, process start to output written (best of %d; peak memory of the best run):\n\n"
@@ -304,17 +315,17 @@ int main(int argc, char **argv) {
     memset(&read_options, 0, sizeof read_options);
     bench_check(mfm_dataset_read(many_path, &read_options, &held_out, &e), &e, "mfm_dataset_read");
     held_out_rows = mfm_dataset_csr(held_out);
-    bench_check(mfm_model_map(files[1], &served, &e), &e, "mfm_model_map");
-    bench_check(mfm_model_map(files[2], &served_half, &e), &e, "mfm_model_map");
+    bench_check(mfm_model_map(files[1], &served[0], &e), &e, "mfm_model_map");
+    bench_check(mfm_model_map(files[2], &served[1], &e), &e, "mfm_model_map");
+    bench_check(mfm_model_load_parameters(files[2], &served[2], &e), &e, "mfm_model_load_parameters");
     for (turn = 1; turn <= o.turns; turn++)
-        for (j = 1; j < 3; j++) {
-            printf("\nOne row per mfm_predict call from %.9s (mapped), every thread at once, %d calls each", names[j], o.calls);
+        for (j = 0; j < 3; j++) {
+            printf("\nOne row per mfm_predict call from %.9s (%s), every thread at once, %d calls each", names[j ? 2 : 1], j < 2 ? "mapped" : "copied", o.calls);
             if (o.turns > 1) printf(" (turn %d of %d)", turn, o.turns);
             printf(":\n\n| threads | p50 us | p99 us | p99.9 us | max us | calls/s |\n|---|---|---|---|---|---|\n");
-            for (i = 0; i < o.n_threads; i++) latency_row(j == 1 ? served : served_half, &held_out_rows, o.threads[i], o.calls);
+            for (i = 0; i < o.n_threads; i++) latency_row(served[j], &held_out_rows, o.threads[i], o.calls);
         }
-    mfm_model_free(served);
-    mfm_model_free(served_half);
+    for (j = 0; j < 3; j++) mfm_model_free(served[j]);
     mfm_dataset_free(held_out);
     return 0;
 }

@@ -48,10 +48,13 @@ int main() {
         mfm_metrics m = model.evaluate(test);
         std::printf("FFM on %zu rows: test AUC %.4f, logloss %.4f\n", train.size(), m.auc, m.logloss);
 
-        // Save without the optimizer state (enough to predict), open it for prediction (mapped).
+        // Save without the optimizer state (enough to predict), open it for prediction: mapped,
+        // or copied into the model's own memory (slower to open, then independent of the file).
         model.save("example_cpp.mfm", false);
         mfm::Model loaded = mfm::Model::map("example_cpp.mfm");
-        bool same = model.predict(test, MFM_OUTPUT_PROBABILITY) == loaded.predict(test, MFM_OUTPUT_PROBABILITY);
+        mfm::Model copied = mfm::Model::load_parameters("example_cpp.mfm");
+        bool same = model.predict(test, MFM_OUTPUT_PROBABILITY) == loaded.predict(test, MFM_OUTPUT_PROBABILITY) &&
+                    model.predict(test, MFM_OUTPUT_PROBABILITY) == copied.predict(test, MFM_OUTPUT_PROBABILITY);
         std::printf("saved, loaded back, same predictions: %s\n", same ? "ok" : "FAILED");
 
         // Ownership moves, never copies: `loaded` is empty after this, `server` owns the model.

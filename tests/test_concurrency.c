@@ -77,10 +77,11 @@ static void predict_together(const mfm_model *m, const mfm_csr *d, const float *
 
 /* Four threads predict with one model at the same time: the trained model, then the same model
    saved and opened with mfm_model_map (every output equals a lone call's on the trained model),
-   then saved with float16 factors and mapped (every output equals a lone call's on that one). */
+   then saved with float16 factors and mapped, and copied by mfm_model_load_parameters (every
+   output equals a lone call's on the mapped float16 model). */
 void test_predict_from_many_threads(void) {
     test_data td;
-    mfm_model *m, *mapped = NULL, *half = NULL;
+    mfm_model *m, *mapped = NULL, *half = NULL, *copied = NULL;
     float *expected;
     char path[256];
     mfm_error e;
@@ -97,7 +98,10 @@ void test_predict_from_many_threads(void) {
     if (CHECK(mfm_model_save_half(m, path, &e) == MFM_OK && mfm_model_map(path, &half, &e) == MFM_OK, "save_half and map: %s", e.message) &&
         CHECK(mfm_predict(half, &td.csr, MFM_OUTPUT_SCORE, expected, n, NULL) == MFM_OK, "lone prediction (float16) failed"))
         predict_together(half, &td.csr, expected, n, "float16 model");
+    if (half && CHECK(mfm_model_load_parameters(path, &copied, &e) == MFM_OK, "load_parameters: %s", e.message))
+        predict_together(copied, &td.csr, expected, n, "copied float16 model");
     free(expected);
+    mfm_model_free(copied);
     mfm_model_free(half);
     mfm_model_free(mapped);
     mfm_model_free(m);

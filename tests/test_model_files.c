@@ -260,20 +260,20 @@ static int scores_equal(const mfm_model *a, const mfm_model *b, const mfm_csr *d
     return ok;
 }
 
-/* A file opened with mfm_model_map: the parameters only (no state slots, memory_bytes of the
-   prediction layout), the same scores and parameters as `m`; training, new tensors and a save
-   with state are refused with a sentence; a save without state loads back to the same
-   parameters; its clone trains once its state is reset. */
-static void check_mapped(const char *path, const mfm_model *m, const mfm_csr *d, const char *what) {
+/* A file opened with mfm_model_map, or copied by mfm_model_load_parameters: the parameters
+   only (no state slots, memory_bytes of the prediction layout), the same scores and parameters
+   as `m`; training, new tensors and a save with state are refused with a sentence; a save
+   without state loads back to the same parameters; its clone trains once its state is reset. */
+static void check_opened_for_prediction(const char *path, int copied, const mfm_model *m, const mfm_csr *d, const char *what) {
     const mfm_params *p = mfm_model_params(m);
     mfm_model *mapped = NULL, *again = NULL, *clone = NULL;
     mfm_model_info im, info;
     mfm_error e;
-    mfm_status st = mfm_model_map(path, &mapped, &e);
+    mfm_status st = copied ? mfm_model_load_parameters(path, &mapped, &e) : mfm_model_map(path, &mapped, &e);
     uint64_t sections;
     float one = 0;
     char copy[300];
-    if (!CHECK(st == MFM_OK && mapped, "%s: map failed: %s", what, st ? e.message : "")) return;
+    if (!CHECK(st == MFM_OK && mapped, "%s: %s failed: %s", what, copied ? "load_parameters" : "map", st ? e.message : "")) return;
     mfm_model_get_info(m, &im);
     mfm_model_get_info(mapped, &info);
     CHECK(info.n_state_slots == 0 && info.has_state == (state_slots(p->optimizer) == 0) && info.epochs_trained == im.epochs_trained &&
@@ -323,7 +323,8 @@ static void check_mapped(const char *path, const mfm_model *m, const mfm_csr *d,
    loads back with bit-identical scores and tensors (state slots zero and has_state 0 when it
    was not saved), the same epochs_trained, params and info (memory_bytes as the layout says);
    mfm_model_file_inspect describes the file (format and writer version, size as the layout
-   says, header facts); mfm_model_map opens it for prediction (check_mapped). */
+   says, header facts); mfm_model_map and mfm_model_load_parameters open it for prediction
+   (check_opened_for_prediction). */
 void test_model_save_load_round_trip(void) {
     static const mfm_model_type models[] = {MFM_MODEL_FM, MFM_MODEL_FFM, MFM_MODEL_FWFM};
     static const mfm_task tasks[] = {MFM_TASK_BINARY, MFM_TASK_REGRESSION, MFM_TASK_MULTICLASS};
@@ -383,7 +384,8 @@ void test_model_save_load_round_trip(void) {
                         same_params(&fi.params, mfm_model_params(m), what);
                         CHECK(fi.params.class_weights == NULL && fi.params.on_epoch == NULL, "%s: inspect hands back pointers", what);
                     }
-                    check_mapped(path, m, &td.csr, what);
+                    check_opened_for_prediction(path, 0, m, &td.csr, what);
+                    check_opened_for_prediction(path, 1, m, &td.csr, what);
                     if (!with_state) { /* refuses to resume until its state is reset, then trains on */
                         mfm_model_info after;
                         st = mfm_fit(l, &td.csr, &e);
@@ -619,7 +621,7 @@ static void expect_bad_model_ways(const unsigned char *b, size_t n, mfm_status w
     scratch_path(path, sizeof path, "damaged.mfm");
     if (!CHECK(write_whole_file(path, b, n), "cannot write %s", path)) return;
     for (way = 0; way < n_ways; way++) {
-        static const char *ways[] = {"load", "load_memory", "inspect", "map"};
+        static const char *ways[] = {"load", "load_memory", "inspect", "map", "load_parameters"};
         mfm_model *m = (mfm_model *)&way; /* must come back NULL */
         mfm_model_file_info fi;
         mfm_error e;
@@ -633,8 +635,10 @@ static void expect_bad_model_ways(const unsigned char *b, size_t n, mfm_status w
             st = mfm_model_load_memory(b, n, &m, &e);
         else if (way == 2)
             st = mfm_model_file_inspect(path, &fi, &e), m = NULL;
-        else
+        else if (way == 3)
             st = mfm_model_map(path, &m, &e);
+        else
+            st = mfm_model_load_parameters(path, &m, &e);
         if (!CHECK(st == want, "%s (%s): status %d, expected %d (%s)", what, ways[way], (int)st, (int)want, st ? e.message : "accepted")) {
             if (st == MFM_OK && way != 2) mfm_model_free(m);
             continue;
@@ -655,7 +659,7 @@ static void expect_bad_model_ways(const unsigned char *b, size_t n, mfm_status w
 }
 
 static void expect_bad_model(const unsigned char *b, size_t n, mfm_status want, const char *phrases, const char *what) {
-    expect_bad_model_ways(b, n, want, phrases, what, 4);
+    expect_bad_model_ways(b, n, want, phrases, what, 5);
 }
 
 /* A small model with everything: FwFM, multiclass, Adam state, explicit class weights. */
@@ -683,8 +687,8 @@ static unsigned char *small_model_file(size_t *n) {
    truncated (at many cut points, the empty file and 3 bytes included), corrupt (a flipped byte
    in the header, the class weights' padding, each section, the directory and the last
    checksum), not a model (magic), newer (format version 3), too long; from a file, from memory,
-   through mfm_model_file_inspect and mfm_model_map. mfm_model_map does not read the state, so
-   a damaged state section is refused by the others only. A missing file is MFM_ERR_IO. */
+   through mfm_model_file_inspect, mfm_model_map and mfm_model_load_parameters, which do not read
+   the state, so a damaged state section is refused by the others only. A missing file is MFM_ERR_IO. */
 void test_model_load_refuses_bad_files(void) {
     unsigned char *b, *c;
     size_t n, i;
@@ -725,13 +729,16 @@ void test_model_load_refuses_bad_files(void) {
             memcpy(c, b, n);
             c[at[i]] ^= 0x04;
             snprintf(what, sizeof what, "byte %lu flipped", (unsigned long)at[i]);
-            expect_bad_model_ways(c, n, MFM_ERR_BAD_FILE, "checksum", what, at[i] >= L.s[3].offset && at[i] < L.directory ? 3 : 4);
+            expect_bad_model_ways(c, n, MFM_ERR_BAD_FILE, "checksum", what, at[i] >= L.s[3].offset && at[i] < L.directory ? 3 : 5);
             if (at[i] >= L.s[3].offset && at[i] < L.directory) { /* the state: mapping never reads it */
                 char path[256];
                 mfm_model *m = NULL;
                 mfm_error e;
                 scratch_path(path, sizeof path, "damaged.mfm");
                 CHECK(mfm_model_map(path, &m, &e) == MFM_OK, "a damaged state section: map refused the parameters: %s", e.message);
+                mfm_model_free(m);
+                m = NULL;
+                CHECK(mfm_model_load_parameters(path, &m, &e) == MFM_OK, "a damaged state section: load_parameters refused the parameters: %s", e.message);
                 mfm_model_free(m);
             }
         }
@@ -768,6 +775,8 @@ void test_model_load_refuses_bad_files(void) {
         CHECK(st == MFM_ERR_IO && m == NULL && strstr(e.message, "build/no-such-dir/model.mfm"), "missing file: %d %s", (int)st, st ? e.message : "");
         st = mfm_model_map("build/no-such-dir/model.mfm", &m, &e);
         CHECK(st == MFM_ERR_IO && m == NULL, "map of a missing file: %d", (int)st);
+        st = mfm_model_load_parameters("build/no-such-dir/model.mfm", &m, &e);
+        CHECK(st == MFM_ERR_IO && m == NULL, "load_parameters of a missing file: %d", (int)st);
         st = mfm_model_file_inspect("build/no-such-dir/model.mfm", &fi, &e);
         CHECK(st == MFM_ERR_IO, "inspect of a missing file: %d", (int)st);
         st = mfm_model_load(scratch_dir(), &m, &e);
@@ -907,8 +916,8 @@ void test_model_inspect_agrees_with_load(void) {
         }
         if (i == 2) store_le(c + 60, 7, 4); /* class_weight */
         v2_reseal(c, n, test_checksum);
-        /* load, load_memory and map: BAD_FILE */
-        expect_bad_model_ways(c, n, MFM_ERR_BAD_FILE, i == 0 ? "not finite" : "", what[i], 4);
+        /* load, load_memory, map and load_parameters: BAD_FILE */
+        expect_bad_model_ways(c, n, MFM_ERR_BAD_FILE, i == 0 ? "not finite" : "", what[i], 5);
         { /* inspect must not call it fine */
             char path[256];
             mfm_model_file_info fi;
@@ -1002,7 +1011,9 @@ static int mapped_now(const char *path) {
 
 /* A mapped model depends on nothing but itself: a model saved over its file while it is open
    leaves its predictions as they were (the save replaces the file; the mapping keeps the old
-   one), and mfm_model_free releases the mapping (/proc/self/maps no longer lists it). A
+   one), and mfm_model_free releases the mapping (/proc/self/maps no longer lists it). One
+   opened by mfm_model_load_parameters keeps no mapping at all, and predicts as it did after its
+   file is saved over and removed. A
    parameter section of five 1 MB chunks (verified by two threads where there are two cores)
    still catches a flipped byte in its last chunk. */
 void test_model_map_outlives_its_file(void) {
@@ -1038,6 +1049,18 @@ void test_model_map_outlives_its_file(void) {
     CHECK(memcmp(before, other, n * sizeof(float)) != 0, "the two models predict alike (the test would prove nothing)");
     mfm_model_free(mapped);
     CHECK(mapped_now(full) == 0, "/proc/self/maps still lists %s after mfm_model_free", full);
+    mapped = NULL; /* a copy keeps no mapping, and outlives the file's removal */
+    if (CHECK(mfm_model_load_parameters(path, &mapped, &e) == MFM_OK, "load_parameters: %s", e.message)) {
+        CHECK(mapped_now(full) == 0, "/proc/self/maps lists %s after mfm_model_load_parameters", full);
+        CHECK(mfm_model_save(a, path, 1, &e) == MFM_OK, "save over the copied file: %s", e.message);
+        predict(mapped, &td.csr, MFM_OUTPUT_SCORE, after, n);
+        CHECK(memcmp(other, after, n * sizeof(float)) == 0, "a model saved over the file changed the copied model's predictions");
+        remove(path);
+        predict(mapped, &td.csr, MFM_OUTPUT_SCORE, after, n);
+        CHECK(memcmp(other, after, n * sizeof(float)) == 0, "the file's removal changed the copied model's predictions");
+        mfm_model_free(mapped);
+        CHECK(mfm_model_save(b, path, 1, &e) == MFM_OK, "save b again: %s", e.message);
+    }
     bytes = read_whole_file(path, &size);
     if (CHECK(bytes && v2_read(bytes, size, &L) && L.n_sections >= 3 && L.s[2].tensor == 2 && L.s[2].bytes > (4u << 20), "the file of b has no V section of five chunks")) {
         damaged = (unsigned char *)malloc(size);
@@ -1224,6 +1247,19 @@ void test_model_half_serving(void) {
             }
             mfm_model_get_info(mapped, &mi_info);
             CHECK(mi_info.memory_bytes < info.memory_bytes / 2, "%s: a mapped float16 model holds %llu bytes", what, (unsigned long long)mi_info.memory_bytes);
+            { /* copied, the halves as they lie in the file: the same values, scores and memory */
+                mfm_model *copied = NULL;
+                mfm_model_info ci;
+                st = mfm_model_load_parameters(path, &copied, &e);
+                if (CHECK(st == MFM_OK, "%s: load_parameters: %s", what, st ? e.message : "")) {
+                    same_slots(want, copied, 0, 0, what);
+                    scores_equal(want, copied, &td.csr, what);
+                    mfm_model_get_info(copied, &ci);
+                    CHECK(ci.memory_bytes == mi_info.memory_bytes, "%s: a copied float16 model holds %llu bytes, the mapped one %llu", what,
+                          (unsigned long long)ci.memory_bytes, (unsigned long long)mi_info.memory_bytes);
+                }
+                mfm_model_free(copied);
+            }
             st = mfm_top_interactions(mapped, &td.csr, 0, 4, top, &found, &e);
             CHECK(st == MFM_ERR_INVALID_ARGUMENT && strstr(e.message, "float16"), "%s: top interactions of float16 factors: %d", what, (int)st);
             if (CHECK(mfm_model_clone(mapped, &clone, &e) == MFM_OK, "%s: clone: %s", what, e.message)) {
@@ -1312,6 +1348,9 @@ void test_model_half_files_before_records_load(void) {
         same_slots(want, loaded, 0, 0, path);
         scores_equal(want, loaded, &td.csr, path);
     }
+    if (CHECK(mfm_model_load_parameters(path, &mapped, &e) == MFM_OK, "%s: load_parameters: %s", path, e.message)) scores_equal(want, mapped, &td.csr, path);
+    mfm_model_free(mapped);
+    mapped = NULL;
     if (CHECK(mfm_model_map(path, &mapped, &e) == MFM_OK, "%s: map: %s", path, e.message)) {
         mfm_model_info info;
         const uint64_t floats = 3 * (1 + N_FEATURES + (uint64_t)N_FEATURES * N_FIELDS * 3); /* w0, w, V of 3 classes */

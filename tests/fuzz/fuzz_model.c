@@ -3,7 +3,7 @@
    The input is a model file for mfm_model_load_memory. When it starts with the MFMMODEL magic
    and its last 8 bytes are zero, every checksum is written again (tests/seal.h), so that the
    checks behind the checksums are reached too. A model that loads must predict a tiny row,
-   open with mfm_model_map to the same score, and survive a save and load unchanged (scratch
+   open with mfm_model_map and mfm_model_load_parameters to the same score, and survive a save and load unchanged (scratch
    file in $MFM_FUZZ_TMP, else /dev/shm, else /tmp). */
 #define MODERN_FM_IMPLEMENTATION
 #include "../../modern_fm.h"
@@ -106,6 +106,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             require(st == MFM_OK, "a file that loads maps");
             require(mfm_predict(mapped, &row, MFM_OUTPUT_SCORE, again, width, &e) == MFM_OK && memcmp(out, again, width * sizeof(float)) == 0,
                     "the mapped model predicts the loaded model's scores");
+            mfm_model_free(mapped);
+            mapped = NULL;
+            st = mfm_model_load_parameters(scratch_file(), &mapped, &e);
+            if (st != MFM_OK) fprintf(stderr, "fuzz_model: load_parameters failed: %s\n", e.message);
+            require(st == MFM_OK, "a file that loads loads its parameters");
+            require(mfm_predict(mapped, &row, MFM_OUTPUT_SCORE, again, width, &e) == MFM_OK && memcmp(out, again, width * sizeof(float)) == 0,
+                    "the copied parameters predict the loaded model's scores");
             mfm_model_free(mapped);
         }
         st = mfm_model_save(m, scratch_file(), info.has_state, &e);
