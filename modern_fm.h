@@ -4999,6 +4999,15 @@ typedef struct mfm__coords {
     int like_w;    /* FM's and FwFM's v: its entries are w's (mfm__own_like_w), so it keeps no table */
 } mfm__coords;
 
+/* Stepping V early (tr->step_early, mfm__step_ending): a last row's mark once stepped, how often
+   the workers publish their progress, and whether they can (atomics). */
+#define MFM__STEPPED 0xFFFFFFFFu
+#define MFM__PROGRESS_ROWS 16
+#if !defined(MFM_NO_THREADS) && (defined(__GNUC__) || defined(__clang__))
+#define MFM__SHARED_PROGRESS 1 /* the workers read each other's progress (atomics) */
+#else
+#define MFM__SHARED_PROGRESS 0
+#endif
 typedef struct mfm__worker {
     mfm__coords own[MFM_TENSOR_COUNT];
     int failed;    /* memory ran short while summing gradients */
@@ -5023,9 +5032,18 @@ typedef struct mfm__worker {
     uint64_t n_by_owner, cap_by_owner;
     uint32_t *cursor;  /* several workers: one per owner, while a row is grouped */
     uint32_t *partner; /* FwFM: a's partners whose pair this worker owns (mfm__fwfm_pair_gradients) */
-    uint32_t *entry; /* batches, FM and FwFM: the w entry (mfm__coords) of each owned non-zero, its v entry too */
+    uint32_t *entry; /* batches: the w entry (mfm__coords) of each owned non-zero of the row, its v entry too where v is keyed by feature */
+    uint32_t *walk_entry; /* batches: the w entries of every owned non-zero of the batch, row by row (mfm__list_entries) */
+    uint64_t cap_walk_entry;
+    uint32_t *last_row; /* tr->step_early: per w entry, the batch's last row that touches it (MFM__STEPPED once stepped) */
+    uint64_t cap_last_row;
+    uint32_t *ending;  /* tr->step_early: the v entries whose last row this is */
+    uint32_t *pending, *pending_row; /* tr->step_early, several workers: v entries summed, not yet stepped, and their last rows */
+    uint64_t n_pending, pending_done, cap_pending, cap_pending_row;
     double loss, weight;
     char apart[128]; /* keeps the next worker's fields off this one's cache lines */
+    uint64_t progress; /* tr->step_early, several workers: the batch's rows this worker has summed, read by the others */
+    char apart_progress[120];
 } mfm__worker;
 
 /* Hogwild FwFM at batch 1: every row steps all of R's field pairs it holds (741 for 39 fields,
@@ -5064,6 +5082,8 @@ typedef struct mfm__trainer {
     uint64_t terms_row;
     unsigned char *kept;  /* batch: whether the row's score left terms (mfm__keeps_terms), for the owners */
     uint32_t stamp_batch; /* tells the coordinate tables' live entries from stale ones */
+    int step_early;       /* V's entries step as soon as the last row that touches them is summed (mfm__gradient_task) */
+    uint32_t max_row_nnz;
     uint16_t *pair_owner; /* several workers, FwFM: the owner of each field pair (at lo * F + hi and hi * F + lo) */
     uint32_t *owned_at;   /* several workers: batch x (workers + 1), where each owner's non-zeros of the row start in the scorer's by_owner, and the end */
     mfm__worker *workers;
@@ -5599,8 +5619,7 @@ static void mfm__gradient_row(const mfm__trainer *tr, mfm__worker *wk, int me, u
     }
     for (i = 0; i < n_owned; i++) {
         const float term = g * row->x[a = owned[i]];
-        gc = mfm__own(&wk->own[MFM_TENSOR_W], row->feat[a], stamp, L);
-        wk->entry[i] = wk->own[MFM_TENSOR_W].last;
+        gc = wk->own[MFM_TENSOR_W].g + (uint64_t)wk->entry[i] * L;
         if (!pairs_only) gc[c] += term;
         if (tr->line) gc[C + c] += term * term;
     }
@@ -5623,8 +5642,8 @@ static void mfm__gradient_row(const mfm__trainer *tr, mfm__worker *wk, int me, u
             if (i + 2 < n_owned) mfm__prefetch_ffm_partners(m, c, row, owned[i + 2]);
             if (wk->own[MFM_TENSOR_V].parts) { /* one entry for all of a's slots: [field][class][k] */
                 unsigned char *touched;
-                gc = mfm__own(&wk->own[MFM_TENSOR_V], ia, stamp, (uint64_t)F * C * k);
-                touched = wk->own[MFM_TENSOR_V].flags + wk->own[MFM_TENSOR_V].last * F;
+                gc = mfm__own_like_w(&wk->own[MFM_TENSOR_V], wk->entry[i], ia, (uint64_t)F * C * k);
+                touched = wk->own[MFM_TENSOR_V].flags + (uint64_t)wk->entry[i] * F;
                 for (b = 0; b < row->z; b++) {
                     const float coef = a < b ? g * xa * row->x[b] : g * row->x[b] * xa;
                     if (b == a) continue;
@@ -5983,6 +6002,9 @@ static void mfm__score_task(void *ctx, int index) {
     uint64_t q, lo, hi;
     mfm__share(tr->n_batch, tr->n_workers, index, &lo, &hi);
     wk->n_by_owner = 0, wk->failed = 0;
+#if MFM__SHARED_PROGRESS
+    MFM__ATOMIC_STORE(wk->progress, 0); /* no row summed yet: read in step 2, after this step's end */
+#endif
     for (q = lo; q < hi; q++) {
         const mfm__row row = mfm__get_row(tr->m, tr->d, tr->rows[q], tr->ones, wk->scaled);
         const int keeps = tr->kept[q] = (unsigned char)mfm__keeps_terms(tr, &row), fwfm_keeps = keeps && tr->m->params.model == MFM_MODEL_FWFM;
@@ -5997,24 +6019,11 @@ static void mfm__score_task(void *ctx, int index) {
     }
 }
 
-/* Room for a row's first touches in the worker's tables (see mfm__coords_room): n_owned of the
-   row's non-zeros are the worker's. 0 when memory is short. */
+/* Room for a row's first touches in a table mfm__list_entries could not size: FFM's v keyed by
+   slot (mfm__coords_room). 0 when memory is short. */
 static int mfm__gradient_room(const mfm__trainer *tr, mfm__worker *wk, const mfm__row *row, uint32_t n_owned) {
-    const mfm_model *m = tr->m;
-    const uint64_t C = m->n_classes, k = (uint64_t)m->k, F = m->n_fields, z = row->z;
-    const uint32_t stamp = tr->stamp_batch;
-    const uint64_t L = tr->line ? 2 * C : C; /* mfm__gradient_row */
     mfm__coords *v = &wk->own[MFM_TENSOR_V];
-    if (!mfm__coords_room(&wk->own[MFM_TENSOR_W0], 1, L, stamp) || !mfm__coords_room(&wk->own[MFM_TENSOR_W], n_owned, L, stamp)) return 0;
-    if (m->params.linear_only) return 1;
-    switch (m->params.model) {
-    case MFM_MODEL_FFM: /* keyed by feature (all of its slots in one entry), or by slot */
-        return v->parts ? mfm__coords_room(v, n_owned, F * C * k, stamp) : mfm__coords_room(v, (uint64_t)n_owned * z, C * k, stamp);
-    case MFM_MODEL_FWFM:
-        return mfm__coords_room(v, n_owned, C * k, stamp) && mfm__coords_room(&wk->own[MFM_TENSOR_R], z * (z - 1) / 2, C, stamp);
-    default:
-        return mfm__coords_room(v, n_owned, C * k, stamp);
-    }
+    return tr->m->params.linear_only || v->like_w || mfm__coords_room(v, (uint64_t)n_owned * row->z, (uint64_t)tr->m->n_classes * tr->m->k, tr->stamp_batch);
 }
 
 /* The non-zeros of the batch's row q that worker `me` owns: all of them for one worker, else
@@ -6031,44 +6040,6 @@ static uint32_t mfm__owned_of(const mfm__trainer *tr, uint64_t q, int me, const 
     return at[1] - at[0];
 }
 
-/* Step 2: every row of the batch, in order, for the coordinates this worker owns. The next
-   row's owned w and (FM, FwFM) v, unless it left terms, and the table slots their first probes
-   read are asked for while this row's are summed: the batch's rows touch more lines than L2
-   holds, and with several workers another one scored the row. Only the owned ones, for the
-   lines of the others are the other workers' to write. */
-static void mfm__gradient_task(void *ctx, int index) {
-    const mfm__trainer *tr = (const mfm__trainer *)ctx;
-    mfm__worker *wk = &tr->workers[index];
-    const uint64_t C = tr->m->n_classes, k = (uint64_t)tr->m->k, n = tr->n_batch;
-    uint64_t q;
-    uint32_t c, a;
-    int t;
-    for (t = 0; t < MFM_TENSOR_COUNT; t++) wk->own[t].n = 0;
-    wk->failed = 0, wk->r_in_order = 0;
-    for (q = 0; q < n && !wk->failed; q++) {
-        const mfm__row row = mfm__get_row(tr->m, tr->d, tr->rows[q], tr->ones, wk->scaled);
-        const uint32_t *owned;
-        const uint32_t n_owned = mfm__owned_of(tr, q, index, &owned);
-        mfm__prefetch_data_ahead(tr, tr->rows, q, n);
-        if (q + 1 < n) {
-            const uint32_t *next, *const feat = tr->d->features + tr->d->row_offsets[tr->rows[q + 1]];
-            const uint32_t n_next = mfm__owned_of(tr, q + 1, index, &next);
-            const mfm__coords *const w = &wk->own[MFM_TENSOR_W], *const v = &wk->own[MFM_TENSOR_V];
-            for (c = 0; c < C && !tr->kept[q + 1]; c++) /* a row that left terms: no parameter to read */
-                for (a = 0; a < n_next; a++) mfm__prefetch_feature(tr->m, c, feat[next[a]]);
-            for (a = 0; a < n_next; a++) { /* and the slots the first probes read (mfm__own): w's, and FFM's v's keyed by feature */
-                if (w->mask) MFM__PREFETCH(w->slots + (mfm__mix(feat[next[a]]) & w->mask));
-                if (v->parts && v->mask) MFM__PREFETCH(v->slots + (mfm__mix(feat[next[a]]) & v->mask));
-            }
-        }
-        if ((wk->failed = !mfm__gradient_room(tr, wk, &row, n_owned)) != 0) break;
-        for (c = 0; c < C; c++)
-            mfm__gradient_row(tr, wk, index, c, &row, owned, n_owned, tr->dlds[q * C + c], tr->sums ? tr->sums + (q * C + c) * k : NULL,
-                              tr->kept[q] ? tr->terms + (q * C + c) * tr->terms_row : NULL);
-        for (a = 0; tr->line && a < n_owned; a++) tr->w_entry[tr->nnz_at[q] + owned[a]] = wk->entry[a]; /* for mfm__line_task */
-    }
-}
-
 /* x[0 .. n) /= d, four at a time: the division mfm__adagrad_span would make. */
 static void mfm__divide(float *out, const float *x, uint64_t n, float d) {
     uint64_t i;
@@ -6076,42 +6047,198 @@ static void mfm__divide(float *out, const float *x, uint64_t n, float d) {
     for (; i < n; i++) out[i] = x[i] / d;
 }
 
-/* AdaGrad on the touched blocks of a one-class tensor (FFM by feature: the flagged fields of
-   each entry), many at a time: their mean gradients side by side (in place, or FFM's gathered
-   into `mean`), then mfm__adagrad_blocks, which steps single coordinates and blocks of four
-   eight wide. Blocks of at most MFM__APPLY_FLOATS floats. */
+/* The entries of a worker's table to step: list[0 .. n), or (list NULL) 0 .. n-1. */
+#define MFM__ENTRY(list, i) ((list) ? (uint64_t)(list)[i] : (uint64_t)(i))
+
+/* AdaGrad on the touched blocks of entries of a one-class tensor (FFM by feature: the flagged
+   fields of each entry), many at a time: their mean gradients side by side in `mean`, then
+   mfm__adagrad_blocks, which steps single coordinates and blocks of four eight wide, the next
+   entries' blocks asked for meanwhile. Blocks of at most MFM__APPLY_FLOATS floats. */
 #define MFM__APPLY_FLOATS 1024
-static void mfm__apply_adagrad(const mfm__trainer *tr, const mfm__coords *o, mfm_tensor t, float rows, float l2) {
-    const uint32_t len = tr->m->t[t].len, per = MFM__APPLY_FLOATS / len < 64 ? MFM__APPLY_FLOATS / len : 64;
+static void mfm__apply_adagrad(const mfm__trainer *tr, const mfm__coords *o, mfm_tensor t, const uint32_t *list, uint64_t n_entries, float rows, float l2) {
+    const uint32_t len = tr->m->t[t].len, per = MFM__APPLY_FLOATS / len < 64 ? MFM__APPLY_FLOATS / len : 64, parts = o->parts ? o->parts : 1;
+    const size_t bytes = (size_t)tr->m->t[t].stride * sizeof(float);
     float *blk[64], mean[MFM__APPLY_FLOATS];
-    uint64_t j;
+    uint64_t i, j;
     uint32_t n = 0, f;
-    if (!o->parts) { /* the sums in place, 64 entries at a time, the next 64 blocks asked for meanwhile */
-        const size_t bytes = (size_t)tr->m->t[t].stride * sizeof(float);
-        mfm__divide(o->g, o->g, o->n * len, rows);
-        for (j = 0; j < o->n; j += n) {
-            n = o->n - j < per ? (uint32_t)(o->n - j) : per;
-            for (f = 0; f < n; f++) blk[f] = mfm__block(tr->m, t, 0, o->ids[j + f]);
-            for (f = 0; j + n + f < o->n && f < per; f++) mfm__prefetch_range(mfm__block(tr->m, t, 0, o->ids[j + n + f]), 0, bytes, 1);
-            mfm__adagrad_blocks(&tr->opt, blk, o->g + j * len, n, len, l2);
-            mfm__coords_zero(o, j, n, len);
-        }
-        return;
-    }
-    for (j = 0; j < o->n; j++) {
-        for (f = 0; f < o->parts; f++) {
-            const uint64_t slot = j * o->parts + f;
-            if (!o->flags[slot]) continue;
-            blk[n] = mfm__block(tr->m, t, 0, o->ids[j] * o->parts + f);
+    for (i = 0; i < n_entries; i++) {
+        j = MFM__ENTRY(list, i);
+        if (!o->parts && i % per == 0) /* the next `per` entries' blocks, while these step */
+            for (f = 0; i + per + f < n_entries && f < per; f++) mfm__prefetch_range(mfm__block(tr->m, t, 0, o->ids[MFM__ENTRY(list, i + per + f)]), 0, bytes, 1);
+        for (f = 0; f < parts; f++) {
+            const uint64_t slot = j * parts + f;
+            if (o->parts && !o->flags[slot]) continue;
+            blk[n] = mfm__block(tr->m, t, 0, o->ids[j] * parts + f);
             mfm__divide(mean + n * len, o->g + slot * len, len, rows);
             if (++n == per) {
                 mfm__adagrad_blocks(&tr->opt, blk, mean, n, len, l2);
                 n = 0;
             }
         }
-        mfm__coords_zero(o, j, 1, (uint64_t)o->parts * len);
+        mfm__coords_zero(o, j, 1, (uint64_t)parts * len);
     }
     if (n) mfm__adagrad_blocks(&tr->opt, blk, mean, n, len, l2);
+}
+
+/* One step for each of the entries (list, n) of the worker's table of tensor t, with the batch's
+   mean gradient; AdaGrad's with the sum (MFM__BATCH_ROWS). The sums go back to zero. */
+static void mfm__step_entries(const mfm__trainer *tr, const mfm__coords *o, mfm_tensor t, const uint32_t *list, uint64_t n) {
+    const mfm_model *m = tr->m;
+    const mfm_params *p = &m->params;
+    const float rows = MFM__BATCH_ROWS(tr->opt.kind, tr->n_batch);
+    const float l1 = t == MFM_TENSOR_W ? (float)p->l1_linear : t == MFM_TENSOR_W0 ? 0 : (float)p->l1_factors;
+    const float l2 = t == MFM_TENSOR_W ? (float)p->l2_linear : t == MFM_TENSOR_W0 ? 0 : (float)p->l2_factors;
+    const uint32_t len = m->t[t].len, parts = o->parts ? o->parts : 1; /* FFM by feature: its touched slots */
+    uint64_t i, j;
+    uint32_t c, f;
+    if (mfm__steps_as_adagrad(&tr->opt, len) && m->n_classes == 1 && len <= MFM__APPLY_FLOATS) {
+        mfm__apply_adagrad(tr, o, t, list, n, rows, l2);
+        return;
+    }
+    for (i = 0; i < n; i++) {
+        j = MFM__ENTRY(list, i);
+        for (f = 0; f < parts; f++)
+            if (!o->parts || o->flags[j * parts + f])
+                for (c = 0; c < m->n_classes; c++) {
+                    float *blk = mfm__block(m, t, c, o->ids[j] * parts + f);
+                    const float *g = o->g + ((j * parts + f) * m->n_classes + c) * len;
+                    if (mfm__steps_as_adagrad(&tr->opt, len)) /* the default, inlined */
+                        mfm__adagrad(&tr->opt, blk, len, g, rows, l2);
+                    else
+                        mfm__step(&tr->opt, blk, len, g, rows, l1, l2);
+                }
+        mfm__coords_zero(o, j, 1, (uint64_t)parts * m->n_classes * len);
+    }
+}
+
+/* Stepping V early (tr->step_early, FFM). A feature's v takes its step once the batch's last row
+   that touches it has been summed, while its lines (read for that row: 624 bytes at 39 fields
+   and k = 4) and its sums are still in cache: no row after that one reads it (a row reads the v
+   of its own features only), so the step sees the sums and frozen values the end of the batch
+   would, and gives the same bits. FM's and FwFM's v of a line or two step faster at the end, 64
+   at a time (one thread at batch 4096: FM 510k rows/s against 430k stepping early). With several
+   workers, another worker may still be summing an earlier row that reads this v as a partner:
+   each worker publishes how many rows it has summed every MFM__PROGRESS_ROWS rows, and a v
+   waits in its owner's pending list until every worker has passed its last row; what is left
+   steps in step 3. The batch's steps are all or nothing still: the room for every first touch
+   is made before the first step (mfm__list_entries). */
+
+/* Steps the worker's pending v entries whose last row is below `below` (all: UINT64_MAX). */
+static void mfm__step_pending(const mfm__trainer *tr, mfm__worker *wk, uint64_t below) {
+    uint64_t end = wk->pending_done;
+    while (end < wk->n_pending && wk->pending_row[end] < below) end++;
+    if (end > wk->pending_done) mfm__step_entries(tr, &wk->own[MFM_TENSOR_V], MFM_TENSOR_V, wk->pending + wk->pending_done, end - wk->pending_done);
+    wk->pending_done = end;
+}
+
+/* Step 2's first pass: the w entry of every non-zero the worker owns, listed row by row (a
+   feature's first touch makes its entry, in the order the rows touch them; v keyed by feature
+   shares it), and with tr->step_early each entry's last row; then room for all of the batch's
+   sums in the tables keyed by feature and in R, so that no step waits on memory that summing
+   then fails to get. 0 when memory is short. */
+static int mfm__list_entries(const mfm__trainer *tr, mfm__worker *wk, int me) {
+    const mfm_model *m = tr->m;
+    const uint64_t C = m->n_classes, k = (uint64_t)m->k, F = m->n_fields, z = tr->max_row_nnz, L = tr->line ? 2 * C : C;
+    const uint32_t stamp = tr->stamp_batch;
+    mfm__coords *w = &wk->own[MFM_TENSOR_W], *v = &wk->own[MFM_TENSOR_V];
+    uint64_t q, at = 0;
+    uint32_t a;
+    for (q = 0; q < tr->n_batch; q++) {
+        const uint32_t *owned, *const feat = tr->d->features + tr->d->row_offsets[tr->rows[q]];
+        const uint32_t n_owned = mfm__owned_of(tr, q, me, &owned);
+        mfm__prefetch_data_ahead(tr, tr->rows, q, tr->n_batch);
+        if (q + 1 < tr->n_batch && w->mask) { /* the slots the next row's probes read */
+            const uint32_t *next, *const next_feat = tr->d->features + tr->d->row_offsets[tr->rows[q + 1]];
+            const uint32_t n_next = mfm__owned_of(tr, q + 1, me, &next);
+            for (a = 0; a < n_next; a++) MFM__PREFETCH(w->slots + (mfm__mix(next_feat[next[a]]) & w->mask));
+        }
+        if (!mfm__coords_room(w, n_owned, L, stamp) || !mfm__reserve((void **)&wk->walk_entry, &wk->cap_walk_entry, at + n_owned, sizeof(uint32_t)) ||
+            (tr->step_early && !mfm__reserve((void **)&wk->last_row, &wk->cap_last_row, w->n + n_owned, sizeof(uint32_t))))
+            return 0;
+        for (a = 0; a < n_owned; a++) {
+            mfm__own(w, feat[owned[a]], stamp, L);
+            wk->walk_entry[at + a] = (uint32_t)w->last;
+            if (tr->step_early) wk->last_row[w->last] = (uint32_t)q;
+        }
+        at += n_owned;
+    }
+    return mfm__coords_room(&wk->own[MFM_TENSOR_W0], 1, L, stamp) &&
+           (m->params.linear_only || !v->like_w || mfm__coords_room(v, w->n, (m->params.model == MFM_MODEL_FFM ? F : 1) * C * k, stamp)) &&
+           (m->params.model != MFM_MODEL_FWFM || m->params.linear_only || mfm__coords_room(&wk->own[MFM_TENSOR_R], F * F + z * z / 2, C, stamp)) &&
+           (!tr->step_early || tr->n_workers == 1 ||
+            (mfm__reserve((void **)&wk->pending, &wk->cap_pending, w->n, sizeof(uint32_t)) &&
+             mfm__reserve((void **)&wk->pending_row, &wk->cap_pending_row, w->n, sizeof(uint32_t))));
+}
+
+/* After row q's sums: the v entries of the features whose last row it is step now (one
+   worker), or join the pending list, which steps as far as every worker has summed. */
+static void mfm__step_ending(const mfm__trainer *tr, mfm__worker *wk, int me, uint64_t q, uint32_t n_owned) {
+    uint32_t a, n = 0;
+    for (a = 0; a < n_owned; a++) {
+        uint32_t *last = &wk->last_row[wk->entry[a]];
+        if (*last != q) continue; /* touched again later, or stepped (a feature twice in the row) */
+        *last = MFM__STEPPED;
+        wk->ending[n++] = wk->entry[a];
+    }
+    if (tr->n_workers == 1) {
+        mfm__step_entries(tr, &wk->own[MFM_TENSOR_V], MFM_TENSOR_V, wk->ending, n);
+        return;
+    }
+#if MFM__SHARED_PROGRESS
+    for (a = 0; a < n; a++, wk->n_pending++) wk->pending[wk->n_pending] = wk->ending[a], wk->pending_row[wk->n_pending] = (uint32_t)q;
+    if ((q + 1) % MFM__PROGRESS_ROWS == 0) {
+        uint64_t least = UINT64_MAX, done;
+        int w;
+        MFM__ATOMIC_STORE(wk->progress, q + 1);
+        for (w = 0; w < tr->n_workers; w++)
+            if (w != me && (done = MFM__ATOMIC_LOAD(tr->workers[w].progress)) < least) least = done;
+        mfm__step_pending(tr, wk, least);
+    }
+#else
+    (void)me;
+#endif
+}
+
+/* Step 2: every row of the batch, in order, for the coordinates this worker owns. The next
+   row's owned w and (FM, FwFM) v, unless it left terms, and the table slots their first probes
+   read are asked for while this row's are summed: the batch's rows touch more lines than L2
+   holds, and with several workers another one scored the row. Only the owned ones, for the
+   lines of the others are the other workers' to write. With tr->step_early, V's entries step
+   as their last rows pass (above). */
+static void mfm__gradient_task(void *ctx, int index) {
+    const mfm__trainer *tr = (const mfm__trainer *)ctx;
+    mfm__worker *wk = &tr->workers[index];
+    const uint64_t C = tr->m->n_classes, k = (uint64_t)tr->m->k, n = tr->n_batch;
+    uint64_t q;
+    uint32_t c, a;
+    int t;
+    uint64_t at = 0;
+    for (t = 0; t < MFM_TENSOR_COUNT; t++) wk->own[t].n = 0;
+    wk->failed = 0, wk->r_in_order = 0, wk->n_pending = wk->pending_done = 0;
+    if ((wk->failed = !mfm__list_entries(tr, wk, index)) != 0) return;
+    for (q = 0; q < n && !wk->failed; q++) {
+        const mfm__row row = mfm__get_row(tr->m, tr->d, tr->rows[q], tr->ones, wk->scaled);
+        const uint32_t *owned;
+        const uint32_t n_owned = mfm__owned_of(tr, q, index, &owned);
+        mfm__prefetch_data_ahead(tr, tr->rows, q, n);
+        if (q + 1 < n && !tr->kept[q + 1]) { /* a row that left terms: no parameter to read */
+            const uint32_t *next, *const feat = tr->d->features + tr->d->row_offsets[tr->rows[q + 1]];
+            const uint32_t n_next = mfm__owned_of(tr, q + 1, index, &next);
+            for (c = 0; c < C; c++)
+                for (a = 0; a < n_next; a++) mfm__prefetch_feature(tr->m, c, feat[next[a]]);
+        }
+        memcpy(wk->entry, wk->walk_entry + at, n_owned * sizeof(uint32_t)); /* the row's entries */
+        at += n_owned;
+        if ((wk->failed = !mfm__gradient_room(tr, wk, &row, n_owned)) != 0) break;
+        for (c = 0; c < C; c++)
+            mfm__gradient_row(tr, wk, index, c, &row, owned, n_owned, tr->dlds[q * C + c], tr->sums ? tr->sums + (q * C + c) * k : NULL,
+                              tr->kept[q] ? tr->terms + (q * C + c) * tr->terms_row : NULL);
+        for (a = 0; tr->line && a < n_owned; a++) tr->w_entry[tr->nnz_at[q] + owned[a]] = wk->entry[a]; /* for mfm__line_task */
+        if (tr->step_early) mfm__step_ending(tr, wk, index, q, n_owned);
+    }
+#if MFM__SHARED_PROGRESS
+    if (tr->step_early && tr->n_workers > 1) MFM__ATOMIC_STORE(wk->progress, n); /* reads no more: the others may step what waited on it */
+#endif
 }
 
 /* AdaGrad's steps of the linear terms w0 and w at batch_size > 1 (docs/SPEC.md section 5). The
@@ -6140,44 +6267,22 @@ static void mfm__apply_linear(const mfm__trainer *tr, const mfm__coords *o, mfm_
         }
 }
 
-/* Step 3: one step per owned coordinate with the batch's mean gradient; AdaGrad's with their
-   sum (MFM__BATCH_ROWS), the linear terms' as mfm__apply_linear says. */
+/* Step 3: one step per owned coordinate not stepped yet; the linear terms' as mfm__apply_linear
+   says. V's entries stepped in the walk (tr->step_early) are gone; those left wait in the
+   worker's pending list. */
 static void mfm__apply_task(void *ctx, int index) {
     const mfm__trainer *tr = (const mfm__trainer *)ctx;
-    mfm_model *m = tr->m;
-    const mfm_params *p = &m->params;
-    const mfm__worker *wk = &tr->workers[index];
-    const float rows = MFM__BATCH_ROWS(tr->opt.kind, tr->n_batch);
-    const float l1[MFM_TENSOR_COUNT] = {0, (float)p->l1_linear, (float)p->l1_factors, (float)p->l1_factors};
-    const float l2[MFM_TENSOR_COUNT] = {0, (float)p->l2_linear, (float)p->l2_factors, (float)p->l2_factors};
-    uint64_t j;
-    uint32_t c;
+    mfm__worker *wk = &tr->workers[index];
+    const mfm_params *p = &tr->m->params;
     int t;
     for (t = 0; t < MFM_TENSOR_COUNT; t++) {
         const mfm__coords *o = &wk->own[t];
-        const uint32_t len = m->t[t].len, parts = o->parts ? o->parts : 1; /* FFM by feature: its touched slots */
-        uint32_t f;
-        if (tr->line && (t == MFM_TENSOR_W0 || t == MFM_TENSOR_W)) {
-            mfm__apply_linear(tr, o, (mfm_tensor)t, l2[t]);
-            continue;
-        }
-        if (mfm__steps_as_adagrad(&tr->opt, len) && m->n_classes == 1 && len <= MFM__APPLY_FLOATS) {
-            mfm__apply_adagrad(tr, o, (mfm_tensor)t, rows, l2[t]);
-            continue;
-        }
-        for (j = 0; j < o->n; j++) {
-            for (f = 0; f < parts; f++)
-                if (!o->parts || o->flags[j * parts + f])
-                    for (c = 0; c < m->n_classes; c++) {
-                        float *blk = mfm__block(m, (mfm_tensor)t, c, o->ids[j] * parts + f);
-                        const float *g = o->g + ((j * parts + f) * m->n_classes + c) * len;
-                        if (mfm__steps_as_adagrad(&tr->opt, len)) /* the default, inlined */
-                            mfm__adagrad(&tr->opt, blk, len, g, rows, l2[t]);
-                        else
-                            mfm__step(&tr->opt, blk, len, g, rows, l1[t], l2[t]);
-                    }
-            mfm__coords_zero(o, j, 1, (uint64_t)parts * m->n_classes * len);
-        }
+        if (tr->line && (t == MFM_TENSOR_W0 || t == MFM_TENSOR_W))
+            mfm__apply_linear(tr, o, (mfm_tensor)t, t == MFM_TENSOR_W ? (float)p->l2_linear : 0);
+        else if (t == MFM_TENSOR_V && tr->step_early)
+            mfm__step_pending(tr, wk, UINT64_MAX);
+        else
+            mfm__step_entries(tr, o, (mfm_tensor)t, NULL, o->n);
     }
 }
 
@@ -6298,6 +6403,11 @@ static void mfm__trainer_free(mfm__trainer *tr) {
         MFM_FREE(wk->owned);
         MFM_FREE(wk->by_owner);
         MFM_FREE(wk->entry);
+        MFM_FREE(wk->walk_entry);
+        MFM_FREE(wk->last_row);
+        MFM_FREE(wk->ending);
+        MFM_FREE(wk->pending);
+        MFM_FREE(wk->pending_row);
         MFM_FREE(wk->pair_weight);
         MFM_FREE(wk->pair_ids);
         MFM_FREE(wk->pair_keep);
@@ -6389,6 +6499,9 @@ static int mfm__trainer_init(mfm__trainer *tr, mfm_model *m, const mfm_csr *d, c
     }
     if (p->batch_size == 1 && !(tr->field_stamp = (uint32_t *)mfm__calloc(m->n_fields, sizeof(uint32_t)))) return 0;
     tr->n_workers = n_threads < p->batch_size ? n_threads : p->batch_size;
+    tr->max_row_nnz = (uint32_t)info->max_row_nnz;
+    tr->step_early = p->batch_size > 1 && !p->hogwild && !p->linear_only && p->model == MFM_MODEL_FFM && (tr->n_workers == 1 || MFM__SHARED_PROGRESS) &&
+                     (uint64_t)m->n_fields * C * m->k <= MFM__FFM_DENSE_FLOATS; /* FFM's v keyed by feature: 624 bytes a feature at 39 fields and k = 4 */
     if (tr->n_workers > 1) {
         const uint64_t rows = n_rows < (uint64_t)p->batch_size ? n_rows : (uint64_t)p->batch_size;
         if (!(tr->owned_at = (uint32_t *)mfm__alloc(rows * ((uint64_t)tr->n_workers + 1), sizeof(uint32_t)))) return 0;
@@ -6412,7 +6525,7 @@ static int mfm__trainer_init(mfm__trainer *tr, mfm_model *m, const mfm_csr *d, c
         wk->dlds = (float *)mfm__alloc(C, sizeof(float));
         /* FFM with few fields keys its slots by feature: one table entry per feature, not per slot */
         if (p->model == MFM_MODEL_FFM && (uint64_t)m->n_fields * C * m->k <= MFM__FFM_DENSE_FLOATS) wk->own[MFM_TENSOR_V].parts = m->n_fields;
-        wk->own[MFM_TENSOR_V].like_w = p->model != MFM_MODEL_FFM;
+        wk->own[MFM_TENSOR_V].like_w = p->model != MFM_MODEL_FFM || wk->own[MFM_TENSOR_V].parts; /* v keyed by feature, as w */
         wk->prob = (double *)mfm__alloc(2 * (uint64_t)C, sizeof(double)); /* and, with tr->line, C more for mfm__line_task */
         wk->scaled = (float *)mfm__alloc(info->max_row_nnz, sizeof(float));
         wk->row_g = (float *)mfm__alloc(((uint64_t)info->max_row_nnz + 2) * m->k, sizeof(float));
@@ -6433,7 +6546,10 @@ static int mfm__trainer_init(mfm__trainer *tr, mfm_model *m, const mfm_csr *d, c
         wk->one_g = (float *)mfm__alloc(MFM__MAX_SIMPLE_NNZ * MFM__MAX_SIMPLE_NNZ / 2, sizeof(float));
         wk->owned = (uint32_t *)mfm__alloc(3 * (uint64_t)info->max_row_nnz + (uint64_t)tr->n_workers, sizeof(uint32_t));
         wk->entry = (uint32_t *)mfm__alloc(info->max_row_nnz, sizeof(uint32_t));
-        if (!wk->dlds || !wk->sum || !wk->score || !wk->prob || !wk->scaled || !wk->row_g || !wk->one_blk || !wk->one_g || !wk->owned || !wk->entry) return 0;
+        wk->ending = (uint32_t *)mfm__alloc(info->max_row_nnz, sizeof(uint32_t));
+        if (!wk->dlds || !wk->sum || !wk->score || !wk->prob || !wk->scaled || !wk->row_g || !wk->one_blk || !wk->one_g || !wk->owned || !wk->entry ||
+            !wk->ending)
+            return 0;
         wk->owner_of = wk->owned + info->max_row_nnz;
         wk->partner = wk->owned + 2 * (uint64_t)info->max_row_nnz;
         wk->cursor = wk->owned + 3 * (uint64_t)info->max_row_nnz;
