@@ -4999,15 +4999,8 @@ typedef struct mfm__coords {
     int like_w;    /* FM's and FwFM's v: its entries are w's (mfm__own_like_w), so it keeps no table */
 } mfm__coords;
 
-/* Stepping V early (tr->step_early, mfm__step_ending): a last row's mark once stepped, how often
-   the workers publish their progress, and whether they can (atomics). */
-#define MFM__STEPPED 0xFFFFFFFFu
-#define MFM__PROGRESS_ROWS 16
-#if !defined(MFM_NO_THREADS) && (defined(__GNUC__) || defined(__clang__))
-#define MFM__SHARED_PROGRESS 1 /* the workers read each other's progress (atomics) */
-#else
-#define MFM__SHARED_PROGRESS 0
-#endif
+#define MFM__STEPPED 0xFFFFFFFFu /* a last row's mark once its entry has stepped (mfm__step_ending) */
+
 typedef struct mfm__worker {
     mfm__coords own[MFM_TENSOR_COUNT];
     int failed;    /* memory ran short while summing gradients */
@@ -5033,17 +5026,13 @@ typedef struct mfm__worker {
     uint32_t *cursor;  /* several workers: one per owner, while a row is grouped */
     uint32_t *partner; /* FwFM: a's partners whose pair this worker owns (mfm__fwfm_pair_gradients) */
     uint32_t *entry; /* batches: the w entry (mfm__coords) of each owned non-zero of the row, its v entry too where v is keyed by feature */
-    uint32_t *walk_entry; /* batches: the w entries of every owned non-zero of the batch, row by row (mfm__list_entries) */
+    uint32_t *walk_entry; /* batches, one worker: the w entries of every non-zero of the batch, row by row (mfm__list_entries) */
     uint64_t cap_walk_entry;
     uint32_t *last_row; /* tr->step_early: per w entry, the batch's last row that touches it (MFM__STEPPED once stepped) */
     uint64_t cap_last_row;
     uint32_t *ending;  /* tr->step_early: the v entries whose last row this is */
-    uint32_t *pending, *pending_row; /* tr->step_early, several workers: v entries summed, not yet stepped, and their last rows */
-    uint64_t n_pending, pending_done, cap_pending, cap_pending_row;
     double loss, weight;
     char apart[128]; /* keeps the next worker's fields off this one's cache lines */
-    uint64_t progress; /* tr->step_early, several workers: the batch's rows this worker has summed, read by the others */
-    char apart_progress[120];
 } mfm__worker;
 
 /* Hogwild FwFM at batch 1: every row steps all of R's field pairs it holds (741 for 39 fields,
@@ -6002,9 +5991,6 @@ static void mfm__score_task(void *ctx, int index) {
     uint64_t q, lo, hi;
     mfm__share(tr->n_batch, tr->n_workers, index, &lo, &hi);
     wk->n_by_owner = 0, wk->failed = 0;
-#if MFM__SHARED_PROGRESS
-    MFM__ATOMIC_STORE(wk->progress, 0); /* no row summed yet: read in step 2, after this step's end */
-#endif
     for (q = lo; q < hi; q++) {
         const mfm__row row = mfm__get_row(tr->m, tr->d, tr->rows[q], tr->ones, wk->scaled);
         const int keeps = tr->kept[q] = (unsigned char)mfm__keeps_terms(tr, &row), fwfm_keeps = keeps && tr->m->params.model == MFM_MODEL_FWFM;
@@ -6019,11 +6005,24 @@ static void mfm__score_task(void *ctx, int index) {
     }
 }
 
-/* Room for a row's first touches in a table mfm__list_entries could not size: FFM's v keyed by
-   slot (mfm__coords_room). 0 when memory is short. */
+/* Room for a row's first touches in the worker's tables (see mfm__coords_room): n_owned of the
+   row's non-zeros are the worker's. 0 when memory is short. */
 static int mfm__gradient_room(const mfm__trainer *tr, mfm__worker *wk, const mfm__row *row, uint32_t n_owned) {
+    const mfm_model *m = tr->m;
+    const uint64_t C = m->n_classes, k = (uint64_t)m->k, F = m->n_fields, z = row->z;
+    const uint32_t stamp = tr->stamp_batch;
+    const uint64_t L = tr->line ? 2 * C : C; /* mfm__gradient_row */
     mfm__coords *v = &wk->own[MFM_TENSOR_V];
-    return tr->m->params.linear_only || v->like_w || mfm__coords_room(v, (uint64_t)n_owned * row->z, (uint64_t)tr->m->n_classes * tr->m->k, tr->stamp_batch);
+    if (!mfm__coords_room(&wk->own[MFM_TENSOR_W0], 1, L, stamp) || !mfm__coords_room(&wk->own[MFM_TENSOR_W], n_owned, L, stamp)) return 0;
+    if (m->params.linear_only) return 1;
+    switch (m->params.model) {
+    case MFM_MODEL_FFM: /* keyed by feature (all of its slots in one entry, w's), or by slot */
+        return v->like_w ? mfm__coords_room(v, n_owned, F * C * k, stamp) : mfm__coords_room(v, (uint64_t)n_owned * z, C * k, stamp);
+    case MFM_MODEL_FWFM:
+        return mfm__coords_room(v, n_owned, C * k, stamp) && mfm__coords_room(&wk->own[MFM_TENSOR_R], z * (z - 1) / 2, C, stamp);
+    default:
+        return mfm__coords_room(v, n_owned, C * k, stamp);
+    }
 }
 
 /* The non-zeros of the batch's row q that worker `me` owns: all of them for one worker, else
@@ -6111,32 +6110,26 @@ static void mfm__step_entries(const mfm__trainer *tr, const mfm__coords *o, mfm_
     }
 }
 
-/* Stepping V early (tr->step_early, FFM). A feature's v takes its step once the batch's last row
-   that touches it has been summed, while its lines (read for that row: 624 bytes at 39 fields
-   and k = 4) and its sums are still in cache: no row after that one reads it (a row reads the v
-   of its own features only), so the step sees the sums and frozen values the end of the batch
-   would, and gives the same bits. FM's and FwFM's v of a line or two step faster at the end, 64
-   at a time (one thread at batch 4096: FM 510k rows/s against 430k stepping early). With several
-   workers, another worker may still be summing an earlier row that reads this v as a partner:
-   each worker publishes how many rows it has summed every MFM__PROGRESS_ROWS rows, and a v
-   waits in its owner's pending list until every worker has passed its last row; what is left
-   steps in step 3. The batch's steps are all or nothing still: the room for every first touch
-   is made before the first step (mfm__list_entries). */
+/* One worker: before summing, the entries of the batch's non-zeros are listed in a pass of their
+   own, one probe after another with nothing between them (the probes of the walk below waited on
+   the sums' work; with several workers the second pass over the rows' owner lists cost more than
+   it saved, so they look up as they walk: 16 threads on the 16-core host, FFM 294-323k rows/s
+   against 251-272k listing first).
 
-/* Steps the worker's pending v entries whose last row is below `below` (all: UINT64_MAX). */
-static void mfm__step_pending(const mfm__trainer *tr, mfm__worker *wk, uint64_t below) {
-    uint64_t end = wk->pending_done;
-    while (end < wk->n_pending && wk->pending_row[end] < below) end++;
-    if (end > wk->pending_done) mfm__step_entries(tr, &wk->own[MFM_TENSOR_V], MFM_TENSOR_V, wk->pending + wk->pending_done, end - wk->pending_done);
-    wk->pending_done = end;
-}
+   And FFM's v steps early (tr->step_early): a feature's v takes its step once the batch's last
+   row that touches it has been summed, while its lines (read for that row: 624 bytes at 39
+   fields and k = 4) and its sums are still in cache. No row after that one reads it (a row
+   reads the v of its own features only), so the step sees the sums and frozen values the end of
+   the batch would, and gives the same bits. FM's and FwFM's v of a line or two step faster at the
+   end, 64 at a time (one thread at batch 4096: FM 510k rows/s against 430k stepping early). The
+   batch's steps stay all or nothing: the room for every first touch is made before the first
+   step. */
 
-/* Step 2's first pass: the w entry of every non-zero the worker owns, listed row by row (a
-   feature's first touch makes its entry, in the order the rows touch them; v keyed by feature
-   shares it), and with tr->step_early each entry's last row; then room for all of the batch's
-   sums in the tables keyed by feature and in R, so that no step waits on memory that summing
-   then fails to get. 0 when memory is short. */
-static int mfm__list_entries(const mfm__trainer *tr, mfm__worker *wk, int me) {
+/* The entry of every non-zero of the batch, row by row (a feature's first touch makes its entry,
+   in the order the rows touch them; v keyed by feature shares it), and with tr->step_early each
+   entry's last row; then room for all of the batch's sums in the tables keyed by feature and in
+   R. 0 when memory is short. */
+static int mfm__list_entries(const mfm__trainer *tr, mfm__worker *wk) {
     const mfm_model *m = tr->m;
     const uint64_t C = m->n_classes, k = (uint64_t)m->k, F = m->n_fields, z = tr->max_row_nnz, L = tr->line ? 2 * C : C;
     const uint32_t stamp = tr->stamp_batch;
@@ -6144,67 +6137,57 @@ static int mfm__list_entries(const mfm__trainer *tr, mfm__worker *wk, int me) {
     uint64_t q, at = 0;
     uint32_t a;
     for (q = 0; q < tr->n_batch; q++) {
-        const uint32_t *owned, *const feat = tr->d->features + tr->d->row_offsets[tr->rows[q]];
-        const uint32_t n_owned = mfm__owned_of(tr, q, me, &owned);
+        const uint64_t lo = tr->d->row_offsets[tr->rows[q]], n_nz = tr->d->row_offsets[tr->rows[q] + 1] - lo;
+        const uint32_t *const feat = tr->d->features + lo;
         mfm__prefetch_data_ahead(tr, tr->rows, q, tr->n_batch);
         if (q + 1 < tr->n_batch && w->mask) { /* the slots the next row's probes read */
-            const uint32_t *next, *const next_feat = tr->d->features + tr->d->row_offsets[tr->rows[q + 1]];
-            const uint32_t n_next = mfm__owned_of(tr, q + 1, me, &next);
-            for (a = 0; a < n_next; a++) MFM__PREFETCH(w->slots + (mfm__mix(next_feat[next[a]]) & w->mask));
+            const uint64_t next = tr->d->row_offsets[tr->rows[q + 1]], next_end = tr->d->row_offsets[tr->rows[q + 1] + 1];
+            uint64_t b;
+            for (b = next; b < next_end; b++) MFM__PREFETCH(w->slots + (mfm__mix(tr->d->features[b]) & w->mask));
         }
-        if (!mfm__coords_room(w, n_owned, L, stamp) || !mfm__reserve((void **)&wk->walk_entry, &wk->cap_walk_entry, at + n_owned, sizeof(uint32_t)) ||
-            (tr->step_early && !mfm__reserve((void **)&wk->last_row, &wk->cap_last_row, w->n + n_owned, sizeof(uint32_t))))
+        if (!mfm__coords_room(w, n_nz, L, stamp) || !mfm__reserve((void **)&wk->walk_entry, &wk->cap_walk_entry, at + n_nz, sizeof(uint32_t)) ||
+            (tr->step_early && !mfm__reserve((void **)&wk->last_row, &wk->cap_last_row, w->n + n_nz, sizeof(uint32_t))))
             return 0;
-        for (a = 0; a < n_owned; a++) {
-            mfm__own(w, feat[owned[a]], stamp, L);
+        for (a = 0; a < n_nz; a++) {
+            mfm__own(w, feat[a], stamp, L);
             wk->walk_entry[at + a] = (uint32_t)w->last;
             if (tr->step_early) wk->last_row[w->last] = (uint32_t)q;
         }
-        at += n_owned;
+        at += n_nz;
     }
     return mfm__coords_room(&wk->own[MFM_TENSOR_W0], 1, L, stamp) &&
            (m->params.linear_only || !v->like_w || mfm__coords_room(v, w->n, (m->params.model == MFM_MODEL_FFM ? F : 1) * C * k, stamp)) &&
-           (m->params.model != MFM_MODEL_FWFM || m->params.linear_only || mfm__coords_room(&wk->own[MFM_TENSOR_R], F * F + z * z / 2, C, stamp)) &&
-           (!tr->step_early || tr->n_workers == 1 ||
-            (mfm__reserve((void **)&wk->pending, &wk->cap_pending, w->n, sizeof(uint32_t)) &&
-             mfm__reserve((void **)&wk->pending_row, &wk->cap_pending_row, w->n, sizeof(uint32_t))));
+           (m->params.model != MFM_MODEL_FWFM || m->params.linear_only || mfm__coords_room(&wk->own[MFM_TENSOR_R], F * F + z * z / 2, C, stamp));
 }
 
-/* After row q's sums: the v entries of the features whose last row it is step now (one
-   worker), or join the pending list, which steps as far as every worker has summed. */
-static void mfm__step_ending(const mfm__trainer *tr, mfm__worker *wk, int me, uint64_t q, uint32_t n_owned) {
-    uint32_t a, n = 0;
+/* Several workers: the entries of the row's owned non-zeros, as the walk reaches them. */
+static void mfm__look_up_entries(const mfm__trainer *tr, mfm__worker *wk, const mfm__row *row, const uint32_t *owned, uint32_t n_owned) {
+    const uint64_t L = tr->line ? 2 * (uint64_t)tr->m->n_classes : tr->m->n_classes;
+    uint32_t a;
     for (a = 0; a < n_owned; a++) {
+        mfm__own(&wk->own[MFM_TENSOR_W], row->feat[owned[a]], tr->stamp_batch, L);
+        wk->entry[a] = (uint32_t)wk->own[MFM_TENSOR_W].last;
+    }
+}
+
+/* After row q's sums (tr->step_early): the v entries of the features whose last row it is step. */
+static void mfm__step_ending(const mfm__trainer *tr, mfm__worker *wk, uint64_t q, uint32_t n_nz) {
+    uint32_t a, n = 0;
+    for (a = 0; a < n_nz; a++) {
         uint32_t *last = &wk->last_row[wk->entry[a]];
         if (*last != q) continue; /* touched again later, or stepped (a feature twice in the row) */
         *last = MFM__STEPPED;
         wk->ending[n++] = wk->entry[a];
     }
-    if (tr->n_workers == 1) {
-        mfm__step_entries(tr, &wk->own[MFM_TENSOR_V], MFM_TENSOR_V, wk->ending, n);
-        return;
-    }
-#if MFM__SHARED_PROGRESS
-    for (a = 0; a < n; a++, wk->n_pending++) wk->pending[wk->n_pending] = wk->ending[a], wk->pending_row[wk->n_pending] = (uint32_t)q;
-    if ((q + 1) % MFM__PROGRESS_ROWS == 0) {
-        uint64_t least = UINT64_MAX, done;
-        int w;
-        MFM__ATOMIC_STORE(wk->progress, q + 1);
-        for (w = 0; w < tr->n_workers; w++)
-            if (w != me && (done = MFM__ATOMIC_LOAD(tr->workers[w].progress)) < least) least = done;
-        mfm__step_pending(tr, wk, least);
-    }
-#else
-    (void)me;
-#endif
+    mfm__step_entries(tr, &wk->own[MFM_TENSOR_V], MFM_TENSOR_V, wk->ending, n);
 }
 
 /* Step 2: every row of the batch, in order, for the coordinates this worker owns. The next
    row's owned w and (FM, FwFM) v, unless it left terms, and the table slots their first probes
    read are asked for while this row's are summed: the batch's rows touch more lines than L2
    holds, and with several workers another one scored the row. Only the owned ones, for the
-   lines of the others are the other workers' to write. With tr->step_early, V's entries step
-   as their last rows pass (above). */
+   lines of the others are the other workers' to write. One worker listed the entries first, and
+   with tr->step_early steps FFM's v as their last rows pass (above). */
 static void mfm__gradient_task(void *ctx, int index) {
     const mfm__trainer *tr = (const mfm__trainer *)ctx;
     mfm__worker *wk = &tr->workers[index];
@@ -6214,31 +6197,32 @@ static void mfm__gradient_task(void *ctx, int index) {
     int t;
     uint64_t at = 0;
     for (t = 0; t < MFM_TENSOR_COUNT; t++) wk->own[t].n = 0;
-    wk->failed = 0, wk->r_in_order = 0, wk->n_pending = wk->pending_done = 0;
-    if ((wk->failed = !mfm__list_entries(tr, wk, index)) != 0) return;
+    wk->failed = 0, wk->r_in_order = 0;
+    if (tr->n_workers == 1 && (wk->failed = !mfm__list_entries(tr, wk)) != 0) return;
     for (q = 0; q < n && !wk->failed; q++) {
         const mfm__row row = mfm__get_row(tr->m, tr->d, tr->rows[q], tr->ones, wk->scaled);
         const uint32_t *owned;
         const uint32_t n_owned = mfm__owned_of(tr, q, index, &owned);
         mfm__prefetch_data_ahead(tr, tr->rows, q, n);
-        if (q + 1 < n && !tr->kept[q + 1]) { /* a row that left terms: no parameter to read */
+        if (q + 1 < n) {
             const uint32_t *next, *const feat = tr->d->features + tr->d->row_offsets[tr->rows[q + 1]];
             const uint32_t n_next = mfm__owned_of(tr, q + 1, index, &next);
-            for (c = 0; c < C; c++)
+            const mfm__coords *const w = &wk->own[MFM_TENSOR_W];
+            for (c = 0; c < C && !tr->kept[q + 1]; c++) /* a row that left terms: no parameter to read */
                 for (a = 0; a < n_next; a++) mfm__prefetch_feature(tr->m, c, feat[next[a]]);
+            for (a = 0; tr->n_workers > 1 && w->mask && a < n_next; a++) MFM__PREFETCH(w->slots + (mfm__mix(feat[next[a]]) & w->mask)); /* the first probes' slots */
         }
-        memcpy(wk->entry, wk->walk_entry + at, n_owned * sizeof(uint32_t)); /* the row's entries */
-        at += n_owned;
         if ((wk->failed = !mfm__gradient_room(tr, wk, &row, n_owned)) != 0) break;
+        if (tr->n_workers == 1)
+            memcpy(wk->entry, wk->walk_entry + at, n_owned * sizeof(uint32_t)), at += n_owned;
+        else
+            mfm__look_up_entries(tr, wk, &row, owned, n_owned);
         for (c = 0; c < C; c++)
             mfm__gradient_row(tr, wk, index, c, &row, owned, n_owned, tr->dlds[q * C + c], tr->sums ? tr->sums + (q * C + c) * k : NULL,
                               tr->kept[q] ? tr->terms + (q * C + c) * tr->terms_row : NULL);
         for (a = 0; tr->line && a < n_owned; a++) tr->w_entry[tr->nnz_at[q] + owned[a]] = wk->entry[a]; /* for mfm__line_task */
-        if (tr->step_early) mfm__step_ending(tr, wk, index, q, n_owned);
+        if (tr->step_early) mfm__step_ending(tr, wk, q, n_owned);
     }
-#if MFM__SHARED_PROGRESS
-    if (tr->step_early && tr->n_workers > 1) MFM__ATOMIC_STORE(wk->progress, n); /* reads no more: the others may step what waited on it */
-#endif
 }
 
 /* AdaGrad's steps of the linear terms w0 and w at batch_size > 1 (docs/SPEC.md section 5). The
@@ -6267,12 +6251,11 @@ static void mfm__apply_linear(const mfm__trainer *tr, const mfm__coords *o, mfm_
         }
 }
 
-/* Step 3: one step per owned coordinate not stepped yet; the linear terms' as mfm__apply_linear
-   says. V's entries stepped in the walk (tr->step_early) are gone; those left wait in the
-   worker's pending list. */
+/* Step 3: one step per owned coordinate not stepped yet (FFM's v with tr->step_early stepped in
+   the walk); the linear terms' as mfm__apply_linear says. */
 static void mfm__apply_task(void *ctx, int index) {
     const mfm__trainer *tr = (const mfm__trainer *)ctx;
-    mfm__worker *wk = &tr->workers[index];
+    const mfm__worker *wk = &tr->workers[index];
     const mfm_params *p = &tr->m->params;
     int t;
     for (t = 0; t < MFM_TENSOR_COUNT; t++) {
@@ -6280,7 +6263,7 @@ static void mfm__apply_task(void *ctx, int index) {
         if (tr->line && (t == MFM_TENSOR_W0 || t == MFM_TENSOR_W))
             mfm__apply_linear(tr, o, (mfm_tensor)t, t == MFM_TENSOR_W ? (float)p->l2_linear : 0);
         else if (t == MFM_TENSOR_V && tr->step_early)
-            mfm__step_pending(tr, wk, UINT64_MAX);
+            continue; /* stepped in the walk */
         else
             mfm__step_entries(tr, o, (mfm_tensor)t, NULL, o->n);
     }
@@ -6406,8 +6389,6 @@ static void mfm__trainer_free(mfm__trainer *tr) {
         MFM_FREE(wk->walk_entry);
         MFM_FREE(wk->last_row);
         MFM_FREE(wk->ending);
-        MFM_FREE(wk->pending);
-        MFM_FREE(wk->pending_row);
         MFM_FREE(wk->pair_weight);
         MFM_FREE(wk->pair_ids);
         MFM_FREE(wk->pair_keep);
@@ -6500,8 +6481,8 @@ static int mfm__trainer_init(mfm__trainer *tr, mfm_model *m, const mfm_csr *d, c
     if (p->batch_size == 1 && !(tr->field_stamp = (uint32_t *)mfm__calloc(m->n_fields, sizeof(uint32_t)))) return 0;
     tr->n_workers = n_threads < p->batch_size ? n_threads : p->batch_size;
     tr->max_row_nnz = (uint32_t)info->max_row_nnz;
-    tr->step_early = p->batch_size > 1 && !p->hogwild && !p->linear_only && p->model == MFM_MODEL_FFM && (tr->n_workers == 1 || MFM__SHARED_PROGRESS) &&
-                     (uint64_t)m->n_fields * C * m->k <= MFM__FFM_DENSE_FLOATS; /* FFM's v keyed by feature: 624 bytes a feature at 39 fields and k = 4 */
+    tr->step_early = p->batch_size > 1 && tr->n_workers == 1 && !p->linear_only && p->model == MFM_MODEL_FFM &&
+                     (uint64_t)m->n_fields * C * m->k <= MFM__FFM_DENSE_FLOATS; /* FFM's v keyed by feature (624 bytes a feature at 39 fields and k = 4) */
     if (tr->n_workers > 1) {
         const uint64_t rows = n_rows < (uint64_t)p->batch_size ? n_rows : (uint64_t)p->batch_size;
         if (!(tr->owned_at = (uint32_t *)mfm__alloc(rows * ((uint64_t)tr->n_workers + 1), sizeof(uint32_t)))) return 0;
