@@ -2414,11 +2414,12 @@ MFMDEF void mfm_model_reset_state(mfm_model *m) {
     m->has_state = 1;
 }
 
-/* A zeroed table of `floats` floats, 64-byte aligned so that a block of k = 4 (AdaGrad: 32
-   bytes) never splits lines. On Linux a table of 2 MB or more starts on a 2 MB boundary and asks for
-   huge pages: training reads a few lines from each of thousands of scattered pages per row,
-   and with 4 KB pages most of those reads would first miss the TLB. NULL when memory is short. */
-static float *mfm__table_alloc(uint64_t floats, void **allocation) {
+/* A table of `floats` floats, zeroed unless the caller fills it (`zeroed` 0), 64-byte aligned so
+   that a block of k = 4 (AdaGrad: 32 bytes) never splits lines. On Linux a table of 2 MB or more
+   starts on a 2 MB boundary and asks for huge pages: training reads a few lines from each of
+   thousands of scattered pages per row, and with 4 KB pages most of those reads would first miss
+   the TLB. NULL when memory is short. */
+static float *mfm__table_alloc(uint64_t floats, int zeroed, void **allocation) {
     const uint64_t huge = (uint64_t)2 << 20, align = floats * sizeof(float) >= huge ? huge : 64;
     char *p;
     *allocation = floats < (UINT64_MAX - align) / sizeof(float) ? mfm__alloc(floats * sizeof(float) + align, 1) : NULL;
@@ -2427,7 +2428,7 @@ static float *mfm__table_alloc(uint64_t floats, void **allocation) {
 #if defined(__linux__) && (!defined(__GLIBC__) || defined(__USE_XOPEN2K)) /* declared where POSIX 2001 is */
     if (align == huge) posix_madvise(p, floats * sizeof(float) / huge * huge, 14); /* MADV_HUGEPAGE; glibc and musl pass it on */
 #endif
-    memset(p, 0, floats * sizeof(float));
+    if (zeroed) memset(p, 0, floats * sizeof(float));
     return (float *)p;
 }
 
@@ -2531,7 +2532,7 @@ static mfm_status mfm__model_new(const mfm_params *params, uint32_t n_features, 
         mfm__table *tab = &m->t[t];
         const uint64_t floats = mfm__table_floats(tab, n_classes);
         if (tab->guest) continue; /* placed in V's blocks, below */
-        tab->data = mfm__table_alloc(floats, &tab->allocation);
+        tab->data = mfm__table_alloc(floats, 1, &tab->allocation);
         if (!tab->allocation) {
             mfm_model_free(m);
             return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for the %s tensor of a %s model (%" PRIu64 " floats)",
@@ -8632,6 +8633,34 @@ static int mfm__sections_map(const mfm__model_header *h, const mfm__model_layout
     return 1;
 }
 
+/* memcpy on every core, a share each (at least 4 MB): the pages of a fresh table fault in on all
+   of them at once. */
+typedef struct mfm__copy_job {
+    unsigned char *to;
+    const unsigned char *from;
+    uint64_t bytes;
+    int n_workers;
+} mfm__copy_job;
+
+static void mfm__copy_task(void *ctx, int index) {
+    const mfm__copy_job *j = (const mfm__copy_job *)ctx;
+    uint64_t lo, hi;
+    mfm__share(j->bytes, j->n_workers, index, &lo, &hi);
+    if (hi > lo) memcpy(j->to + lo, j->from + lo, (size_t)(hi - lo));
+}
+
+static mfm_status mfm__copy_on_cores(void *to, const void *from, uint64_t bytes, mfm_error *err) {
+    mfm__copy_job j;
+    mfm__pool pool;
+    mfm_status st;
+    j.to = (unsigned char *)to, j.from = (const unsigned char *)from, j.bytes = bytes;
+    j.n_workers = (uint64_t)mfm__cores() < 1 + bytes / (4u << 20) ? mfm__cores() : (int)(1 + bytes / (4u << 20));
+    if ((st = mfm__pool_start(&pool, j.n_workers, err)) != MFM_OK) return st;
+    mfm__pool_run(&pool, mfm__copy_task, &j);
+    mfm__pool_stop(&pool);
+    return MFM_OK;
+}
+
 /* A model for prediction from a checked file (mfm_model_map, mfm_model_load_parameters): the
    parameter sections in place in the mapping, or (copy) in tables of the model's own; the file
    read into memory where its sections do not lie as this build's tables. */
@@ -8656,13 +8685,13 @@ static mfm_status mfm__open_for_prediction(const char *fn, const char *path, int
             const unsigned char *at = map.bytes + L.sec[s].offset;
             if (L.sec[s].kind != MFM__SECTION_PARAMS) continue;
             if (copy) { /* the section's bytes into a table of the model's own */
-                float *own = mfm__table_alloc((L.sec[s].bytes + sizeof(float) - 1) / sizeof(float), &tab->allocation);
+                float *own = mfm__table_alloc((L.sec[s].bytes + sizeof(float) - 1) / sizeof(float), 0, &tab->allocation);
                 if (!own) {
                     st = mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "%s: out of memory for a copy of %" PRIu64 " bytes of parameters of %s", fn, L.sec[s].bytes,
                                    path);
                     break;
                 }
-                memcpy(own, at, (size_t)L.sec[s].bytes);
+                if ((st = mfm__copy_on_cores(own, at, L.sec[s].bytes, err)) != MFM_OK) break;
                 at = (const unsigned char *)own;
             }
             if (L.sec[s].flags & MFM__SECTION_HALF)
