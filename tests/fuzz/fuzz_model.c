@@ -94,26 +94,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (info.n_features > 0 && (info.model == MFM_MODEL_FM || info.n_fields > 0)) offsets[1] = 1;
         width = mfm_output_width(m, MFM_OUTPUT_SCORE);
         if (width <= sizeof out / sizeof out[0]) {
-            mfm_model *mapped = NULL;
             float again[4096];
             FILE *f = fopen(scratch_file(), "wb");
+            int copied;
             st = mfm_predict(m, &row, MFM_OUTPUT_SCORE, out, width, &e);
             if (st != MFM_OK) fprintf(stderr, "fuzz_model: predict failed: %s\n", e.message);
             require(st == MFM_OK, "a loaded model predicts a row of its shape");
             require(f && fwrite(bytes, 1, size, f) == size && fclose(f) == 0, "the scratch file is written");
-            st = mfm_model_map(scratch_file(), &mapped, &e);
-            if (st != MFM_OK) fprintf(stderr, "fuzz_model: map failed: %s\n", e.message);
-            require(st == MFM_OK, "a file that loads maps");
-            require(mfm_predict(mapped, &row, MFM_OUTPUT_SCORE, again, width, &e) == MFM_OK && memcmp(out, again, width * sizeof(float)) == 0,
-                    "the mapped model predicts the loaded model's scores");
-            mfm_model_free(mapped);
-            mapped = NULL;
-            st = mfm_model_load_parameters(scratch_file(), &mapped, &e);
-            if (st != MFM_OK) fprintf(stderr, "fuzz_model: load_parameters failed: %s\n", e.message);
-            require(st == MFM_OK, "a file that loads loads its parameters");
-            require(mfm_predict(mapped, &row, MFM_OUTPUT_SCORE, again, width, &e) == MFM_OK && memcmp(out, again, width * sizeof(float)) == 0,
-                    "the copied parameters predict the loaded model's scores");
-            mfm_model_free(mapped);
+            for (copied = 0; copied < 2; copied++) { /* opened for prediction: mapped, then copied */
+                mfm_model *opened = NULL;
+                st = copied ? mfm_model_load_parameters(scratch_file(), &opened, &e) : mfm_model_map(scratch_file(), &opened, &e);
+                if (st != MFM_OK) fprintf(stderr, "fuzz_model: %s failed: %s\n", copied ? "load_parameters" : "map", e.message);
+                require(st == MFM_OK, "a file that loads opens for prediction");
+                require(mfm_predict(opened, &row, MFM_OUTPUT_SCORE, again, width, &e) == MFM_OK && memcmp(out, again, width * sizeof(float)) == 0,
+                        "a model opened for prediction predicts the loaded model's scores");
+                mfm_model_free(opened);
+            }
         }
         st = mfm_model_save(m, scratch_file(), info.has_state, &e);
         if (st != MFM_OK) fprintf(stderr, "fuzz_model: save failed: %s\n", e.message);
