@@ -6007,13 +6007,16 @@ static void mfm__score_task(void *ctx, int index) {
 }
 
 /* Room for a row's first touches in the worker's tables (see mfm__coords_room): n_owned of the
-   row's non-zeros are the worker's. 0 when memory is short. */
+   row's non-zeros are the worker's. One worker's mfm__list_entries made room for the whole
+   batch already but in FFM's v keyed by slot; asking again would grow tables mid-walk, after
+   steps (tr->step_early). 0 when memory is short. */
 static int mfm__gradient_room(const mfm__trainer *tr, mfm__worker *wk, const mfm__row *row, uint32_t n_owned) {
     const mfm_model *m = tr->m;
     const uint64_t C = m->n_classes, k = (uint64_t)m->k, F = m->n_fields, z = row->z;
     const uint32_t stamp = tr->stamp_batch;
     const uint64_t L = tr->line ? 2 * C : C; /* mfm__gradient_row */
     mfm__coords *v = &wk->own[MFM_TENSOR_V];
+    if (tr->n_workers == 1) return m->params.linear_only || v->like_w || mfm__coords_room(v, (uint64_t)n_owned * z, C * k, stamp);
     if (!mfm__coords_room(&wk->own[MFM_TENSOR_W0], 1, L, stamp) || !mfm__coords_room(&wk->own[MFM_TENSOR_W], n_owned, L, stamp)) return 0;
     if (m->params.linear_only) return 1;
     switch (m->params.model) {
@@ -8692,6 +8695,7 @@ static mfm_status mfm__open_for_prediction(const char *fn, const char *path, int
                     break;
                 }
                 if ((st = mfm__copy_on_cores(own, at, L.sec[s].bytes, err)) != MFM_OK) break;
+                memset((unsigned char *)own + L.sec[s].bytes, 0, (size_t)((0 - L.sec[s].bytes) % sizeof(float))); /* a last float's tail */
                 at = (const unsigned char *)own;
             }
             if (L.sec[s].flags & MFM__SECTION_HALF)

@@ -98,6 +98,7 @@
     X(test_model_files_of_format_1_load)      \
     X(test_inplace_maps_the_other_layout)     \
     X(test_inplace_few_rows_allocate_nothing) \
+    X(test_alloc_failure_takes_no_step)     \
     X(test_model_map_outlives_its_file)       \
     X(test_model_half_conversions)            \
     X(test_model_half_serving)                \

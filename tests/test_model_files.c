@@ -983,6 +983,14 @@ void test_model_files_of_format_1_load(void) {
                 same_slots(want, mapped, 0, 0, f[i].path);
                 scores_equal(loaded, mapped, &td.csr, f[i].path);
             }
+            { /* and copied for prediction: read into memory, as a format-1 file always is */
+                mfm_model *copied = NULL;
+                if (CHECK(mfm_model_load_parameters(f[i].path, &copied, &e) == MFM_OK, "%s: load_parameters: %s", f[i].path, e.message)) {
+                    same_slots(want, copied, 0, 0, f[i].path);
+                    scores_equal(loaded, copied, &td.csr, f[i].path);
+                }
+                mfm_model_free(copied);
+            }
             if (CHECK(mfm_model_file_inspect(f[i].path, &fi, &e) == MFM_OK, "%s: inspect: %s", f[i].path, e.message))
                 CHECK(fi.format_version == 1 && fi.has_state == f[i].state, "%s: inspect says format %u, state %d", f[i].path, fi.format_version, fi.has_state);
             if (CHECK(mfm_model_save(loaded, path, 1, &e) == MFM_OK && mfm_model_load(path, &again, &e) == MFM_OK, "%s saved again: %s", f[i].path, e.message))
@@ -1013,7 +1021,7 @@ static int mapped_now(const char *path) {
    leaves its predictions as they were (the save replaces the file; the mapping keeps the old
    one), and mfm_model_free releases the mapping (/proc/self/maps no longer lists it). One
    opened by mfm_model_load_parameters keeps no mapping at all, and predicts as it did after its
-   file is saved over and removed. A
+   file is saved over, rewritten in place (zeros over its first 4 MB) and removed. A
    parameter section of five 1 MB chunks (verified by two threads where there are two cores)
    still catches a flipped byte in its last chunk. */
 void test_model_map_outlives_its_file(void) {
@@ -1055,6 +1063,18 @@ void test_model_map_outlives_its_file(void) {
         CHECK(mfm_model_save(a, path, 1, &e) == MFM_OK, "save over the copied file: %s", e.message);
         predict(mapped, &td.csr, MFM_OUTPUT_SCORE, after, n);
         CHECK(memcmp(other, after, n * sizeof(float)) == 0, "a model saved over the file changed the copied model's predictions");
+        { /* rewritten in place, as a mapping would see it */
+            FILE *f = fopen(path, "r+b");
+            static unsigned char zeros[1 << 16];
+            long at;
+            for (at = 4096; f && at < (4l << 20); at += (long)sizeof zeros) {
+                fseek(f, at, SEEK_SET);
+                fwrite(zeros, 1, sizeof zeros, f);
+            }
+            CHECK(f && fclose(f) == 0, "rewriting %s in place", path);
+        }
+        predict(mapped, &td.csr, MFM_OUTPUT_SCORE, after, n);
+        CHECK(memcmp(other, after, n * sizeof(float)) == 0, "the file rewritten in place changed the copied model's predictions");
         remove(path);
         predict(mapped, &td.csr, MFM_OUTPUT_SCORE, after, n);
         CHECK(memcmp(other, after, n * sizeof(float)) == 0, "the file's removal changed the copied model's predictions");
