@@ -1964,6 +1964,14 @@ static int mfm__cores(void) {
 #endif
 }
 
+/* Threads for one pass over `bytes` of memory: every core, but none for less than 4 MB, the
+   most a thread's start pays for. */
+static int mfm__cores_for_bytes(uint64_t bytes) {
+    const uint64_t most = (bytes + (4u << 20) - 1) / (4u << 20);
+    const int cores = mfm__cores();
+    return most >= (uint64_t)cores ? cores : most ? (int)most : 1;
+}
+
 /* Every n_threads in the API means the same: 0 is every core of this machine, counted when the
    work starts (a model saved with 0 uses every core of the machine that loads it). */
 static int mfm__threads(int n_threads) { return n_threads > 0 ? n_threads : mfm__cores(); }
@@ -6196,10 +6204,9 @@ static void mfm__gradient_task(void *ctx, int index) {
     const mfm__trainer *tr = (const mfm__trainer *)ctx;
     mfm__worker *wk = &tr->workers[index];
     const uint64_t C = tr->m->n_classes, k = (uint64_t)tr->m->k, n = tr->n_batch;
-    uint64_t q;
+    uint64_t q, at = 0; /* at: the row's first entry in walk_entry (one worker) */
     uint32_t c, a;
     int t;
-    uint64_t at = 0;
     for (t = 0; t < MFM_TENSOR_COUNT; t++) wk->own[t].n = 0;
     wk->failed = 0, wk->r_in_order = 0;
     if (tr->n_workers == 1 && (wk->failed = !mfm__list_entries(tr, wk)) != 0) return;
@@ -8327,8 +8334,7 @@ static mfm_status mfm__verify_sections(const unsigned char *b, const mfm__model_
         }
     total = j.first_chunk[j.n_sections];
     if (total == 0) return MFM_OK;
-    j.n_workers = mfm__cores();
-    if ((uint64_t)j.n_workers > (total + 3) / 4) j.n_workers = (int)((total + 3) / 4); /* a thread pays for itself on 4 MB */
+    j.n_workers = mfm__cores_for_bytes(total * MFM__HASH_CHUNK);
     j.chunk_hash = (uint64_t *)mfm__alloc(2 * total, sizeof(uint64_t));
     if (!j.chunk_hash) return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory checking %s", name);
     j.not_finite_at = j.chunk_hash + total;
@@ -8636,8 +8642,8 @@ static int mfm__sections_map(const mfm__model_header *h, const mfm__model_layout
     return 1;
 }
 
-/* memcpy on every core, a share each (at least 4 MB): the pages of a fresh table fault in on all
-   of them at once. */
+/* memcpy on every core, a share each (mfm__cores_for_bytes): the pages of a fresh table fault in
+   on all of them at once. */
 typedef struct mfm__copy_job {
     unsigned char *to;
     const unsigned char *from;
@@ -8657,7 +8663,7 @@ static mfm_status mfm__copy_on_cores(void *to, const void *from, uint64_t bytes,
     mfm__pool pool;
     mfm_status st;
     j.to = (unsigned char *)to, j.from = (const unsigned char *)from, j.bytes = bytes;
-    j.n_workers = (uint64_t)mfm__cores() < 1 + bytes / (4u << 20) ? mfm__cores() : (int)(1 + bytes / (4u << 20));
+    j.n_workers = mfm__cores_for_bytes(bytes);
     if ((st = mfm__pool_start(&pool, j.n_workers, err)) != MFM_OK) return st;
     mfm__pool_run(&pool, mfm__copy_task, &j);
     mfm__pool_stop(&pool);
