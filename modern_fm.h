@@ -269,11 +269,11 @@ typedef struct mfm_params {
                                    CPU training only; one thread trains as 0 does */
     mfm_backend backend;        /* CPU: where mfm_fit, mfm_predict and mfm_evaluate run */
     int device;                 /* 0: the CUDA device (ordinal) for backend CUDA or AUTO */
-    int n_devices;              /* 0 or 1: training on one GPU, params.device; 2 to MFM_MAX_DEVICES:
-                                   data parallel on as many GPUs of this process (NCCL): each
-                                   batch's rows are shared out, one step per touched coordinate
-                                   (docs/GPU.md). mfm_predict shares the rows out among them;
-                                   validation scoring runs on the first */
+    int n_devices;              /* 0 or 1: training on one GPU, params.device; 2 to MFM_MAX_DEVICES
+                                   (at most k): as many GPUs of this process (NCCL), each holding
+                                   a share of the k factors of every vector and scoring every row
+                                   with them; one step per touched coordinate, as one GPU takes
+                                   (docs/GPU.md). mfm_predict shares the rows out among them */
     const int *devices;         /* with n_devices > 1: their CUDA ordinals, each once; copied.
                                    NULL: 0, 1, ..., n_devices - 1 */
     int deterministic;          /* 0: CUDA training takes its fastest path, whose last bits vary
@@ -8806,14 +8806,9 @@ typedef struct mfm__nccl_comm_s *mfm__nccl_comm; /* ncclComm_t */
 typedef struct mfm__nccl_id {                     /* ncclUniqueId */
     char internal[128];
 } mfm__nccl_id;
-enum { /* NCCL's numbers for its data types and reductions (nccl.h) */
-    MFM__NCCL_UINT8 = 1,
-    MFM__NCCL_UINT32 = 3,
-    MFM__NCCL_UINT64 = 5,
+enum { /* NCCL's numbers for the data type and reduction it is asked for (nccl.h) */
     MFM__NCCL_FLOAT32 = 7,
-    MFM__NCCL_FLOAT64 = 8,
-    MFM__NCCL_SUM = 0,
-    MFM__NCCL_MAX = 2
+    MFM__NCCL_SUM = 0
 };
 
 enum { /* the driver's numbers for what gets its own sentence */
@@ -8883,7 +8878,7 @@ enum { /* the driver's numbers for what gets its own sentence */
     X(nvrtcGetPTXSize, "nvrtcGetPTXSize", (mfm__nvrtc_program p, size_t * size))                                  \
     X(nvrtcGetPTX, "nvrtcGetPTX", (mfm__nvrtc_program p, char *ptx))
 
-/* NCCL 2: what training on several GPUs calls (>>gpu-ranks). ncclCommInitRank and
+/* NCCL 2: what training on several GPUs calls (>>gpu-shards). ncclCommInitRank and
    ncclGetUniqueId are for one process per GPU, the multi-node plan (docs/GPU.md). */
 #define MFM__NCCL_FUNCTIONS(X)                                                                                         \
     X(ncclGetVersion, "ncclGetVersion", (int *version))                                                                \
@@ -8895,10 +8890,7 @@ enum { /* the driver's numbers for what gets its own sentence */
     X(ncclGroupEnd, "ncclGroupEnd", (void))                                                                            \
     X(ncclAllReduce, "ncclAllReduce",                                                                                  \
       (const void *send, void *receive, size_t count, int type, int op, mfm__nccl_comm comm, mfm__cu_stream stream))   \
-    X(ncclAllGather, "ncclAllGather", (const void *send, void *receive, size_t count, int type, mfm__nccl_comm comm, mfm__cu_stream stream)) \
-    X(ncclReduce, "ncclReduce",                                                                                        \
-      (const void *send, void *receive, size_t count, int type, int op, int root, mfm__nccl_comm comm, mfm__cu_stream stream)) \
-    X(ncclBroadcast, "ncclBroadcast", (const void *send, void *receive, size_t count, int type, int root, mfm__nccl_comm comm, mfm__cu_stream stream))
+    X(ncclAllGather, "ncclAllGather", (const void *send, void *receive, size_t count, int type, mfm__nccl_comm comm, mfm__cu_stream stream))
 
 /* Present from NVRTC 11.1 / 11.2 on; without them there is only PTX for a guessed arch list. */
 #define MFM__NVRTC_OPTIONAL(X)                                                                 \
@@ -8933,7 +8925,7 @@ typedef struct mfm__gpu_device {
     mfm__cu_function train_rows[2][4];     /* [fast, exact][any k, k = 4, 8, 16] (kernels/train.cu) */
     mfm__cu_function train_apply[2][5][2]; /* [fast, exact][SGD, AdaGrad, Adam, FTRL, row-wise AdaGrad][k a multiple of 8: the _wide kernel] */
     mfm__cu_function train_list;           /* lists a large batch's features from a sweep of their marks */
-    mfm__cu_function train_pack[2][2];     /* several GPUs: [pack, unpack][fast, exact] the listed sums for NCCL */
+    mfm__cu_function r_total[2];           /* shards of the factors: FwFM's R sums of every shard added up [fast, exact] */
     mfm__cu_function line[3];              /* the linear terms' line search: delta, alpha, settle */
     mfm__cu_function ffm_starts, ffm_place, ffm_gather[4]; /* deterministic FFM's gathered sums: gather [any k, k = 4, 8, 16] */
     int cc, sm_count;
@@ -9974,9 +9966,9 @@ static mfm_status mfm__gpu_device_ready_locked(int d, mfm_error *err) {
             if ((r = cu->cuModuleGetFunction(f, dev->module, name)) != 0) st = mfm__cu_fail(err, r, name);
         }
         if (st == MFM_OK && (r = cu->cuModuleGetFunction(&dev->train_list, dev->module, "mfm_train_list")) != 0) st = mfm__cu_fail(err, r, "mfm_train_list");
-        for (i = 0; i < 4 && st == MFM_OK; i++) { /* several GPUs: pack and unpack [fast, exact] */
-            snprintf(name, sizeof name, "mfm_train_%spack_%s", i / 2 ? "un" : "", i % 2 ? "exact" : "fast");
-            if ((r = cu->cuModuleGetFunction(&dev->train_pack[i / 2][i % 2], dev->module, name)) != 0) st = mfm__cu_fail(err, r, name);
+        for (i = 0; i < 2 && st == MFM_OK; i++) {
+            snprintf(name, sizeof name, "mfm_train_r_total_%s", i ? "exact" : "fast");
+            if ((r = cu->cuModuleGetFunction(&dev->r_total[i], dev->module, name)) != 0) st = mfm__cu_fail(err, r, name);
         }
         for (i = 0; i < 3 && st == MFM_OK; i++) {
             static const char *const line[3] = {"mfm_train_line_delta", "mfm_train_line_alpha", "mfm_train_line_settle"};
@@ -10611,22 +10603,24 @@ typedef struct mfm__train_args {
     mfm__cu_ptr occ, occ_start, occ_count, chunk_owner, tally, occ_list, batch_rows, spill;
     mfm__cu_ptr count, dlds, scores, sums, row_loss, totals, class_weights;
     mfm__cu_ptr grad_sq, line_step[2], line_delta, line_alpha, line_parts;
-    mfm__cu_ptr packed, packed_fields;
+    mfm__cu_ptr partials, r_parts, rowwise_sq;
     uint64_t first, n_batch, offset_base;
     uint64_t n_blocks[4];
     double beta1, beta2, eps;
     uint32_t stride[4], len[4];
     float l1[4], l2[4];
     float lr, ftrl_beta, smoothing;
-    uint32_t n_fields, n_classes, k, group, stamp, parity, mask_words, r_shared, sweep, line_blocks, gather, chunk;
+    uint32_t n_fields, n_classes, k, group, stamp, parity, mask_words, r_shared, sweep, line_blocks, gather, chunk, shards, k_all;
     int32_t model, task, optimizer, linear_only, pairs_only, normalize, score_only;
-    int32_t line, ranks;
+    int32_t line, rowwise_squares;
 } mfm__train_args;
 
 struct mfm__gpu_trainer {
     mfm_model *m;
     mfm__gpu_device *dev;
     mfm__train_args a;            /* the launches' record; per batch only its rows change */
+    mfm__table tab[MFM_TENSOR_COUNT]; /* the tables' shapes on this device (no data): the model's, or a shard's (>>gpu-shards) */
+    uint32_t k, first_factor;     /* the factors of V this device holds: k of them from first_factor (all on one GPU) */
     mfm__cu_ptr owned[64];        /* every device allocation, freed together */
     int n_owned, streaming;
     uint64_t free_bytes;          /* what the fit may still take on the device */
@@ -10651,12 +10645,10 @@ struct mfm__gpu_trainer {
     mfm__cu_ptr chunk[2];
     mfm__cu_event copied[2], consumed[2];
     float *valid_scores;
-    /* several GPUs (>>gpu-ranks): rank 0 is the fit's handle and holds every rank's trainer */
+    /* several GPUs (>>gpu-shards): rank 0 is the fit's handle and holds every rank's trainer */
     int device, rank, n_ranks;
     mfm__gpu_trainer *ranks[MFM_MAX_DEVICES];
     mfm__nccl_comm comm;
-    uint64_t *listed;             /* pinned: the union's counts of features and entries of R */
-    uint64_t packed_per_feature;  /* a listed feature's packed sums (mfm_train_pack's record, all classes) */
 };
 
 /* Device memory that the trainer owns, counted against what the fit may take. */
@@ -10673,29 +10665,63 @@ static mfm_status mfm__gpu_take(mfm__gpu_trainer *g, mfm__cu_ptr *p, uint64_t by
     return MFM_OK;
 }
 
-/* Device memory set to zero, or to a copy of `bytes` bytes at host. */
-/* A table's stride on the device: the host's, except where blocks of a multiple of four values
-   would start off 16 bytes (row-wise AdaGrad's V, k values and one accumulator): the kernels load
-   such blocks four values at a time, so there each block is padded to a multiple of four floats. */
-static uint32_t mfm__gpu_stride(const mfm__table *tab) { return tab->len % 4 == 0 && tab->stride % 4 != 0 ? (tab->stride + 3) / 4 * 4 : tab->stride; }
-
-static uint64_t mfm__gpu_table_bytes(const mfm_model *m, int t) {
-    const mfm__table *tab = &m->t[t];
-    return tab->guest ? 0 : tab->n_blocks * m->n_classes * (uint64_t)mfm__gpu_stride(tab) * sizeof(float);
+/* A table's stride on the device: the host's, except where blocks of a multiple of four (two)
+   values would start off 16 (8) bytes (row-wise AdaGrad's V, k values and one accumulator): the
+   kernels load such blocks four (two) values at a time, so there each block is padded to a
+   multiple of four (two) floats. */
+static uint32_t mfm__gpu_stride(const mfm__table *tab) {
+    const uint32_t to = tab->len % 4 == 0 ? 4 : tab->len % 2 == 0 ? 2 : 1; /* float4 or float2 loads */
+    return (tab->stride + to - 1) / to * to;
 }
 
-/* Copies table t between the host's blocks and the device's (up: to the device), a staging
-   buffer of whole blocks at a time where their strides differ (the padding goes up as zeros).
+static uint64_t mfm__gpu_table_bytes(const mfm__gpu_trainer *g, int t) {
+    const mfm__table *tab = &g->tab[t];
+    return tab->guest ? 0 : tab->n_blocks * g->m->n_classes * (uint64_t)mfm__gpu_stride(tab) * sizeof(float);
+}
+
+/* One block bb (class-major) of table t between the host model and the device's block `dev`
+   (up: into dev). V's block is the shard's factors of the host block, each state slot's too
+   (row-wise AdaGrad's one accumulator whole), then W's block where W is V's guest on the device;
+   other tables' blocks are the same floats. Down, only the first shard writes what every shard
+   holds alike (`whole`: W0, W, R and row-wise AdaGrad's accumulators). */
+static void mfm__gpu_block_copy(const mfm__gpu_trainer *g, int t, uint64_t bb, float *dev, int up, int whole) {
+    const mfm__table *host = &g->m->t[t], *tab = &g->tab[t];
+    const uint32_t slots = (uint32_t)g->m->n_slots;
+    float *blk = host->data + bb * host->stride;
+    uint32_t s;
+#define MFM__BLOCK_PART(host_at, dev_at, n) memcpy(up ? dev + (dev_at) : blk + (host_at), up ? blk + (host_at) : dev + (dev_at), (n) * sizeof(float))
+    if (t != MFM_TENSOR_V) {
+        if (up || whole) MFM__BLOCK_PART(0, 0, tab->len + tab->state_len * (slots - 1));
+        return;
+    }
+    for (s = 0; s < slots; s++) { /* the parameters, then each state slot */
+        const int sliced = s == 0 || host->state_len == host->len;
+        const uint32_t host_at = s ? host->len + (s - 1) * host->state_len : 0, dev_at = s ? tab->len + (s - 1) * tab->state_len : 0;
+        if (up || whole || sliced) MFM__BLOCK_PART(host_at + (sliced ? g->first_factor : 0), dev_at, s ? tab->state_len : tab->len);
+    }
+    if (g->tab[MFM_TENSOR_W].guest && (up || whole)) { /* W's block after V's k values and their state (mfm__place_guest) */
+        const mfm__table *W = &g->m->t[MFM_TENSOR_W];
+        float *const w = W->data + bb * W->stride, *const at = dev + tab->len + tab->state_len * (slots - 1);
+        memcpy(up ? at : w, up ? w : at, slots * sizeof(float));
+    }
+#undef MFM__BLOCK_PART
+}
+
+/* Copies table t between the host's blocks and the device's (up: to the device): as one copy
+   where the device holds the host's shape, else through a staging buffer of whole blocks at a
+   time (mfm__gpu_block_copy; padding goes up as zeros). A guest comes with its host's blocks.
    The trainer's stream is idle. */
-static mfm_status mfm__gpu_table_copy(const mfm_model *m, int t, mfm__cu_ptr dev, int up, mfm_error *err) {
-    const mfm__table *tab = &m->t[t];
+static mfm_status mfm__gpu_table_copy(const mfm__gpu_trainer *g, int t, mfm__cu_ptr dev, int up, mfm_error *err) {
+    const mfm__table *host = &g->m->t[t], *tab = &g->tab[t];
     const uint32_t ds = mfm__gpu_stride(tab);
-    const uint64_t blocks = tab->n_blocks * m->n_classes, per = ((uint64_t)4 << 20) / (4 * ds) + 1;
+    const uint64_t blocks = tab->n_blocks * g->m->n_classes, per = ((uint64_t)4 << 20) / (4 * ds) + 1;
+    const int whole = g->first_factor == 0; /* the first shard, or the only GPU */
     mfm__cu_result r = 0;
     float *stage;
     uint64_t b, i;
-    if (ds == tab->stride)
-        r = up ? mfm__cuda.cu.cuMemcpyHtoD(dev, tab->data, (size_t)mfm__gpu_table_bytes(m, t)) : mfm__cuda.cu.cuMemcpyDtoH(tab->data, dev, (size_t)mfm__gpu_table_bytes(m, t));
+    if (tab->guest || (!up && !whole && t != MFM_TENSOR_V)) return MFM_OK;
+    if (g->k == (uint32_t)g->m->k && ds == host->stride && tab->guest == host->guest && g->tab[MFM_TENSOR_W].guest == g->m->t[MFM_TENSOR_W].guest)
+        r = up ? mfm__cuda.cu.cuMemcpyHtoD(dev, host->data, (size_t)mfm__gpu_table_bytes(g, t)) : mfm__cuda.cu.cuMemcpyDtoH(host->data, dev, (size_t)mfm__gpu_table_bytes(g, t));
     else if (!(stage = (float *)mfm__calloc((size_t)(per * ds), sizeof(float))))
         return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory staging the model's tables for the GPU");
     else {
@@ -10703,10 +10729,10 @@ static mfm_status mfm__gpu_table_copy(const mfm_model *m, int t, mfm__cu_ptr dev
             const uint64_t n = blocks - b < per ? blocks - b : per;
             const mfm__cu_ptr at = dev + (mfm__cu_ptr)(b * ds * sizeof(float));
             if (up) {
-                for (i = 0; i < n; i++) memcpy(stage + i * ds, tab->data + (b + i) * tab->stride, tab->stride * sizeof(float));
+                for (i = 0; i < n; i++) mfm__gpu_block_copy(g, t, b + i, stage + i * ds, 1, whole);
                 r = mfm__cuda.cu.cuMemcpyHtoD(at, stage, (size_t)(n * ds * sizeof(float)));
             } else if ((r = mfm__cuda.cu.cuMemcpyDtoH(stage, at, (size_t)(n * ds * sizeof(float)))) == 0) {
-                for (i = 0; i < n; i++) memcpy(tab->data + (b + i) * tab->stride, stage + i * ds, tab->stride * sizeof(float));
+                for (i = 0; i < n; i++) mfm__gpu_block_copy(g, t, b + i, stage + i * ds, 0, whole);
             }
         }
         MFM_FREE(stage);
@@ -10714,6 +10740,7 @@ static mfm_status mfm__gpu_table_copy(const mfm_model *m, int t, mfm__cu_ptr dev
     return r ? mfm__cu_fail(err, r, up ? "cuMemcpyHtoD (the model's tables to the GPU)" : "cuMemcpyDtoH (the trained model back from the GPU; its tables may be partly overwritten)") : MFM_OK;
 }
 
+/* Device memory set to zero, or to a copy of `bytes` bytes at host. */
 static mfm_status mfm__gpu_put(mfm__gpu_trainer *g, mfm__cu_ptr *p, const void *host, uint64_t bytes, const char *what, mfm_error *err) {
     mfm__cu_result r;
     mfm_status st = mfm__gpu_take(g, p, bytes, what, err);
@@ -10742,7 +10769,6 @@ static void mfm__gpu_fit_free(mfm__gpu_trainer *g) {
         if (g->stream) mfm__cuda.cu.cuStreamDestroy(g->stream);
         if (g->copy) mfm__cuda.cu.cuStreamDestroy(g->copy);
         if (g->order_copied) mfm__cuda.cu.cuEventDestroy(g->order_copied);
-        if (g->listed) mfm__cuda.cu.cuMemFreeHost(g->listed);
         mfm__cuda.cu.cuCtxSetCurrent(saved);
     }
     MFM_FREE(g->valid_scores);
@@ -10755,10 +10781,10 @@ static uint64_t mfm__touch_bound(uint64_t n_blocks, uint64_t rows, uint64_t per_
 }
 
 /* Uploads the model, the rows (or makes the chunk buffers) and the validation rows to one
-   device; allocates the gradient sums, touched lists and per-batch buffers. n_ranks > 1: one
-   of that many GPUs that share each batch (>>gpu-ranks). */
-static mfm_status mfm__gpu_rank_start(mfm__gpu_trainer **out, mfm_model *m, int device, int n_ranks, const mfm_csr *d, uint64_t n_train, const mfm_csr *valid,
-                                      const float *class_weights, const mfm__data_info *info, int ahead, mfm_error *err) {
+   device; allocates the gradient sums, touched lists and per-batch buffers. n_ranks > 1: GPU
+   `rank` of that many, each holding a shard of the factors (>>gpu-shards). */
+static mfm_status mfm__gpu_rank_start(mfm__gpu_trainer **out, mfm_model *m, int device, int rank, int n_ranks, const mfm_csr *d, uint64_t n_train,
+                                      const mfm_csr *valid, const float *class_weights, const mfm__data_info *info, int ahead, mfm_error *err) {
     const mfm_params *p = &m->params;
     const uint32_t C = m->n_classes, z = (uint32_t)(info->max_row_nnz ? info->max_row_nnz : 1);
     const uint64_t nnz = d->row_offsets[d->n_rows], gsize = p->deterministic ? 16 : 4;
@@ -10775,9 +10801,22 @@ static mfm_status mfm__gpu_rank_start(mfm__gpu_trainer **out, mfm_model *m, int 
     if (!(g = (mfm__gpu_trainer *)mfm__calloc(1, sizeof *g))) return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for a GPU trainer");
     g->m = m;
     g->device = device;
+    g->rank = rank;
     g->n_ranks = n_ranks;
     a = &g->a;
-    a->ranks = n_ranks;
+    a->shards = (uint32_t)n_ranks;
+    a->k_all = (uint32_t)m->k;
+    g->k = (uint32_t)m->k;
+    if (n_ranks > 1) { /* rank r's factors: an even share, the first k % n_ranks shards one more */
+        const uint32_t share = (uint32_t)m->k / (uint32_t)n_ranks, more = (uint32_t)m->k % (uint32_t)n_ranks, r = (uint32_t)rank;
+        g->k = share + (r < more);
+        g->first_factor = r * share + (r < more ? r : more);
+    }
+    {
+        mfm_params shard = *p;
+        shard.k = (int)g->k;
+        mfm__shape_tables(&shard, m->n_features, m->n_fields, m->n_slots, g->tab);
+    }
     if ((st = mfm__gpu_enter(device, &g->dev, &saved, err)) != MFM_OK) {
         MFM_FREE(g);
         return st;
@@ -10796,14 +10835,14 @@ static mfm_status mfm__gpu_rank_start(mfm__gpu_trainer **out, mfm_model *m, int 
        the H100 the sweep of 10^6 marks paid from 10^4 non-zeros a batch (Criteo at batch 256). */
     g->sweep_rows = (uint64_t)((double)m->n_features * (double)(d->n_rows ? d->n_rows : 1) / (128.0 * (double)(nnz ? nnz : 1))) + 1;
     g->n_valid = valid ? valid->n_rows : 0;
-    if (p->model == MFM_MODEL_FFM && !p->linear_only && p->deterministic && n_ranks == 1) { /* pair sums gathered by feature, where a warp's sums fit */
-        const uint64_t warp_bytes = (uint64_t)C * m->n_fields * (uint64_t)m->k * 16;
+    if (p->model == MFM_MODEL_FFM && !p->linear_only && p->deterministic) { /* pair sums gathered by feature, where a warp's sums fit */
+        const uint64_t warp_bytes = (uint64_t)C * m->n_fields * (uint64_t)g->k * 16;
         a->gather = warp_bytes <= 48 * 1024 && batch_nnz < 0xFFFFFFFFu;
         g->gather_warps = a->gather ? (48 * 1024 / warp_bytes < 8 ? (unsigned)(48 * 1024 / warp_bytes) : 8) : 0;
         g->gather_shared = g->gather_warps * (unsigned)warp_bytes;
     }
     for (t = 0; t < MFM_TENSOR_COUNT && st == MFM_OK; t++) { /* the tables and their gradient sums */
-        const mfm__table *tab = &m->t[t];
+        const mfm__table *tab = &g->tab[t];
         const uint64_t sums = tab->n_blocks * C * tab->len;
         a->n_blocks[t] = tab->n_blocks;
         a->stride[t] = mfm__gpu_stride(tab);
@@ -10811,8 +10850,8 @@ static mfm_status mfm__gpu_rank_start(mfm__gpu_trainer **out, mfm_model *m, int 
         if (!tab->n_blocks) continue;
         if (tab->guest) /* W (>>model): V comes after it, so its table is placed below */
             a->table[t] = 0;
-        else if ((st = mfm__gpu_take(g, &a->table[t], mfm__gpu_table_bytes(m, t), "the model's parameters and optimizer state", err)) == MFM_OK)
-            st = mfm__gpu_table_copy(m, t, a->table[t], 1, err);
+        else if ((st = mfm__gpu_take(g, &a->table[t], mfm__gpu_table_bytes(g, t), "the model's parameters and optimizer state", err)) == MFM_OK)
+            st = mfm__gpu_table_copy(g, t, a->table[t], 1, err);
         if (st != MFM_OK || t == MFM_TENSOR_W0) continue;
         if (a->gather && t == MFM_TENSOR_V) { /* the gather rounds V's sums: floats, and exact ones for features of several chunks */
             st = mfm__gpu_put(g, &a->grad[t], NULL, sums * 4, "the gradient sums", err);
@@ -10821,8 +10860,8 @@ static mfm_status mfm__gpu_rank_start(mfm__gpu_trainer **out, mfm_model *m, int 
             st = mfm__gpu_put(g, &a->grad[t], NULL, sums * gsize, "the gradient sums", err);
         }
     }
-    if (st == MFM_OK && m->t[MFM_TENSOR_W].guest) /* W in V's blocks, the same floats in as on the host */
-        a->table[MFM_TENSOR_W] = a->table[MFM_TENSOR_V] + (mfm__cu_ptr)((m->t[MFM_TENSOR_W].data - m->t[MFM_TENSOR_V].data) * sizeof(float));
+    if (st == MFM_OK && g->tab[MFM_TENSOR_W].guest) /* W in V's blocks, after V's k values and their state (mfm__place_guest) */
+        a->table[MFM_TENSOR_W] = a->table[MFM_TENSOR_V] + (mfm__cu_ptr)((g->tab[MFM_TENSOR_V].len + g->tab[MFM_TENSOR_V].state_len * (uint64_t)(m->n_slots - 1)) * sizeof(float));
     /* what a batch touched: features (with FFM their field masks) and FwFM's entries of R */
     if (st == MFM_OK) st = mfm__gpu_put(g, &a->mark[0], NULL, (uint64_t)m->n_features * 4, "the touched marks", err);
     if (st == MFM_OK) st = mfm__gpu_take(g, &a->list[0], mfm__touch_bound(m->n_features, g->batch_rows, z) * 8, "the touched lists", err);
@@ -10841,28 +10880,27 @@ static mfm_status mfm__gpu_rank_start(mfm__gpu_trainer **out, mfm_model *m, int 
         if (st == MFM_OK) st = mfm__gpu_take(g, &a->batch_rows, g->batch_rows * 8, "the batch's non-zeros by feature", err);
     }
     if (st == MFM_OK && p->model == MFM_MODEL_FWFM && !p->linear_only) {
-        const uint64_t entries = m->t[MFM_TENSOR_R].n_blocks;
+        const uint64_t entries = g->tab[MFM_TENSOR_R].n_blocks;
         st = mfm__gpu_put(g, &a->mark[1], NULL, entries * 4, "the touched marks", err);
         if (st == MFM_OK) st = mfm__gpu_take(g, &a->list[1], mfm__touch_bound(entries, g->batch_rows, (uint64_t)z * (z - 1) / 2) * 8, "the touched lists", err);
     }
     if (st == MFM_OK) st = mfm__gpu_put(g, &a->count, NULL, 4 * sizeof(uint64_t), "the touched counts", err);
     if (st == MFM_OK) st = mfm__gpu_take(g, &a->totals, 2 * sizeof(double), "the epoch's loss", err);
-    /* several GPUs: a batch's rows in n_ranks parts of ceil(rows / n_ranks), the last one short */
-    if (st == MFM_OK) st = mfm__gpu_take(g, &a->dlds, (g->batch_rows + n_ranks) * C * 4, "a batch's loss derivatives", err);
-    if (st == MFM_OK) st = mfm__gpu_take(g, &a->scores, (g->batch_rows + n_ranks > g->n_valid ? g->batch_rows + n_ranks : g->n_valid) * C * 4, "the scores", err);
-    if (st == MFM_OK) st = mfm__gpu_take(g, &a->row_loss, (g->batch_rows + n_ranks) * 2 * sizeof(double), "a batch's losses", err);
-    if (st == MFM_OK && p->model == MFM_MODEL_FM && !p->linear_only) st = mfm__gpu_take(g, &a->sums, g->batch_rows * C * (uint64_t)m->k * 4, "a batch's FM sums", err);
+    if (st == MFM_OK) st = mfm__gpu_take(g, &a->dlds, g->batch_rows * C * 4, "a batch's loss derivatives", err);
+    if (st == MFM_OK) st = mfm__gpu_take(g, &a->scores, (g->batch_rows > g->n_valid ? g->batch_rows : g->n_valid) * C * 4, "the scores", err);
+    if (st == MFM_OK) st = mfm__gpu_take(g, &a->row_loss, g->batch_rows * 2 * sizeof(double), "a batch's losses", err);
+    if (st == MFM_OK && p->model == MFM_MODEL_FM && !p->linear_only) st = mfm__gpu_take(g, &a->sums, g->batch_rows * C * (uint64_t)g->k * 4, "a batch's FM sums", err);
     if (st == MFM_OK && class_weights)
         st = mfm__gpu_put(g, &a->class_weights, class_weights, (p->task == MFM_TASK_BINARY ? 2 : C) * sizeof(float), "the class weights", err);
-    a->line = mfm__adagrad_kind(p->optimizer) && p->batch_size > 1 && !p->pairs_only; /* the CPU's tr->line */
+    a->line = mfm__adagrad_kind(p->optimizer) && p->batch_size > 1 && !p->pairs_only && rank == 0; /* the CPU's tr->line; shards: the first's linear terms */
     if (st == MFM_OK && a->line) {
-        const uint64_t w_sums = m->t[MFM_TENSOR_W].n_blocks * C;
+        const uint64_t w_sums = g->tab[MFM_TENSOR_W].n_blocks * C;
         st = mfm__gpu_put(g, &a->grad_sq, NULL, w_sums * gsize, "the linear terms' line search", err);
         if (st == MFM_OK) st = mfm__gpu_put(g, &a->line_step[0], NULL, C * 4, "the linear terms' line search", err);
         if (st == MFM_OK) st = mfm__gpu_put(g, &a->line_step[1], NULL, w_sums * 4, "the linear terms' line search", err);
         if (st == MFM_OK) st = mfm__gpu_take(g, &a->line_delta, g->batch_rows * C * 8, "the linear terms' line search", err);
         if (st == MFM_OK) st = mfm__gpu_take(g, &a->line_alpha, 8, "the linear terms' line search", err);
-        if (st == MFM_OK) st = mfm__gpu_put(g, &a->line_parts, NULL, (uint64_t)n_ranks * g->dev->sm_count * 8 * 2 * 8, "the linear terms' line search", err);
+        if (st == MFM_OK) st = mfm__gpu_put(g, &a->line_parts, NULL, (uint64_t)g->dev->sm_count * 8 * 2 * 8, "the linear terms' line search", err);
     }
     if (st == MFM_OK && valid) { /* validation rows stay on the device */
         const uint64_t vnnz = valid->row_offsets[valid->n_rows];
@@ -10875,11 +10913,6 @@ static mfm_status mfm__gpu_rank_start(mfm__gpu_trainer **out, mfm_model *m, int 
     }
     /* the rows: resident when they fit (keeping 1/16 for the early-stopping copy and slack) */
     resident_bytes = (d->n_rows + 1) * 8 + nnz * 4 * (1 + (uint64_t)fields + (d->values != NULL)) + d->n_rows * 4 * (1 + (uint64_t)(d->weights != NULL)) + n_train * 8 * (ahead ? 2 : 1);
-    if (st == MFM_OK && n_ranks > 1 && resident_bytes > g->free_bytes - g->free_bytes / 16)
-        st = mfm__fail(err, MFM_ERR_OUT_OF_MEMORY,
-                       "training on several GPUs keeps the rows on each GPU, and the rows (%.1f MB) do not fit beside the model on device %d (%.1f MB free for them); "
-                       "train on one GPU, where the rows stream from host memory",
-                       (double)resident_bytes / 1e6, device, (double)(g->free_bytes - g->free_bytes / 16) / 1e6);
     if (st == MFM_OK && resident_bytes <= g->free_bytes - g->free_bytes / 16) {
         st = mfm__gpu_put(g, &a->offsets, d->row_offsets, (d->n_rows + 1) * 8, "the training rows", err);
         if (st == MFM_OK) st = mfm__gpu_put(g, &a->features, d->features, nnz * 4, "the training rows", err);
@@ -10913,28 +10946,28 @@ static mfm_status mfm__gpu_rank_start(mfm__gpu_trainer **out, mfm_model *m, int 
         }
     }
     a->model = (int32_t)p->model, a->task = (int32_t)p->task, a->optimizer = (int32_t)p->optimizer;
-    a->linear_only = p->linear_only, a->pairs_only = p->pairs_only, a->normalize = p->normalize_rows > 0;
+    a->linear_only = p->linear_only, a->pairs_only = p->pairs_only || rank > 0, a->normalize = p->normalize_rows > 0; /* shards: the first holds w0 and w */
     a->lr = (float)p->learning_rate, a->ftrl_beta = (float)p->ftrl_beta, a->smoothing = (float)p->label_smoothing;
     a->beta1 = p->adam_beta1, a->beta2 = p->adam_beta2, a->eps = p->adam_epsilon;
     a->l1[MFM_TENSOR_W] = (float)p->l1_linear, a->l2[MFM_TENSOR_W] = (float)p->l2_linear;
     a->l1[MFM_TENSOR_V] = a->l1[MFM_TENSOR_R] = (float)p->l1_factors;
     a->l2[MFM_TENSOR_V] = a->l2[MFM_TENSOR_R] = (float)p->l2_factors;
-    a->n_fields = m->n_fields, a->n_classes = C, a->k = (uint32_t)m->k;
+    a->n_fields = m->n_fields, a->n_classes = C, a->k = g->k;
     a->group = 32;
     if (p->model == MFM_MODEL_FM) /* deterministic: two lanes a factor, each adding half the row's exact sums */
-        for (a->group = 1; a->group < 32 && a->group < (uint32_t)m->k * (p->deterministic ? 2u : 1u);) a->group *= 2;
+        for (a->group = 1; a->group < 32 && a->group < g->k * (p->deterministic ? 2u : 1u);) a->group *= 2;
     g->rows_per_block = 256 / a->group;
     g->max_blocks = (unsigned)g->dev->sm_count * 8;
     /* _wide for k a multiple of 8; exact sums only in batches of 2^20 non-zeros or more: where
        fewer blocks are touched the narrow kernel's occupancy hides more (kernels/train.cu) */
-    g->apply = g->dev->train_apply[p->deterministic][p->optimizer - MFM_OPTIMIZER_SGD][m->k % 8 == 0 && (!p->deterministic || batch_nnz >= ((uint64_t)1 << 20))];
+    g->apply = g->dev->train_apply[p->deterministic][p->optimizer - MFM_OPTIMIZER_SGD][g->k % 8 == 0 && (!p->deterministic || batch_nnz >= ((uint64_t)1 << 20))];
     if (st == MFM_OK) { /* every block of the step kernel goes round the items: a second wave would wait for the first */
         int per_sm = 0;
         if ((r = mfm__cuda.cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, g->apply, 256, 0)) != 0)
             st = mfm__cu_fail(err, r, "cuOccupancyMaxActiveBlocksPerMultiprocessor");
         g->apply_blocks = C + 1 + (unsigned)g->dev->sm_count * (unsigned)(per_sm > 0 ? per_sm : 1);
         if (st == MFM_OK && a->gather) {
-            if ((r = mfm__cuda.cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, g->dev->ffm_gather[mfm__k_kernel(m->k)], 32 * (int)g->gather_warps, g->gather_shared)) != 0)
+            if ((r = mfm__cuda.cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, g->dev->ffm_gather[mfm__k_kernel((int)g->k)], 32 * (int)g->gather_warps, g->gather_shared)) != 0)
                 st = mfm__cu_fail(err, r, "cuOccupancyMaxActiveBlocksPerMultiprocessor");
             g->gather_blocks = (unsigned)g->dev->sm_count * (unsigned)(per_sm > 0 ? per_sm : 1);
             { /* chunks of up to 32 non-zeros, about four for each warp the device runs at once: small batches, whose
@@ -10948,22 +10981,19 @@ static mfm_status mfm__gpu_rank_start(mfm__gpu_trainer **out, mfm_model *m, int 
         const uint64_t FF = (uint64_t)m->n_fields * m->n_fields, bytes = (C * FF * gsize + 4 * FF + 7) & ~(uint64_t)7;
         if (bytes <= 48 * 1024) g->r_shared = (unsigned)bytes;
     }
-    if (st == MFM_OK && n_ranks > 1) { /* the union's sums packed for NCCL: as many as the lists hold */
-        const uint64_t features = mfm__touch_bound(m->n_features, g->batch_rows, z), ffm = p->model == MFM_MODEL_FFM && !p->linear_only;
-        const uint64_t entries = a->list[1] ? mfm__touch_bound(m->t[MFM_TENSOR_R].n_blocks, g->batch_rows, (uint64_t)z * (z - 1) / 2) : 0;
-        void *host = NULL;
-        g->packed_per_feature = C * (1 + (uint64_t)a->line + (p->linear_only ? 0 : (uint64_t)m->t[MFM_TENSOR_V].len * (ffm ? m->n_fields : 1)));
-        st = mfm__gpu_take(g, &a->packed, (features * g->packed_per_feature + entries * C) * gsize, "the batch's sums packed for NCCL", err);
-        if (st == MFM_OK && ffm) st = mfm__gpu_take(g, &a->packed_fields, features * m->n_fields, "the batch's field masks packed for NCCL", err);
-        if (st == MFM_OK && (r = mfm__cuda.cu.cuMemAllocHost(&host, 4 * sizeof(uint64_t))) != 0) st = mfm__cu_fail(err, r, "cuMemAllocHost");
-        g->listed = (uint64_t *)host;
+    if (st == MFM_OK && n_ranks > 1) { /* every shard's part of a batch's scores; FwFM's R sums of every shard; row-wise AdaGrad's squares of V's blocks */
+        st = mfm__gpu_take(g, &a->partials, (uint64_t)n_ranks * g->batch_rows * C * 4, "the shards' parts of a batch's scores", err);
+        if (st == MFM_OK && a->grad[MFM_TENSOR_R])
+            st = mfm__gpu_take(g, &a->r_parts, (uint64_t)n_ranks * g->tab[MFM_TENSOR_R].n_blocks * C * gsize, "the shards' sums of R", err);
+        if (st == MFM_OK && p->optimizer == MFM_OPTIMIZER_ROWWISE_ADAGRAD && !p->linear_only)
+            st = mfm__gpu_put(g, &a->rowwise_sq, NULL, g->tab[MFM_TENSOR_V].n_blocks * C * 4, "row-wise AdaGrad's squares, added up over the shards", err);
     }
     mfm__gpu_leave(saved);
     return st;
 }
 
 /* The fit's trainer: one device, or (params.n_devices > 1) one on each device named, joined by
-   NCCL communicators, rank 0 the handle (>>gpu-ranks). NCCL is looked for first, so that a
+   NCCL communicators, rank 0 the handle (>>gpu-shards). NCCL is looked for first, so that a
    machine without it says so before any upload. */
 static mfm_status mfm__gpu_fit_start(mfm__gpu_trainer **out, mfm_model *m, const mfm_csr *d, uint64_t n_train, const mfm_csr *valid,
                                      const float *class_weights, const mfm__data_info *info, int ahead, mfm_error *err) {
@@ -10975,15 +11005,19 @@ static mfm_status mfm__gpu_fit_start(mfm__gpu_trainer **out, mfm_model *m, const
     mfm_status st;
     int r, rc;
     *out = NULL;
-    if (n == 1) return mfm__gpu_rank_start(out, m, p->device, 1, d, n_train, valid, class_weights, info, ahead, err);
-    if ((st = mfm__nccl_load(err)) != MFM_OK) return st;
-    if ((st = mfm__gpu_rank_start(out, m, p->devices[0], n, d, n_train, valid, class_weights, info, 0, err)) != MFM_OK) return st;
+    if (n == 1) return mfm__gpu_rank_start(out, m, p->device, 0, 1, d, n_train, valid, class_weights, info, ahead, err);
+    if ((st = mfm__nccl_load(err)) != MFM_OK || (st = mfm__driver_load(err)) != MFM_OK) return st;
+    for (r = 0; r < n; r++)
+        if (p->devices[r] >= mfm__cuda.n_devices)
+            return mfm__fail(err, MFM_ERR_CUDA_NO_DEVICE, "there is no CUDA device %d: this machine has %d (0 .. %d)", p->devices[r], mfm__cuda.n_devices, mfm__cuda.n_devices - 1);
+    if (!p->linear_only && m->k < n)
+        return mfm__fail(err, MFM_ERR_INVALID_PARAM, "params.k = %d factors cannot be shared out among %d GPUs (params.n_devices): each GPU holds at least one; train on %d GPUs or fewer",
+                         m->k, n, m->k);
+    if ((st = mfm__gpu_rank_start(out, m, p->devices[0], 0, n, d, n_train, valid, class_weights, info, 0, err)) != MFM_OK) return st;
     g = *out;
     g->ranks[0] = g;
-    for (r = 1; r < n && st == MFM_OK; r++) {
-        st = mfm__gpu_rank_start(&g->ranks[r], m, p->devices[r], n, d, n_train, NULL, class_weights, info, 0, err);
-        if (g->ranks[r]) g->ranks[r]->rank = r;
-    }
+    for (r = 1; r < n && st == MFM_OK; r++) /* shards score the validation rows too: each its part */
+        st = mfm__gpu_rank_start(&g->ranks[r], m, p->devices[r], r, n, d, n_train, valid, class_weights, info, 0, err);
     if (st != MFM_OK) {
         g->n_ranks = r; /* the ranks made so far, freed with rank 0 */
         return st;
@@ -10996,13 +11030,19 @@ static mfm_status mfm__gpu_fit_start(mfm__gpu_trainer **out, mfm_model *m, const
     return MFM_OK;
 }
 
-/* Launches the batch of a->n_batch rows described by g->a: the rows, then the steps. */
-static mfm_status mfm__gpu_batch(mfm__gpu_trainer *g, mfm_error *err) {
+/* The batch of a->n_batch rows described by g->a, on g's device (current): the rows' launches
+   (mfm__gpu_batch_rows: scores, losses, gradient sums, what they touched), then the steps'
+   (mfm__gpu_batch_step); several GPUs exchange sums between the two. */
+static unsigned mfm__gpu_row_blocks(const mfm__gpu_trainer *g) {
+    const uint64_t need = (g->a.n_batch + g->rows_per_block - 1) / g->rows_per_block;
+    return need < g->max_blocks ? (unsigned)need : g->max_blocks;
+}
+
+static mfm_status mfm__gpu_batch_rows(mfm__gpu_trainer *g, mfm_error *err) {
     mfm__train_args *a = &g->a;
     void *params[1];
     mfm__cu_result r;
-    const uint64_t need = (a->n_batch + g->rows_per_block - 1) / g->rows_per_block;
-    const unsigned blocks = need < g->max_blocks ? (unsigned)need : g->max_blocks;
+    const unsigned blocks = mfm__gpu_row_blocks(g);
     if (++g->stamp == 0) { /* wrapped: every mark must read as stale again */
         int i;
         for (i = 0; i < 2; i++)
@@ -11016,15 +11056,23 @@ static mfm_status mfm__gpu_batch(mfm__gpu_trainer *g, mfm_error *err) {
     a->r_shared = g->r_shared;
     a->sweep = a->n_batch >= g->sweep_rows;
     params[0] = a;
-    if ((r = mfm__cuda.cu.cuLaunchKernel(g->dev->train_rows[g->m->params.deterministic][mfm__k_kernel(g->m->k)], blocks, 1, 1, 256, 1, 1, g->r_shared, g->stream, params, NULL)) != 0)
+    if ((r = mfm__cuda.cu.cuLaunchKernel(g->dev->train_rows[g->m->params.deterministic][mfm__k_kernel((int)g->k)], blocks, 1, 1, 256, 1, 1, g->r_shared, g->stream, params, NULL)) != 0)
         return mfm__cu_fail(err, r, "cuLaunchKernel (training rows)");
     if (a->sweep && (r = mfm__cuda.cu.cuLaunchKernel(g->dev->train_list, g->max_blocks, 1, 1, 256, 1, 1, 0, g->stream, params, NULL)) != 0)
         return mfm__cu_fail(err, r, "cuLaunchKernel (listing the touched features)");
     if (a->gather && ((r = mfm__cuda.cu.cuLaunchKernel(g->dev->ffm_starts, blocks, 1, 1, 256, 1, 1, 0, g->stream, params, NULL)) != 0 ||
                       (r = mfm__cuda.cu.cuLaunchKernel(g->dev->ffm_place, blocks, 1, 1, 256, 1, 1, 0, g->stream, params, NULL)) != 0 ||
-                      (r = mfm__cuda.cu.cuLaunchKernel(g->dev->ffm_gather[mfm__k_kernel(g->m->k)], g->gather_blocks, 1, 1, 32 * g->gather_warps, 1, 1, g->gather_shared,
+                      (r = mfm__cuda.cu.cuLaunchKernel(g->dev->ffm_gather[mfm__k_kernel((int)g->k)], g->gather_blocks, 1, 1, 32 * g->gather_warps, 1, 1, g->gather_shared,
                                                        g->stream, params, NULL)) != 0))
         return mfm__cu_fail(err, r, "cuLaunchKernel (FFM's pair sums by feature)");
+    return MFM_OK;
+}
+
+static mfm_status mfm__gpu_batch_step(mfm__gpu_trainer *g, mfm_error *err) {
+    mfm__train_args *a = &g->a;
+    void *params[1];
+    mfm__cu_result r;
+    params[0] = a;
     if ((r = mfm__cuda.cu.cuLaunchKernel(g->apply, g->apply_blocks, 1, 1, 256, 1, 1, 0, g->stream, params, NULL)) != 0)
         return mfm__cu_fail(err, r, "cuLaunchKernel (optimizer steps)");
     a->line_blocks = (uint32_t)((a->n_batch + 255) / 256 < g->max_blocks ? (a->n_batch + 255) / 256 : g->max_blocks); /* mfm_train_line_delta's */
@@ -11053,39 +11101,55 @@ static void mfm__gpu_gather(mfm__gpu_trainer *g, const mfm_csr *d, const uint64_
     offsets[n] = at;
 }
 
-/* ---- >>gpu-ranks  One batch shared by several GPUs (params.n_devices > 1) ----
+/* Streamed rows: where the chunk from order[next] ends, whole batches while they fit the chunk
+   buffers (one at least); *nnz gets its non-zeros. */
+static uint64_t mfm__gpu_chunk_end(const mfm__gpu_trainer *g, const mfm_csr *d, const uint64_t *order, uint64_t next, uint64_t n, uint64_t *nnz) {
+    const uint64_t batch = (uint64_t)g->m->params.batch_size;
+    uint64_t end = next, q;
+    *nnz = 0;
+    while (end < n) {
+        const uint64_t stop = end + batch < n ? end + batch : n;
+        uint64_t add = 0;
+        for (q = end; q < stop; q++) add += d->row_offsets[order[q] + 1] - d->row_offsets[order[q]];
+        if (end > next && (stop - next > g->chunk_rows || *nnz + add > g->chunk_nnz)) break;
+        *nnz += add;
+        end = stop;
+    }
+    return end;
+}
 
-   Data parallel over replicas: every GPU holds the whole model and every row, and each batch
-   is cut into n_ranks consecutive parts, part r to GPU r, all scored against the same frozen
-   parameters. Per batch:
-     1. each GPU runs the rows kernel on its part: scores, losses, dL/ds (into the batch's
-        places), gradient sums, stamps (features and R's entries alike, listed by none);
-     2. NCCL: the stamps reduced to GPU 0 by maximum (a feature touched anywhere carries the
-        batch's stamp), every part's dL/ds and losses gathered on every GPU;
-     3. GPU 0 lists the union from a sweep of its stamps; the host reads the two counts, and
-        GPU 0's lists and counts are broadcast, so that every GPU packs the same coordinates in
-        the same order;
-     4. each GPU packs its sums of the listed coordinates (kernels/train.cu, mfm_train_pack),
-        NCCL adds the packs up (exact sums as integers, so the deterministic mode's totals are
-        the one-GPU totals, bit for bit), each GPU unpacks the totals into its sums;
-     5. every GPU runs the step kernel on the same list with the same sums, so the replicas stay
-        equal; w0 and the epoch's loss come from the gathered dL/ds and losses, added in the
-        batch's order as on one GPU. AdaGrad's line search: each GPU its part's slopes and
-        curvatures, gathered, then the same alpha everywhere.
-   Validation, early stopping's copy and the final download use GPU 0's replica. */
-
-/* Several NCCL calls, one per GPU, as one group; the first failure is kept, with what it was. */
-#define MFM__NCCL_GROUP(rc, what, body)                                         \
-    do {                                                                        \
-        int g_rc_ = mfm__cuda.nccl.ncclGroupStart(), k_;                        \
-        for (k_ = 0; k_ < g->n_ranks && g_rc_ == 0; k_++) {                     \
-            mfm__gpu_trainer *const t_ = g->ranks[k_];                          \
-            body                                                                \
-        }                                                                       \
-        (rc) = mfm__cuda.nccl.ncclGroupEnd();                                   \
-        if (g_rc_ != 0) (rc) = g_rc_;                                           \
-        if (rc) nccl_step = (what);                                             \
-    } while (0)
+/* Sends the chunk order[next .. end) (nnz non-zeros) in set b, whose buffers held an earlier
+   chunk of the pass when `used`: gathered into its pinned buffer once that buffer's last copy is
+   done, copied on the stream `copy` once the batches that read its device buffer are done; the
+   trainer's stream waits for the copy, and g->a reads the rows there (a->first: a batch's first
+   row in the chunk). The caller records consumed[b] after the chunk's batches. */
+static mfm_status mfm__gpu_chunk_send(mfm__gpu_trainer *g, const mfm_csr *d, const uint64_t *order, uint64_t next, uint64_t end, uint64_t nnz, int b, int used,
+                                      mfm_error *err) {
+    mfm__train_args *a = &g->a;
+    const int fields = g->m->params.model != MFM_MODEL_FM;
+    /* the arrays' filled parts: offsets, features, fields, values, labels, weights */
+    const size_t at[6] = {g->lay.offsets, g->lay.features, g->lay.fields, g->lay.values, g->lay.per_row[0], g->lay.per_row[1]};
+    const size_t bytes[6] = {(size_t)(end - next + 1) * 8, (size_t)nnz * 4, fields ? (size_t)nnz * 4 : 0, d->values ? (size_t)nnz * 4 : 0, (size_t)(end - next) * 4,
+                             d->weights ? (size_t)(end - next) * 4 : 0};
+    mfm__cu_result r = 0;
+    int k;
+    if (used && (r = mfm__cuda.cu.cuEventSynchronize(g->copied[b])) != 0) return mfm__cu_fail(err, r, "cuEventSynchronize (streaming the rows)");
+    mfm__gpu_gather(g, d, order + next, end - next, b);
+    if (used) r = mfm__cuda.cu.cuStreamWaitEvent(g->copy, g->consumed[b], 0); /* its device buffer is free again */
+    for (k = 0; k < 6 && r == 0; k++)
+        if (bytes[k]) r = mfm__cuda.cu.cuMemcpyHtoDAsync(g->chunk[b] + at[k], g->host[b] + at[k], bytes[k], g->copy);
+    if (r == 0 && (r = mfm__cuda.cu.cuEventRecord(g->copied[b], g->copy)) == 0) r = mfm__cuda.cu.cuStreamWaitEvent(g->stream, g->copied[b], 0);
+    if (r != 0) return mfm__cu_fail(err, r, "streaming the rows to the GPU");
+    a->rows = 0;
+    a->offset_base = 0;
+    a->offsets = g->chunk[b] + g->lay.offsets;
+    a->features = g->chunk[b] + g->lay.features;
+    a->fields = fields ? g->chunk[b] + g->lay.fields : 0;
+    a->values = d->values ? g->chunk[b] + g->lay.values : 0;
+    a->labels = g->chunk[b] + g->lay.per_row[0];
+    a->weights = d->weights ? g->chunk[b] + g->lay.per_row[1] : 0;
+    return MFM_OK;
+}
 
 /* A driver call's failure on one of several GPUs, naming the GPU. */
 static mfm_status mfm__rank_fail(mfm__gpu_trainer *t, mfm__cu_result r, const char *what, mfm_error *err) {
@@ -11108,146 +11172,136 @@ static mfm_status mfm__rank_launch(mfm__gpu_trainer *t, mfm__cu_function f, unsi
    fit on several GPUs passes over its rows at a time in a process. */
 static mfm__static_lock mfm__ranks_mutex = MFM__STATIC_LOCK_INIT;
 
-/* GPU k's rows of a batch of `rows`, cut in parts of `part`: [*lo, *hi), empty past the end. */
-static void mfm__rank_part(int k, uint64_t part, uint64_t rows, uint64_t *lo, uint64_t *hi) {
-    *lo = (uint64_t)k * part < rows ? (uint64_t)k * part : rows;
-    *hi = *lo + part < rows ? *lo + part : rows;
+/* ---- >>gpu-shards  Several GPUs, each holding a shard of the factors (params.n_devices > 1) ----
+
+   A score is w0 + sum_i w_i x_i + a sum over the k factors (FM, FwFM and FFM alike: every dot
+   product is one), and each factor's gradient needs only that factor and the row's dL/ds. So
+   GPU r holds factors first_factor .. first_factor + k - 1 of every vector of V, with their
+   optimizer state: the model's V (its largest part by far) is shared out, and a model larger
+   than one GPU trains on several. w0 and W are the first GPU's (the others train them as
+   pairs_only: untouched); FwFM's R is on every GPU. Every GPU reads every row: resident, or
+   streamed in the same chunks as on one GPU (mfm__gpu_chunk_send), each GPU as it fits. Per
+   batch:
+     1. each GPU scores the batch's rows with its factors alone (score_only; the first GPU adds
+        the linear terms);
+     2. NCCL gathers every GPU's parts on every GPU;
+     3. each GPU runs the rows kernel again, the score now the parts added up in GPU order (the
+        same bits everywhere): losses, dL/ds, and its factors' gradient sums, as one GPU does;
+     4. FwFM: R's gradient adds a dot product over the factors: every GPU's R sums are gathered
+        and added up in GPU order (mfm_train_r_total); row-wise AdaGrad: each block's squares
+        are added up over the GPUs by an all-reduce before the step;
+     5. each GPU steps its own coordinates, the first its w0, W and their line search.
+   What travels is a float per row and class (and R), not per feature touched: nothing waits
+   for the host between batches. Validation scores add up the GPUs' parts the same way; early
+   stopping's copy and the final download take each GPU's factors back into their places. */
+
+/* All GPUs' NCCL calls of one exchange, as a group; the first failure is kept. */
+#define MFM__NCCL_EACH(rc, what, call)                                          \
+    do {                                                                        \
+        int g_rc_ = mfm__cuda.nccl.ncclGroupStart(), k_;                        \
+        for (k_ = 0; k_ < g->n_ranks && g_rc_ == 0; k_++) {                     \
+            mfm__gpu_trainer *const t_ = g->ranks[k_];                          \
+            mfm__train_args *const a_ = &t_->a;                                 \
+            g_rc_ = (call);                                                     \
+        }                                                                       \
+        (rc) = mfm__cuda.nccl.ncclGroupEnd();                                   \
+        if (g_rc_ != 0) (rc) = g_rc_;                                           \
+        if (rc) nccl_step = (what);                                             \
+    } while (0)
+
+/* A batch's rows from order[start] on, for a GPU whose rows are resident (g->order[0] holds the
+   pass's order) or streamed (the chunk from order[chunk] on). */
+static void mfm__gpu_rows_at(mfm__gpu_trainer *g, uint64_t start, uint64_t chunk) {
+    g->a.offset_base = 0;
+    g->a.first = g->streaming ? start - chunk : 0;
+    g->a.rows = g->streaming ? 0 : g->order[0] + start * 8;
 }
 
-static mfm_status mfm__gpu_ranks_pass(mfm__gpu_trainer *g, const uint64_t *order, uint64_t n, const mfm__epoch_order *meanwhile, double *loss, double *weight,
-                                      mfm_error *err) {
-    const mfm_params *p = &g->m->params;
-    const int G = g->n_ranks, exact = p->deterministic;
-    const uint64_t batch = (uint64_t)p->batch_size, C = g->m->n_classes;
-    mfm__cu_ptr dlds[MFM_MAX_DEVICES], scores[MFM_MAX_DEVICES], row_loss[MFM_MAX_DEVICES], parts[MFM_MAX_DEVICES];
-    unsigned line_blocks = g->max_blocks;
+/* One batch of `rows` rows from order[start] (chunk: where the streamed rows' chunk starts) on
+   every GPU, steps 1 to 5 above; *rc gets NCCL's failure, and *failed what it was exchanging. */
+static mfm_status mfm__gpu_shards_batch(mfm__gpu_trainer *g, uint64_t start, uint64_t chunk, uint64_t rows, int *rc, const char **failed, mfm_error *err) {
+    const int G = g->n_ranks, exact = g->m->params.deterministic;
+    const uint64_t C = g->m->n_classes;
+    const char *nccl_step = "";
+    mfm_status st = MFM_OK;
+    int k;
+    for (k = 0; k < G && st == MFM_OK; k++) { /* 1. each GPU's part of the scores */
+        mfm__gpu_trainer *t = g->ranks[k];
+        mfm__train_args *a = &t->a;
+        const mfm__cu_ptr scores = a->scores;
+        mfm__gpu_rows_at(t, start, chunk);
+        a->n_batch = rows;
+        a->score_only = 1, a->r_shared = 0, a->scores = a->partials + (uint64_t)k * rows * C * 4;
+        st = mfm__rank_launch(t, t->dev->train_rows[exact][mfm__k_kernel((int)t->k)], mfm__gpu_row_blocks(t), 256, 0, "cuLaunchKernel (scoring the rows)", err);
+        a->score_only = 0, a->scores = scores;
+    }
+    if (st == MFM_OK) /* 2. */
+        MFM__NCCL_EACH(*rc, "the parts of the batch's scores",
+                       mfm__cuda.nccl.ncclAllGather((void *)(a_->partials + (uint64_t)k_ * rows * C * 4), (void *)a_->partials, (size_t)(rows * C), MFM__NCCL_FLOAT32, t_->comm,
+                                                    t_->stream));
+    for (k = 0; k < G && st == MFM_OK && *rc == 0; k++) { /* 3. */
+        mfm__cuda.cu.cuCtxSetCurrent(g->ranks[k]->dev->context);
+        st = mfm__gpu_batch_rows(g->ranks[k], err);
+    }
+    if (g->a.r_parts && st == MFM_OK && *rc == 0) { /* 4. */
+        const uint64_t sums = g->tab[MFM_TENSOR_R].n_blocks * C * (exact ? 4 : 1);
+        MFM__NCCL_EACH(*rc, "the sums of R", mfm__cuda.nccl.ncclAllGather((void *)a_->grad[MFM_TENSOR_R], (void *)a_->r_parts, (size_t)sums, MFM__NCCL_FLOAT32, t_->comm, t_->stream));
+        for (k = 0; k < G && st == MFM_OK && *rc == 0; k++)
+            st = mfm__rank_launch(g->ranks[k], g->ranks[k]->dev->r_total[exact], g->ranks[k]->max_blocks, 256, 0, "cuLaunchKernel (adding up the sums of R)", err);
+    }
+    if (g->a.rowwise_sq && st == MFM_OK && *rc == 0) {
+        for (k = 0; k < G && st == MFM_OK; k++) {
+            mfm__gpu_trainer *t = g->ranks[k];
+            t->a.rowwise_squares = 1;
+            st = mfm__rank_launch(t, t->apply, t->apply_blocks, 256, 0, "cuLaunchKernel (row-wise AdaGrad's squares)", err);
+            t->a.rowwise_squares = 0;
+        }
+        if (st == MFM_OK)
+            MFM__NCCL_EACH(*rc, "row-wise AdaGrad's squares",
+                           mfm__cuda.nccl.ncclAllReduce((void *)a_->rowwise_sq, (void *)a_->rowwise_sq, (size_t)(t_->tab[MFM_TENSOR_V].n_blocks * C), MFM__NCCL_FLOAT32,
+                                                        MFM__NCCL_SUM, t_->comm, t_->stream));
+    }
+    for (k = 0; k < G && st == MFM_OK && *rc == 0; k++) { /* 5. */
+        mfm__cuda.cu.cuCtxSetCurrent(g->ranks[k]->dev->context);
+        st = mfm__gpu_batch_step(g->ranks[k], err);
+    }
+    if (*rc) *failed = nccl_step;
+    return st;
+}
+
+static mfm_status mfm__gpu_shards_pass(mfm__gpu_trainer *g, const mfm_csr *d, const uint64_t *order, uint64_t n, const mfm__epoch_order *meanwhile, double *loss,
+                                       double *weight, mfm_error *err) {
+    const int G = g->n_ranks;
+    const uint64_t batch = (uint64_t)g->m->params.batch_size;
     const char *nccl_step = "";
     mfm__cu_context saved;
     mfm__cu_result r = 0;
     mfm_status st = MFM_OK;
     double totals[2] = {0, 0};
-    uint64_t start;
-    int k, rc = 0;
-    for (k = 0; k < G; k++) { /* the batch buffers' own places, restored at the end */
-        const mfm__gpu_trainer *t = g->ranks[k];
-        dlds[k] = t->a.dlds, scores[k] = t->a.scores, row_loss[k] = t->a.row_loss, parts[k] = t->a.line_parts;
-        if (t->max_blocks < line_blocks) line_blocks = t->max_blocks;
-    }
+    uint64_t start, next, end = 0, nnz = 0;
+    int k, i, rc = 0, streamer = -1; /* a GPU whose rows stream: its chunks (the same on every GPU that streams) */
     mfm__static_lock_take(&mfm__ranks_mutex);
     mfm__cuda.cu.cuCtxGetCurrent(&saved);
-    for (k = 0; k < G && st == MFM_OK; k++) { /* the order to every GPU, the epoch's loss to zero */
+    for (k = 0; k < G && st == MFM_OK; k++) { /* the order to every GPU whose rows are resident, the epoch's loss to zero */
         mfm__gpu_trainer *t = g->ranks[k];
         mfm__cuda.cu.cuCtxSetCurrent(t->dev->context);
+        if (t->streaming) streamer = k;
         if ((r = mfm__cuda.cu.cuMemsetD8Async(t->a.totals, 0, 2 * sizeof(double), t->stream)) != 0 ||
-            (r = mfm__cuda.cu.cuMemcpyHtoDAsync(t->order[0], order, (size_t)(n * 8), t->stream)) != 0)
+            (!t->streaming && (r = mfm__cuda.cu.cuMemcpyHtoDAsync(t->order[0], order, (size_t)(n * 8), t->stream)) != 0))
             st = mfm__rank_fail(t, r, "cuMemcpyHtoDAsync (the row order)", err);
     }
-    for (start = 0; start < n && st == MFM_OK && rc == 0; start += batch) {
-        const uint64_t rows = n - start < batch ? n - start : batch, part = (rows + (uint64_t)G - 1) / (uint64_t)G;
-        uint64_t n_f, n_r, packed;
-        /* 1. each GPU its part of the batch */
-        for (k = 0; k < G && st == MFM_OK; k++) {
-            mfm__gpu_trainer *t = g->ranks[k];
-            mfm__train_args *a = &t->a;
-            uint64_t lo, hi, need;
-            mfm__rank_part(k, part, rows, &lo, &hi);
-            need = (hi - lo + t->rows_per_block - 1) / t->rows_per_block;
-            mfm__cuda.cu.cuCtxSetCurrent(t->dev->context);
-            if (++t->stamp == 0) { /* wrapped: every mark must read as stale again */
-                if ((r = mfm__cuda.cu.cuMemsetD8Async(a->mark[0], 0, (size_t)(a->n_blocks[MFM_TENSOR_W] * 4), t->stream)) == 0 && a->mark[1])
-                    r = mfm__cuda.cu.cuMemsetD8Async(a->mark[1], 0, (size_t)(a->n_blocks[MFM_TENSOR_R] * 4), t->stream);
-                if (r) st = mfm__rank_fail(t, r, "cuMemsetD8Async (the touched marks)", err);
-                t->stamp = 1;
-            }
-            a->stamp = t->stamp;
-            a->parity = (uint32_t)(t->batches++ & 1);
-            a->score_only = 0, a->r_shared = t->r_shared, a->sweep = 1;
-            a->offset_base = a->first = 0;
-            a->rows = t->order[0] + (start + lo) * 8;
-            a->n_batch = hi - lo;
-            a->dlds = dlds[k] + lo * C * 4, a->scores = scores[k] + lo * C * 4, a->row_loss = row_loss[k] + lo * 16;
-            if (st == MFM_OK)
-                st = mfm__rank_launch(t, t->dev->train_rows[exact][mfm__k_kernel(g->m->k)], need < t->max_blocks ? (unsigned)need : t->max_blocks, 256, t->r_shared,
-                                     "cuLaunchKernel (training rows)", err);
-        }
-        if (st != MFM_OK) break;
-        /* 2. the stamps to GPU 0, every part's dL/ds and losses to every GPU */
-        MFM__NCCL_GROUP(rc, "the touched marks, dL/ds and losses of every part", {
-            const mfm__train_args *a = &t_->a;
-            g_rc_ = mfm__cuda.nccl.ncclReduce((void *)a->mark[0], (void *)a->mark[0], (size_t)a->n_blocks[MFM_TENSOR_W], MFM__NCCL_UINT32, MFM__NCCL_MAX, 0, t_->comm, t_->stream);
-            if (g_rc_ == 0 && a->mark[1])
-                g_rc_ = mfm__cuda.nccl.ncclReduce((void *)a->mark[1], (void *)a->mark[1], (size_t)a->n_blocks[MFM_TENSOR_R], MFM__NCCL_UINT32, MFM__NCCL_MAX, 0, t_->comm, t_->stream);
-            if (g_rc_ == 0)
-                g_rc_ = mfm__cuda.nccl.ncclAllGather((void *)(dlds[k_] + (uint64_t)k_ * part * C * 4), (void *)dlds[k_], (size_t)(part * C), MFM__NCCL_FLOAT32, t_->comm, t_->stream);
-            if (g_rc_ == 0)
-                g_rc_ = mfm__cuda.nccl.ncclAllGather((void *)(row_loss[k_] + (uint64_t)k_ * part * 16), (void *)row_loss[k_], (size_t)(part * 2), MFM__NCCL_FLOAT64, t_->comm,
-                                                     t_->stream);
-        });
-        if (rc) break;
-        /* 3. GPU 0 lists the union; its lists and counts go to every GPU */
-        st = mfm__rank_launch(g, g->dev->train_list, g->max_blocks, 256, 0, "cuLaunchKernel (listing the touched features)", err);
-        if (st == MFM_OK && ((r = mfm__cuda.cu.cuMemcpyDtoHAsync(g->listed, g->a.count + 16 * g->a.parity, 16, g->stream)) != 0 ||
-                             (r = mfm__cuda.cu.cuStreamSynchronize(g->stream)) != 0))
-            st = mfm__rank_fail(g, r, "reading how many coordinates the batch touched", err);
-        if (st != MFM_OK) break;
-        n_f = g->listed[0], n_r = g->listed[1];
-        packed = n_f * g->packed_per_feature + n_r * C;
-        MFM__NCCL_GROUP(rc, "the first GPU's list of touched coordinates", {
-            const mfm__train_args *a = &t_->a;
-            g_rc_ = mfm__cuda.nccl.ncclBroadcast((void *)a->list[0], (void *)a->list[0], (size_t)n_f, MFM__NCCL_UINT64, 0, t_->comm, t_->stream);
-            if (g_rc_ == 0 && n_r) g_rc_ = mfm__cuda.nccl.ncclBroadcast((void *)a->list[1], (void *)a->list[1], (size_t)n_r, MFM__NCCL_UINT64, 0, t_->comm, t_->stream);
-            if (g_rc_ == 0)
-                g_rc_ = mfm__cuda.nccl.ncclBroadcast((void *)(a->count + 16 * a->parity), (void *)(a->count + 16 * a->parity), 2, MFM__NCCL_UINT64, 0, t_->comm, t_->stream);
-        });
-        if (rc) break;
-        /* 4. the listed sums packed, added up across the GPUs, unpacked */
+    for (i = 0, next = 0; next < n && st == MFM_OK && rc == 0; i++, next = end) { /* chunks of streamed rows (mfm__gpu_fit_pass); one where none streams */
+        end = streamer < 0 ? n : mfm__gpu_chunk_end(g->ranks[streamer], d, order, next, n, &nnz);
         for (k = 0; k < G && st == MFM_OK; k++)
-            st = mfm__rank_launch(g->ranks[k], g->ranks[k]->dev->train_pack[0][exact], g->ranks[k]->max_blocks, 256, 0, "cuLaunchKernel (packing the sums)", err);
-        if (st != MFM_OK) break;
-        MFM__NCCL_GROUP(rc, "the all-reduce of the packed gradient sums", {
-            const mfm__train_args *a = &t_->a;
-            g_rc_ = mfm__cuda.nccl.ncclAllReduce((void *)a->packed, (void *)a->packed, (size_t)(exact ? 2 * packed : packed), exact ? MFM__NCCL_UINT64 : MFM__NCCL_FLOAT32,
-                                                 MFM__NCCL_SUM, t_->comm, t_->stream);
-            if (g_rc_ == 0 && a->packed_fields)
-                g_rc_ = mfm__cuda.nccl.ncclAllReduce((void *)a->packed_fields, (void *)a->packed_fields, (size_t)(n_f * g->m->n_fields), MFM__NCCL_UINT8, MFM__NCCL_MAX,
-                                                     t_->comm, t_->stream);
-        });
-        if (rc) break;
-        /* 5. every GPU steps the same coordinates by the same sums */
-        for (k = 0; k < G && st == MFM_OK; k++) {
-            mfm__gpu_trainer *t = g->ranks[k];
-            mfm__train_args *a = &t->a;
-            st = mfm__rank_launch(t, t->dev->train_pack[1][exact], t->max_blocks, 256, 0, "cuLaunchKernel (unpacking the sums)", err);
-            a->n_batch = rows, a->dlds = dlds[k], a->row_loss = row_loss[k], a->rows = t->order[0] + start * 8;
-            if (st == MFM_OK) st = mfm__rank_launch(t, t->apply, t->apply_blocks, 256, 0, "cuLaunchKernel (optimizer steps)", err);
-            if (st == MFM_OK && a->line) { /* the line search's slopes and curvatures of this GPU's part, in its place among the parts */
-                uint64_t lo, hi, need;
-                mfm__rank_part(k, part, rows, &lo, &hi);
-                need = (hi - lo + 255) / 256;
-                a->n_batch = hi - lo, a->rows = t->order[0] + (start + lo) * 8;
-                a->dlds = dlds[k] + lo * C * 4, a->scores = scores[k] + lo * C * 4;
-                a->line_parts = parts[k] + (uint64_t)k * line_blocks * 16;
-                a->line_blocks = need < line_blocks ? (uint32_t)need : line_blocks;
-                if ((r = mfm__cuda.cu.cuMemsetD8Async(parts[k], 0, (size_t)G * line_blocks * 16, t->stream)) != 0)
-                    st = mfm__rank_fail(t, r, "cuMemsetD8Async (the line search's parts)", err);
-                if (st == MFM_OK) st = mfm__rank_launch(t, t->dev->line[0], a->line_blocks, 256, 0, "cuLaunchKernel (the linear terms' line search)", err);
+            if (g->ranks[k]->streaming) {
+                mfm__cuda.cu.cuCtxSetCurrent(g->ranks[k]->dev->context);
+                st = mfm__gpu_chunk_send(g->ranks[k], d, order, next, end, nnz, i & 1, i >= 2, err);
             }
-        }
-        if (st != MFM_OK || !g->a.line) continue;
-        MFM__NCCL_GROUP(rc, "the line search's slopes and curvatures", {
-            g_rc_ = mfm__cuda.nccl.ncclAllGather((void *)(parts[k_] + (uint64_t)k_ * line_blocks * 16), (void *)parts[k_], (size_t)line_blocks * 2, MFM__NCCL_FLOAT64,
-                                                 t_->comm, t_->stream);
-        });
-        for (k = 0; k < G && st == MFM_OK && rc == 0; k++) {
-            mfm__gpu_trainer *t = g->ranks[k];
-            t->a.line_parts = parts[k], t->a.line_blocks = (uint32_t)G * line_blocks;
-            st = mfm__rank_launch(t, t->dev->line[1], 1, 256, 0, "cuLaunchKernel (the linear terms' line search)", err);
-            if (st == MFM_OK) st = mfm__rank_launch(t, t->dev->line[2], t->max_blocks, 256, 0, "cuLaunchKernel (the linear terms' line search)", err);
-        }
-    }
-    for (k = 0; k < G; k++) { /* the batch buffers' own places again (the validation scores use them) */
-        mfm__train_args *a = &g->ranks[k]->a;
-        a->dlds = dlds[k], a->scores = scores[k], a->row_loss = row_loss[k], a->line_parts = parts[k];
+        for (start = next; start < end && st == MFM_OK && rc == 0; start += batch)
+            st = mfm__gpu_shards_batch(g, start, next, end - start < batch ? end - start : batch, &rc, &nccl_step, err);
+        for (k = 0; k < G && st == MFM_OK && rc == 0; k++) /* the chunk's buffers are free again once its batches are done */
+            if (g->ranks[k]->streaming && (r = mfm__cuda.cu.cuEventRecord(g->ranks[k]->consumed[i & 1], g->ranks[k]->stream)) != 0)
+                st = mfm__rank_fail(g->ranks[k], r, "cuEventRecord", err);
     }
     if (st == MFM_OK && rc) {
         char step[160];
@@ -11268,7 +11322,7 @@ static mfm_status mfm__gpu_ranks_pass(mfm__gpu_trainer *g, const uint64_t *order
     *weight = totals[1];
     return st;
 }
-#undef MFM__NCCL_GROUP
+#undef MFM__NCCL_EACH
 
 /* One pass over the rows order[0 .. n) (the CPU's batches); *loss and *weight get the sums of
    weight * loss and of weight over its rows. Once every batch is launched, and before waiting
@@ -11283,7 +11337,7 @@ static mfm_status mfm__gpu_fit_pass(mfm__gpu_trainer *g, const mfm_csr *d, const
     mfm_status st;
     double totals[2] = {0, 0};
     uint64_t start;
-    if (g->n_ranks > 1) return mfm__gpu_ranks_pass(g, order, n, meanwhile, loss, weight, err);
+    if (g->n_ranks > 1) return mfm__gpu_shards_pass(g, d, order, n, meanwhile, loss, weight, err);
     if ((st = mfm__gpu_enter(g->device, &dev, &saved, err)) != MFM_OK) return st;
     if ((r = mfm__cuda.cu.cuMemsetD8Async(a->totals, 0, 2 * sizeof(double), g->stream)) != 0) st = mfm__cu_fail(err, r, "cuMemsetD8Async");
     if (st == MFM_OK && !g->streaming) {
@@ -11295,58 +11349,21 @@ static mfm_status mfm__gpu_fit_pass(mfm__gpu_trainer *g, const mfm_csr *d, const
         for (start = 0; start < n && st == MFM_OK; start += batch) {
             a->rows = g->order[g->order_at] + start * 8;
             a->n_batch = n - start < batch ? n - start : batch;
-            st = mfm__gpu_batch(g, err);
+            if ((st = mfm__gpu_batch_rows(g, err)) == MFM_OK) st = mfm__gpu_batch_step(g, err);
         }
     }
     if (st == MFM_OK && g->streaming) { /* chunk i in set i & 1: gather, copy (stream `copy`), batches (stream `stream`) */
-        uint64_t next = 0;
-        int i, used[2] = {0, 0};
-        for (i = 0; next < n && st == MFM_OK; i++) {
-            const int b = i & 1;
-            uint64_t end = next, nnz = 0, q;
-            while (end < n) { /* whole batches while they fit */
-                const uint64_t stop = end + batch < n ? end + batch : n;
-                uint64_t add = 0;
-                for (q = end; q < stop; q++) add += d->row_offsets[order[q] + 1] - d->row_offsets[order[q]];
-                if (end > next && (stop - next > g->chunk_rows || nnz + add > g->chunk_nnz)) break;
-                nnz += add;
-                end = stop;
-            }
-            if (used[b] && (r = mfm__cuda.cu.cuEventSynchronize(g->copied[b])) != 0) { /* its pinned buffer is free again */
-                st = mfm__cu_fail(err, r, "cuEventSynchronize (streaming the rows)");
-                break;
-            }
-            mfm__gpu_gather(g, d, order + next, end - next, b);
-            { /* the arrays' filled parts: offsets, features, fields, values, labels, weights */
-                const size_t at[6] = {g->lay.offsets, g->lay.features, g->lay.fields, g->lay.values, g->lay.per_row[0], g->lay.per_row[1]};
-                const size_t bytes[6] = {(size_t)(end - next + 1) * 8, (size_t)nnz * 4, g->m->params.model != MFM_MODEL_FM ? (size_t)nnz * 4 : 0,
-                                         d->values ? (size_t)nnz * 4 : 0, (size_t)(end - next) * 4, d->weights ? (size_t)(end - next) * 4 : 0};
-                int k;
-                if (used[b]) r = mfm__cuda.cu.cuStreamWaitEvent(g->copy, g->consumed[b], 0); /* its device buffer is free again */
-                for (k = 0; k < 6 && r == 0; k++)
-                    if (bytes[k]) r = mfm__cuda.cu.cuMemcpyHtoDAsync(g->chunk[b] + at[k], g->host[b] + at[k], bytes[k], g->copy);
-                if (r == 0 && (r = mfm__cuda.cu.cuEventRecord(g->copied[b], g->copy)) == 0) r = mfm__cuda.cu.cuStreamWaitEvent(g->stream, g->copied[b], 0);
-                if (r != 0) {
-                    st = mfm__cu_fail(err, r, "streaming the rows to the GPU");
-                    break;
-                }
-            }
-            used[b] = 1;
-            a->rows = 0;
-            a->offset_base = 0;
-            a->offsets = g->chunk[b] + g->lay.offsets;
-            a->features = g->chunk[b] + g->lay.features;
-            a->fields = g->m->params.model != MFM_MODEL_FM ? g->chunk[b] + g->lay.fields : 0;
-            a->values = d->values ? g->chunk[b] + g->lay.values : 0;
-            a->labels = g->chunk[b] + g->lay.per_row[0];
-            a->weights = d->weights ? g->chunk[b] + g->lay.per_row[1] : 0;
+        uint64_t next = 0, end, nnz;
+        int i;
+        for (i = 0; next < n && st == MFM_OK; i++, next = end) {
+            end = mfm__gpu_chunk_end(g, d, order, next, n, &nnz);
+            st = mfm__gpu_chunk_send(g, d, order, next, end, nnz, i & 1, i >= 2, err);
             for (start = next; start < end && st == MFM_OK; start += batch) {
                 a->first = start - next;
                 a->n_batch = end - start < batch ? end - start : batch;
-                st = mfm__gpu_batch(g, err);
+                if ((st = mfm__gpu_batch_rows(g, err)) == MFM_OK) st = mfm__gpu_batch_step(g, err);
             }
-            if (st == MFM_OK && (r = mfm__cuda.cu.cuEventRecord(g->consumed[b], g->stream)) != 0) st = mfm__cu_fail(err, r, "cuEventRecord");
-            next = end;
+            if (st == MFM_OK && (r = mfm__cuda.cu.cuEventRecord(g->consumed[i & 1], g->stream)) != 0) st = mfm__cu_fail(err, r, "cuEventRecord");
         }
     }
     if (st == MFM_OK && meanwhile) {
@@ -11368,45 +11385,60 @@ static mfm_status mfm__gpu_fit_pass(mfm__gpu_trainer *g, const mfm_csr *d, const
     return st;
 }
 
-/* The early-stopping metric on the validation rows, scored on the device. */
+/* The early-stopping metric on the validation rows, scored on the device; shards (>>gpu-shards)
+   each score their part, added up in GPU order. */
 static mfm_status mfm__gpu_fit_metric(mfm__gpu_trainer *g, const mfm_csr *valid, double *metric, int *higher_better, mfm_error *err) {
-    mfm__train_args a = g->a;
+    const int G = g->n_ranks;
+    const uint64_t n = valid->n_rows * g->m->n_classes;
     mfm__cu_context saved;
     mfm__gpu_device *dev;
-    mfm__cu_result r;
+    mfm__cu_result r = 0;
     mfm_metrics met;
-    mfm_status st;
-    void *params[1];
-    const uint64_t need = (valid->n_rows + g->rows_per_block - 1) / g->rows_per_block;
-    if ((st = mfm__gpu_enter(g->device, &dev, &saved, err)) != MFM_OK) return st;
-    a.offsets = g->valid_offsets, a.features = g->valid_features, a.fields = g->valid_fields, a.values = g->valid_values;
-    a.rows = 0, a.first = 0, a.offset_base = 0, a.n_batch = valid->n_rows, a.score_only = 1, a.r_shared = 0;
-    params[0] = &a;
-    if ((r = mfm__cuda.cu.cuLaunchKernel(dev->train_rows[0][mfm__k_kernel(g->m->k)], need < g->max_blocks ? (unsigned)need : g->max_blocks, 1, 1, 256, 1, 1, 0, g->stream, params, NULL)) != 0 ||
-        (r = mfm__cuda.cu.cuMemcpyDtoHAsync(g->valid_scores, a.scores, (size_t)(valid->n_rows * a.n_classes * 4), g->stream)) != 0 ||
-        (r = mfm__cuda.cu.cuStreamSynchronize(g->stream)) != 0)
-        st = mfm__cu_fail(err, r, "scoring the validation rows on the GPU");
-    mfm__gpu_leave(saved);
+    mfm_status st = MFM_OK;
+    uint64_t i;
+    int k;
+    for (k = 0; k < G && st == MFM_OK && r == 0; k++) {
+        mfm__gpu_trainer *t = k ? g->ranks[k] : g;
+        mfm__train_args a = t->a;
+        void *params[1];
+        const uint64_t need = (valid->n_rows + t->rows_per_block - 1) / t->rows_per_block;
+        if ((st = mfm__gpu_enter(t->device, &dev, &saved, err)) != MFM_OK) break;
+        a.offsets = t->valid_offsets, a.features = t->valid_features, a.fields = t->valid_fields, a.values = t->valid_values;
+        a.rows = 0, a.first = 0, a.offset_base = 0, a.n_batch = valid->n_rows, a.score_only = 1, a.r_shared = 0;
+        params[0] = &a;
+        if ((r = mfm__cuda.cu.cuLaunchKernel(dev->train_rows[0][mfm__k_kernel((int)t->k)], need < t->max_blocks ? (unsigned)need : t->max_blocks, 1, 1, 256, 1, 1, 0, t->stream, params,
+                                             NULL)) == 0 &&
+            (r = mfm__cuda.cu.cuMemcpyDtoHAsync(t->valid_scores, a.scores, (size_t)(n * 4), t->stream)) == 0)
+            r = mfm__cuda.cu.cuStreamSynchronize(t->stream);
+        if (r) st = mfm__rank_fail(t, r, "scoring the validation rows on the GPU", err);
+        mfm__gpu_leave(saved);
+    }
+    for (k = 1; k < G && st == MFM_OK; k++)
+        for (i = 0; i < n; i++) g->valid_scores[i] += g->ranks[k]->valid_scores[i];
     if (st == MFM_OK && (st = mfm__score_metrics(g->m, valid, g->valid_scores, &met, err)) == MFM_OK) *metric = mfm_metrics_value(&met, g->m->params.metric, higher_better);
     return st;
 }
 
 /* KEEP_BEST: the tables as they are now become the best epoch's (a device copy, allocated on
    first use); RETURN_LAST and RETURN_BEST: the tables, or the best epoch's, back into the host
-   model. */
+   model. Shards (>>gpu-shards): each GPU its own, its factors back into their places. */
 static mfm_status mfm__gpu_fit_tables(mfm__gpu_trainer *g, int where, mfm_error *err) {
     mfm__cu_context saved;
     mfm__gpu_device *dev;
     mfm__cu_result r = 0;
     mfm_status st;
     int t;
+    if (g->n_ranks > 1 && g->rank == 0) {
+        for (t = 1, st = mfm__gpu_fit_tables(g->ranks[1], where, err); t + 1 < g->n_ranks && st == MFM_OK; t++) st = mfm__gpu_fit_tables(g->ranks[t + 1], where, err);
+        if (st != MFM_OK) return st;
+    }
     if ((st = mfm__gpu_enter(g->device, &dev, &saved, err)) != MFM_OK) return st;
     if (where != MFM__KEEP_BEST) r = mfm__cuda.cu.cuStreamSynchronize(g->stream); /* the copies below wait for no stream */
     for (t = 0; t < MFM_TENSOR_COUNT && st == MFM_OK && r == 0; t++) {
-        const size_t bytes = (size_t)mfm__gpu_table_bytes(g->m, t);
+        const size_t bytes = (size_t)mfm__gpu_table_bytes(g, t);
         if (!g->a.table[t] || !bytes) continue; /* a guest's blocks come with its host's */
         if (where != MFM__KEEP_BEST)
-            st = mfm__gpu_table_copy(g->m, t, where == MFM__RETURN_BEST ? g->best[t] : g->a.table[t], 0, err);
+            st = mfm__gpu_table_copy(g, t, where == MFM__RETURN_BEST ? g->best[t] : g->a.table[t], 0, err);
         else if (g->best[t] || (st = mfm__gpu_take(g, &g->best[t], bytes, "the best epoch's parameters (early stopping)", err)) == MFM_OK)
             r = mfm__cuda.cu.cuMemcpyDtoDAsync(g->best[t], g->a.table[t], bytes, g->stream);
     }

@@ -12,7 +12,8 @@
    3. with a GPU: uploads the model and the data once (a resident model) and predicts with
       nothing but the outputs crossing the bus, then checks the answers against the CPU's
    4. with two GPUs or more and NCCL (libnccl.so.2, found at run time like the driver): trains
-      the same model on all of them at once (params.n_devices), each batch shared out
+      the same model on all of them at once (params.n_devices), each GPU holding a share of
+      every vector's k factors
 */
 #define MODERN_FM_IMPLEMENTATION /* in exactly one file of a program, before the include */
 #include "modern_fm.h"
@@ -141,12 +142,13 @@ int main(void) {
         printf("no resident model without a GPU; the CPU did the work: ok\n");
     mfm_model_free(model);
 
-    /* 4. Several GPUs share each batch and take the steps one GPU would take (the same model,
-          up to the order of float additions); mfm_evaluate then shares the rows out too. */
+    /* 4. Several GPUs each hold a share of the k factors (so at most k GPUs), score every row
+          together and take the steps one GPU would take (the same model, up to the order of
+          float additions); mfm_evaluate then shares the rows out. */
     if (have_gpu && mfm_cuda_get_info(0, &info, &e) == MFM_OK && info.n_devices >= 2 && info.nccl_version) {
         mfm_metrics on_all = {0};
         p.backend = MFM_BACKEND_CUDA;
-        p.n_devices = info.n_devices < MFM_MAX_DEVICES ? info.n_devices : MFM_MAX_DEVICES; /* p.devices NULL: GPUs 0, 1, ... */
+        p.n_devices = info.n_devices < p.k ? info.n_devices : p.k; /* p.devices NULL: GPUs 0, 1, ... */
         if (mfm_train(&p, &train.view, &model, &e) != MFM_OK || mfm_evaluate(model, &test.view, &on_all, &e) != MFM_OK) {
             printf("training on %d GPUs failed: %s\n", p.n_devices, e.message);
             ok = 0;

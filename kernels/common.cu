@@ -64,7 +64,8 @@ __device__ mfm_row mfm_row_at(const A &a, mfm_u64 r, mfm_u32 lane, unsigned mask
     for (mfm_u64 r = ((mfm_u64)blockIdx.x * blockDim.x + threadIdx.x) / a.group; r < (count); r += n_groups)
 
 /* <p, q> over k floats; K > 0 is k known at compile time (a multiple of 4: float4 loads).
-   K = 0 reads four at a time too where k is a multiple of 4 and p and q start on 16 bytes. */
+   K = 0 reads four at a time too where k is a multiple of 4 and p and q start on 16 bytes, and
+   two at a time where k is even and they start on 8. */
 template <int K>
 __device__ __forceinline__ float mfm_dot(const float *p, const float *q, mfm_u32 k) {
     float s = 0;
@@ -73,6 +74,12 @@ __device__ __forceinline__ float mfm_dot(const float *p, const float *q, mfm_u32
         for (mfm_u32 t = 0; t < (K > 0 ? K : k); t += 4) {
             const float4 x = *reinterpret_cast<const float4 *>(p + t), y = *reinterpret_cast<const float4 *>(q + t);
             s += x.x * y.x + x.y * y.y + x.z * y.z + x.w * y.w;
+        }
+    } else if (k % 2 == 0 && ((unsigned long long)p | (unsigned long long)q) % 8 == 0) {
+        for (mfm_u32 t = 0; t < k; t += 2) {
+            const float2 x = *reinterpret_cast<const float2 *>(p + t), y = *reinterpret_cast<const float2 *>(q + t);
+            s += x.x * y.x; /* in the one-at-a-time order */
+            s += x.y * y.y;
         }
     } else {
         for (mfm_u32 t = 0; t < k; t++) s += p[t] * q[t];

@@ -22,7 +22,10 @@
      exact   every contribution becomes a 128-bit fixed-point number in units of 2^-64 and is
              added with integer atomics. Integer sums do not depend on their order, so the sum
              is exact and the same every run; it is rounded once, when the step reads it.
-   With score_only the rows kernel writes the scores and nothing else (validation rows).
+   With score_only the rows kernel writes the scores and nothing else (validation rows). Where
+   several GPUs each hold a shard of the factors (shards > 1), it runs twice a batch: score_only
+   for the shard's part of each score, then, once NCCL has gathered every shard's parts, with
+   the whole scores added up from them.
    Where a batch touches many features (`sweep`, the host's choice), the rows kernel only
    stamps them, and mfm_train_list lists them afterwards from a sweep of the stamps, a few
    thousand ids at a time in id order: the step then walks the tables from low addresses to
@@ -82,8 +85,9 @@ struct mfm_train_args {
     double *line_delta;          /* line: n_batch x C, how much those steps move each row's scores */
     double *line_alpha;          /* line: the fraction of them the batch takes */
     double *line_parts;          /* line: per block of mfm_train_line_delta, its rows' slopes and curvatures */
-    void *packed;                /* ranks: the listed coordinates' sums side by side, for NCCL (mfm_train_pack) */
-    unsigned char *packed_fields; /* ranks, FFM: a byte per listed feature and field, its field mask's bit */
+    const float *partials;       /* shards: every shard's part of the batch's scores, [shard][n_batch x C], gathered */
+    void *r_parts;               /* shards, FwFM: every shard's sums of R, [shard][its grad[MFM_R]], gathered */
+    float *rowwise_sq;           /* shards, row-wise AdaGrad: per block of V (all classes) its gradient's squares, summed over the shards */
     mfm_u64 first, n_batch, offset_base;
     mfm_u64 n_blocks[4];         /* per class */
     double beta1, beta2, eps;    /* Adam */
@@ -95,9 +99,10 @@ struct mfm_train_args {
     mfm_u32 sweep;               /* the features are listed by mfm_train_list, not on their first touch */
     mfm_u32 line_blocks;         /* line: the blocks mfm_train_line_delta runs in */
     mfm_u32 gather, chunk;       /* deterministic FFM: the pairs' sums are gathered by feature (the top of this file), in chunks of `chunk` non-zeros */
+    mfm_u32 shards, k_all;       /* GPUs that each hold k of the model's k_all factors (modern_fm.h, >>gpu-shards); 1 on one GPU */
     int model, task, optimizer, linear_only, pairs_only, normalize, score_only;
     int line;                    /* AdaGrad at batch_size > 1: the linear terms' squares and line search (mfm_train_line_*) */
-    int ranks;                   /* GPUs sharing the batch (modern_fm.h, >>gpu-ranks): above 1, R's entries are only stamped too */
+    int rowwise_squares;         /* shards, row-wise AdaGrad: the step kernel only writes V's squares into rowwise_sq */
 };
 
 /* ---- the two kinds of gradient sums ---- */
@@ -200,6 +205,20 @@ __device__ __forceinline__ void mfm_add4(const mfm_sums &s, mfm_u64 i, float4 v)
     }
 }
 
+/* Two consecutive sums from i (even) receive v: fast sums with one vector atomic from sm_90 on
+   (a shard of two factors, >>gpu-shards, adds as many atomics a block as one GPU's float4). */
+template <bool EXACT>
+__device__ __forceinline__ void mfm_add2(const mfm_sums &s, mfm_u64 i, float2 v) {
+#if __CUDA_ARCH__ >= 900
+    if (!EXACT) {
+        atomicAdd(reinterpret_cast<float2 *>(static_cast<float *>(s.at) + i), v);
+        return;
+    }
+#endif
+    mfm_add<EXACT>(s, i, v.x);
+    mfm_add<EXACT>(s, i + 1, v.y);
+}
+
 /* Sum i of s, read; mfm_take also sets it back to zero for the next batch. */
 template <bool EXACT>
 __device__ __forceinline__ float mfm_peek(const mfm_sums &s, mfm_u64 i) {
@@ -283,7 +302,7 @@ __device__ __forceinline__ mfm_sums mfm_sums_sq(const mfm_train_args &a) {
    that every first touch of the batch goes to. A sweep's features are only stamped. */
 __device__ __forceinline__ void mfm_touch(const mfm_train_args &a, int what, mfm_u64 x) {
     mfm_u32 *m = a.mark[what] + x;
-    if ((what == MFM_FEATURES && a.sweep) || a.ranks > 1) { /* every lane that stores here stores the same stamp */
+    if (what == MFM_FEATURES && a.sweep) { /* every lane that stores here stores the same stamp */
         if (*m != a.stamp) *m = a.stamp;
         return;
     }
@@ -527,6 +546,11 @@ __device__ void mfm_train_gradients(const mfm_train_args &a, mfm_u32 c, const mf
                 mfm_add4<EXACT>(mfm_sums_of(a, MFM_V), sums + sa * k + t, make_float4(coef * y.x, coef * y.y, coef * y.z, coef * y.w));
                 mfm_add4<EXACT>(mfm_sums_of(a, MFM_V), sums + sb * k + t, make_float4(coef * x.x, coef * x.y, coef * x.z, coef * x.w));
             }
+            for (; k % 2 == 0 && t < k; t += 2) { /* and of k = 2n floats on 8 */
+                const float2 x = *reinterpret_cast<const float2 *>(va + t), y = *reinterpret_cast<const float2 *>(vb + t);
+                mfm_add2<EXACT>(mfm_sums_of(a, MFM_V), sums + sa * k + t, make_float2(coef * y.x, coef * y.y));
+                mfm_add2<EXACT>(mfm_sums_of(a, MFM_V), sums + sb * k + t, make_float2(coef * x.x, coef * x.y));
+            }
             for (; t < k; t++) {
                 mfm_add<EXACT>(mfm_sums_of(a, MFM_V), sums + sa * k + t, coef * vb[t]);
                 mfm_add<EXACT>(mfm_sums_of(a, MFM_V), sums + sb * k + t, coef * va[t]);
@@ -551,7 +575,13 @@ __device__ void mfm_train_rows(const mfm_train_args &a) {
             const mfm_u64 r = a.rows ? a.rows[q] : a.first + q;
             const mfm_row row = mfm_row_at(a, r, lane, mask);
             for (mfm_u32 c = 0; c < C; c++) {
-                const float s = mfm_train_score<K>(a, c, row, q, lane, mask);
+                float s = 0;
+                if (a.shards == 1 || a.score_only || (a.model == MFM_FM && !a.linear_only)) /* FM's gradients want its sums */
+                    s = mfm_train_score<K>(a, c, row, q, lane, mask);
+                if (a.shards > 1 && !a.score_only) { /* the shards' parts, added in shard order: every shard the same score */
+                    s = a.partials[q * C + c];
+                    for (mfm_u32 part = 1; part < a.shards; part++) s += a.partials[(part * a.n_batch + q) * C + c];
+                }
                 if (lane == 0) a.scores[q * C + c] = s;
             }
             if (a.score_only) continue;
@@ -581,8 +611,7 @@ __device__ void mfm_train_rows(const mfm_train_args &a) {
 
 /* The features stamped by this batch into the list: a block takes 2048 features at a time,
    eight a thread, lists them in id order and takes their places with one atomic (one atomic a
-   warp queued 31,000 on the counter, 27 us a batch); the blocks' turns come about in id order.
-   Where several GPUs share the batch (ranks), the entries of R are listed the same way. */
+   warp queued 31,000 on the counter, 27 us a batch); the blocks' turns come about in id order. */
 __device__ void mfm_list_stamped(const mfm_train_args &a, int what, mfm_u64 n) {
     __shared__ mfm_u32 warp_at[8];
     __shared__ mfm_u64 block_at;
@@ -624,78 +653,38 @@ __device__ void mfm_list_stamped(const mfm_train_args &a, int what, mfm_u64 n) {
 
 extern "C" __global__ void __launch_bounds__(256) mfm_train_list(const mfm_train_args a) {
     mfm_list_stamped(a, MFM_FEATURES, a.n_blocks[MFM_W]);
-    if (a.ranks > 1 && a.mark[MFM_PAIRS]) mfm_list_stamped(a, MFM_PAIRS, a.n_blocks[MFM_R]);
 }
 
-/* ---- several GPUs: the listed coordinates' sums packed for NCCL, and back ---- */
+/* ---- several GPUs, each a shard of the factors: FwFM's R sums added up ---- */
 
-/* GPUs that share a batch (modern_fm.h, >>gpu-ranks) all step the same list, the first GPU's.
-   Each packs its sums of the listed coordinates side by side, NCCL adds the packs up, and each
-   unpacks the totals into its sums, so that every GPU steps the same coordinates by the same
-   sums. A warp takes a listed feature and class at a time: its record is w's sum, W's square
-   (line), then its v's sums (FFM: its n_fields blocks), contiguous in the sums table, so that
-   the lanes copy them side by side; then a record of one sum per listed entry of R and class.
-   Fast sums are floats; exact sums travel as two words whose plain integer sum over GPUs keeps
-   every carry: the value's low 58 bits, and the rest (x = hi 2^58 + lo), so that sixteen GPUs
-   add up without overflowing either. FFM's field masks travel as a byte per field, added up
-   by maximum. */
+/* Each shard's R sums come from its own factors (modern_fm.h, >>gpu-shards); NCCL gathers all
+   of them on every shard, and this adds them up in shard order (exact sums as 128-bit
+   integers), so that every shard steps R by the same totals and the copies of R stay equal. */
 template <bool EXACT>
-__device__ __forceinline__ void mfm_pack_one(const mfm_sums &s, mfm_u64 at, void *packed, mfm_u64 e, bool back) {
-    if (!EXACT) {
-        float *const sum = static_cast<float *>(s.at) + at, *const p = static_cast<float *>(packed) + e;
-        if (back) *sum = *p;
-        else *p = *sum;
-        return;
-    }
-    mfm_u64 *const lo = static_cast<mfm_u64 *>(s.at) + at, *const hi = lo + s.n, *const p = static_cast<mfm_u64 *>(packed) + 2 * e;
-    if (back) { /* x = p1 2^58 + p0: p1 2^58 as 128 bits, then p0 added with its carry */
-        const mfm_u64 p0 = p[0], p1 = p[1], l = (p1 << 58) + p0;
-        *hi = (mfm_u64)((long long)p1 >> 6) + (l < p0);
-        *lo = l;
-    } else {
-        p[0] = *lo & ((1ull << 58) - 1);
-        p[1] = *hi << 6 | *lo >> 58;
-    }
-}
-
-template <bool EXACT>
-__device__ void mfm_train_pack(const mfm_train_args &a, bool back) {
-    const mfm_u32 C = a.n_classes, lane = threadIdx.x & 31u;
-    const mfm_u64 n_f = a.count[2 * a.parity + MFM_FEATURES], n_r = a.count[2 * a.parity + MFM_PAIRS];
-    const bool ffm = a.model == MFM_FFM;
-    const mfm_u64 span = a.linear_only ? 0 : (mfm_u64)a.len[MFM_V] * (ffm ? a.n_fields : 1), record = 1 + (a.line ? 1 : 0) + span;
-    const mfm_u64 warps = (mfm_u64)gridDim.x * blockDim.x / 32, first = ((mfm_u64)blockIdx.x * blockDim.x + threadIdx.x) / 32;
-    const mfm_sums w = mfm_sums_of(a, MFM_W), v = mfm_sums_of(a, MFM_V), r = mfm_sums_of(a, MFM_R), sq = mfm_sums_sq(a);
-    for (mfm_u64 item = first; item < n_f * C; item += warps) {
-        const mfm_u64 f = a.list[MFM_FEATURES][item / C], e = item * record;
-        const mfm_u32 c = (mfm_u32)(item % C);
-        if (lane == 0) mfm_pack_one<EXACT>(w, mfm_grad_at(a, MFM_W, c, f, 0), a.packed, e, back);
-        if (lane == 1 && a.line) mfm_pack_one<EXACT>(sq, mfm_grad_at(a, MFM_W, c, f, 0), a.packed, e + 1, back);
-        const mfm_u64 v_at = mfm_grad_at(a, MFM_V, c, ffm ? f * a.n_fields : f, 0), v_e = e + record - span;
-        for (mfm_u64 j = lane; j < span; j += 32) mfm_pack_one<EXACT>(v, v_at + j, a.packed, v_e + j, back);
-        if (a.packed_fields && c == 0) { /* FFM: the field mask, a byte a field */
-            mfm_u64 *const words = a.field_mask + f * a.mask_words;
-            unsigned char *const bytes = a.packed_fields + (item / C) * a.n_fields;
-            if (!back) {
-                for (mfm_u32 g = lane; g < a.n_fields; g += 32) bytes[g] = (unsigned char)(words[g / 64] >> (g % 64) & 1);
-            } else {
-                for (mfm_u32 word = lane; word < a.mask_words; word += 32) { /* a lane a word: its fields' bytes */
-                    mfm_u64 bits = 0;
-                    for (mfm_u32 u = 0; u < 64 && word * 64 + u < a.n_fields; u++) bits |= (mfm_u64)(bytes[word * 64 + u] != 0) << u;
-                    words[word] = bits;
-                }
+__device__ void mfm_train_r_total(const mfm_train_args &a) {
+    const mfm_sums r = mfm_sums_of(a, MFM_R);
+    const mfm_u64 n_threads = (mfm_u64)gridDim.x * blockDim.x;
+    for (mfm_u64 e = (mfm_u64)blockIdx.x * blockDim.x + threadIdx.x; e < r.n; e += n_threads) {
+        if (EXACT) {
+            const mfm_u64 *part = static_cast<const mfm_u64 *>(a.r_parts);
+            mfm_exact total = {0, 0};
+            for (mfm_u32 s = 0; s < a.shards; s++) {
+                const mfm_exact x = {part[2 * r.n * s + e], part[2 * r.n * s + r.n + e]};
+                mfm_exact_put(&total, x);
             }
+            static_cast<mfm_u64 *>(r.at)[e] = total.lo;
+            static_cast<mfm_u64 *>(r.at)[r.n + e] = total.hi;
+        } else {
+            const float *part = static_cast<const float *>(a.r_parts);
+            float total = part[e];
+            for (mfm_u32 s = 1; s < a.shards; s++) total += part[r.n * s + e];
+            static_cast<float *>(r.at)[e] = total;
         }
     }
-    const mfm_u64 r_first = n_f * C * record, n_threads = warps * 32;
-    for (mfm_u64 item = (mfm_u64)blockIdx.x * blockDim.x + threadIdx.x; item < n_r * C; item += n_threads)
-        mfm_pack_one<EXACT>(r, mfm_grad_at(a, MFM_R, (mfm_u32)(item % C), a.list[MFM_PAIRS][item / C], 0), a.packed, r_first + item, back);
 }
 
-extern "C" __global__ void __launch_bounds__(256) mfm_train_pack_fast(const mfm_train_args a) { mfm_train_pack<false>(a, false); }
-extern "C" __global__ void __launch_bounds__(256) mfm_train_pack_exact(const mfm_train_args a) { mfm_train_pack<true>(a, false); }
-extern "C" __global__ void __launch_bounds__(256) mfm_train_unpack_fast(const mfm_train_args a) { mfm_train_pack<false>(a, true); }
-extern "C" __global__ void __launch_bounds__(256) mfm_train_unpack_exact(const mfm_train_args a) { mfm_train_pack<true>(a, true); }
+extern "C" __global__ void __launch_bounds__(256) mfm_train_r_total_fast(const mfm_train_args a) { mfm_train_r_total<false>(a); }
+extern "C" __global__ void __launch_bounds__(256) mfm_train_r_total_exact(const mfm_train_args a) { mfm_train_r_total<true>(a); }
 
 /* ---- deterministic FFM: the pair sums gathered by feature ---- */
 
@@ -1002,7 +991,9 @@ __device__ __forceinline__ void mfm_line_step(const mfm_train_args &a, int t, fl
 /* Row-wise AdaGrad's step of a block of len > 1 values and its one accumulator (modern_fm.h,
    mfm__rowwise_adagrad): the squares summed in the CPU's order (lanes t mod 4, then the rest),
    the rate lr / sqrt(G + 1e-10) once, then each value's step; the sums read twice, taken the
-   second time. */
+   second time. Where shards hold the vector's factors (a.shards > 1), a first launch
+   (rowwise_squares) leaves each shard's squares in rowwise_sq, NCCL adds them up, and the step
+   takes their mean over all k_all factors. */
 template <bool EXACT>
 __device__ __forceinline__ void mfm_rowwise_step(const mfm_train_args &a, int t, float *blk, mfm_u32 len, mfm_u64 at, float rows) {
     const mfm_sums sums = mfm_sums_of(a, t);
@@ -1020,7 +1011,16 @@ __device__ __forceinline__ void mfm_rowwise_step(const mfm_train_args &a, int t,
         const float g = mfm_peek<EXACT>(sums, at + j) / rows + l2 * blk[j];
         squares = __fadd_rn(squares, __fmul_rn(g, g));
     }
-    blk[len] += squares * (1.0f / (float)len);
+    if (a.shards > 1) {
+        float *const total = a.rowwise_sq + at / len;
+        if (a.rowwise_squares) {
+            *total = squares;
+            return;
+        }
+        squares = *total;
+        *total = 0;
+    }
+    blk[len] += squares * (1.0f / (float)(a.shards > 1 ? a.k_all : len));
     const float rate = a.lr / sqrtf(blk[len] + 1e-10f);
     for (j = 0; j < len; j++) blk[j] -= (mfm_take<EXACT>(sums, at + j) / rows + l2 * blk[j]) * rate;
 }
@@ -1028,7 +1028,7 @@ __device__ __forceinline__ void mfm_rowwise_step(const mfm_train_args &a, int t,
 template <bool EXACT, int OPT, bool WIDE>
 __device__ __forceinline__ void mfm_step_block(const mfm_train_args &a, int t, mfm_u32 c, mfm_u64 b, float rows) {
     const mfm_u32 len = a.len[t];
-    if (OPT == MFM_ROWWISE && len > 1) {
+    if (OPT == MFM_ROWWISE && t == MFM_V && (len > 1 || a.shards > 1)) { /* a shard's len may be 1 */
         mfm_rowwise_step<EXACT>(a, t, mfm_block(a, t, c, b), len, mfm_grad_at(a, t, c, b, 0), rows);
         return;
     }
@@ -1180,6 +1180,8 @@ __device__ void mfm_train_apply(const mfm_train_args &a) {
     const mfm_u32 C = a.n_classes;
     const mfm_u64 *count = a.count + 2 * a.parity;
     const float rows = OPT == MFM_ADAGRAD || OPT == MFM_ROWWISE ? 1.0f : (float)a.n_batch; /* AdaGrad: the sum (modern_fm.h, MFM__BATCH_ROWS) */
+    const bool squares_only = OPT == MFM_ROWWISE && a.rowwise_squares; /* V's blocks' squares, no step (mfm_rowwise_step) */
+    if (squares_only && blockIdx.x <= C) return;
     if (blockIdx.x < C) { /* w0: pairs_only touches it with a zero gradient */
         const mfm_u32 c = blockIdx.x;
         const float *dlds = a.dlds;
@@ -1224,12 +1226,12 @@ __device__ void mfm_train_apply(const mfm_train_args &a) {
     for (; i - warp_lane < all.n; i += step) {
         const mfm_item later = mfm_item_find(a, all, i + 2 * step);
         mfm_item_look<EXACT, WIDE>(a, all, soon);
-        const bool go = mfm_item_block(a, now);
+        const bool go = mfm_item_block(a, now) && (!squares_only || now.t == MFM_V);
         if (go && EXACT && a.gather && now.t == MFM_V) /* the gather rounded them already */
             for (mfm_u32 c = 0; c < C; c++) mfm_step_block<false, OPT, WIDE>(a, now.t, c, now.b, rows);
         else if (go)
             for (mfm_u32 c = 0; c < C; c++) mfm_step_block<EXACT, OPT, WIDE>(a, now.t, c, now.b, rows);
-        if (all.ffm) mfm_clear_fields(now.word, go && now.word ? 1ull << (now.field % 64) : 0); /* for the next batch */
+        if (all.ffm && !squares_only) mfm_clear_fields(now.word, go && now.word ? 1ull << (now.field % 64) : 0); /* for the next batch */
         now = soon;
         soon = later;
     }

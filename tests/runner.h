@@ -201,6 +201,8 @@
     X(test_gpu_ranks_parity)                \
     X(test_gpu_ranks_deterministic)         \
     X(test_gpu_ranks_lifecycle)             \
+    X(test_gpu_ranks_model_larger_than_one) \
+    X(test_gpu_ranks_streaming)             \
     X(test_gpu_ranks_errors)                \
     X(test_gpu_ranks_predict)
 
