@@ -10807,7 +10807,7 @@ static mfm_status mfm__gpu_rank_start(mfm__gpu_trainer **out, mfm_model *m, int 
     a->shards = (uint32_t)n_ranks;
     a->k_all = (uint32_t)m->k;
     g->k = (uint32_t)m->k;
-    if (n_ranks > 1) { /* rank r's factors: an even share, the first k % n_ranks shards one more */
+    if (n_ranks > 1 && !p->linear_only) { /* rank r's factors: an even share, the first k % n_ranks shards one more */
         const uint32_t share = (uint32_t)m->k / (uint32_t)n_ranks, more = (uint32_t)m->k % (uint32_t)n_ranks, r = (uint32_t)rank;
         g->k = share + (r < more);
         g->first_factor = r * share + (r < more ? r : more);
@@ -11010,7 +11010,7 @@ static mfm_status mfm__gpu_fit_start(mfm__gpu_trainer **out, mfm_model *m, const
     for (r = 0; r < n; r++)
         if (p->devices[r] >= mfm__cuda.n_devices)
             return mfm__fail(err, MFM_ERR_CUDA_NO_DEVICE, "there is no CUDA device %d: this machine has %d (0 .. %d)", p->devices[r], mfm__cuda.n_devices, mfm__cuda.n_devices - 1);
-    if (!p->linear_only && m->k < n)
+    if (!p->linear_only && m->k < n) /* training only: prediction shares rows out, not factors */
         return mfm__fail(err, MFM_ERR_INVALID_PARAM, "params.k = %d factors cannot be shared out among %d GPUs (params.n_devices): each GPU holds at least one; train on %d GPUs or fewer",
                          m->k, n, m->k);
     if ((st = mfm__gpu_rank_start(out, m, p->devices[0], 0, n, d, n_train, valid, class_weights, info, 0, err)) != MFM_OK) return st;
