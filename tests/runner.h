@@ -203,6 +203,7 @@
     X(test_gpu_ranks_lifecycle)             \
     X(test_gpu_ranks_model_larger_than_one) \
     X(test_gpu_ranks_streaming)             \
+    X(test_gpu_ranks_linear_only)           \
     X(test_gpu_ranks_errors)                \
     X(test_gpu_ranks_predict)
 

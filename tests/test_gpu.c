@@ -1056,6 +1056,27 @@ void test_gpu_ranks_streaming(void) {
     }
 }
 
+/* A linear model has no factors to share out: every GPU keeps them all (whatever k is), and the
+   first trains w0 and w to the one GPU's scores. */
+void test_gpu_ranks_linear_only(void) {
+    int counts[2], n_counts = gpu_counts(counts), ic;
+    train_data t;
+    mfm_params p;
+    mfm_model *one;
+    if (!n_counts) return;
+    make_train_data(&t, 46, 500, 40, 5, MFM_TASK_BINARY);
+    memset(&p, 0, sizeof p);
+    p.model = MFM_MODEL_FFM, p.k = 1, p.linear_only = 1, p.batch_size = 16, p.n_epochs = 2, p.learning_rate = 0.1;
+    one = train_on(p, MFM_BACKEND_CUDA, &t.g.d);
+    for (ic = 0; ic < n_counts && one; ic++) {
+        mfm_model *many = train_on_gpus(p, counts[ic], &t.g.d);
+        if (many) CHECK(score_gap(one, many, &t.g.d) <= TRAIN_RTOL, "linear, k = 1 on %d GPUs: %.3g from one GPU", counts[ic], score_gap(one, many, &t.g.d));
+        mfm_model_free(many);
+    }
+    mfm_model_free(one);
+    free_train_data(&t);
+}
+
 /* Asking for GPUs the machine does not have, or one twice, is an error that names them. */
 void test_gpu_ranks_errors(void) {
     const int available = gpus_available();
