@@ -10715,7 +10715,7 @@ static mfm_status mfm__gpu_table_copy(const mfm__gpu_trainer *g, int t, mfm__cu_
     const mfm__table *host = &g->m->t[t], *tab = &g->tab[t];
     const uint32_t ds = mfm__gpu_stride(tab);
     const uint64_t blocks = tab->n_blocks * g->m->n_classes, per = ((uint64_t)4 << 20) / (4 * ds) + 1;
-    const int whole = g->first_factor == 0; /* the first shard, or the only GPU */
+    const int whole = g->rank == 0; /* the first shard, or the only GPU */
     mfm__cu_result r = 0;
     float *stage;
     uint64_t b, i;
@@ -10911,6 +10911,13 @@ static mfm_status mfm__gpu_rank_start(mfm__gpu_trainer **out, mfm_model *m, int 
         if (st == MFM_OK && !(g->valid_scores = (float *)mfm__alloc(valid->n_rows * C, sizeof(float))))
             st = mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for the validation scores");
     }
+    if (st == MFM_OK && n_ranks > 1) { /* before the rows take what is left: the shards' parts of the scores, of R's sums, of row-wise AdaGrad's squares */
+        st = mfm__gpu_take(g, &a->partials, (uint64_t)n_ranks * g->batch_rows * C * 4, "the shards' parts of a batch's scores", err);
+        if (st == MFM_OK && a->grad[MFM_TENSOR_R])
+            st = mfm__gpu_take(g, &a->r_parts, (uint64_t)n_ranks * g->tab[MFM_TENSOR_R].n_blocks * C * gsize, "the shards' sums of R", err);
+        if (st == MFM_OK && p->optimizer == MFM_OPTIMIZER_ROWWISE_ADAGRAD && !p->linear_only)
+            st = mfm__gpu_put(g, &a->rowwise_sq, NULL, g->tab[MFM_TENSOR_V].n_blocks * C * 4, "row-wise AdaGrad's squares, added up over the shards", err);
+    }
     /* the rows: resident when they fit (keeping 1/16 for the early-stopping copy and slack) */
     resident_bytes = (d->n_rows + 1) * 8 + nnz * 4 * (1 + (uint64_t)fields + (d->values != NULL)) + d->n_rows * 4 * (1 + (uint64_t)(d->weights != NULL)) + n_train * 8 * (ahead ? 2 : 1);
     if (st == MFM_OK && resident_bytes <= g->free_bytes - g->free_bytes / 16) {
@@ -10980,13 +10987,6 @@ static mfm_status mfm__gpu_rank_start(mfm__gpu_trainer **out, mfm_model *m, int 
     if (p->model == MFM_MODEL_FWFM && !p->linear_only) { /* R's sums through shared memory when they fit the 48 KB any launch may ask */
         const uint64_t FF = (uint64_t)m->n_fields * m->n_fields, bytes = (C * FF * gsize + 4 * FF + 7) & ~(uint64_t)7;
         if (bytes <= 48 * 1024) g->r_shared = (unsigned)bytes;
-    }
-    if (st == MFM_OK && n_ranks > 1) { /* every shard's part of a batch's scores; FwFM's R sums of every shard; row-wise AdaGrad's squares of V's blocks */
-        st = mfm__gpu_take(g, &a->partials, (uint64_t)n_ranks * g->batch_rows * C * 4, "the shards' parts of a batch's scores", err);
-        if (st == MFM_OK && a->grad[MFM_TENSOR_R])
-            st = mfm__gpu_take(g, &a->r_parts, (uint64_t)n_ranks * g->tab[MFM_TENSOR_R].n_blocks * C * gsize, "the shards' sums of R", err);
-        if (st == MFM_OK && p->optimizer == MFM_OPTIMIZER_ROWWISE_ADAGRAD && !p->linear_only)
-            st = mfm__gpu_put(g, &a->rowwise_sq, NULL, g->tab[MFM_TENSOR_V].n_blocks * C * 4, "row-wise AdaGrad's squares, added up over the shards", err);
     }
     mfm__gpu_leave(saved);
     return st;
@@ -11191,8 +11191,9 @@ static mfm__static_lock mfm__ranks_mutex = MFM__STATIC_LOCK_INIT;
         and added up in GPU order (mfm_train_r_total); row-wise AdaGrad: each block's squares
         are added up over the GPUs by an all-reduce before the step;
      5. each GPU steps its own coordinates, the first its w0, W and their line search.
-   What travels is a float per row and class (and R), not per feature touched: nothing waits
-   for the host between batches. Validation scores add up the GPUs' parts the same way; early
+   What travels is a float per row and class (and R's sums), not per feature touched; row-wise
+   AdaGrad adds a float per block of V (all of them, touched or not: its cost, docs/GPU.md).
+   Nothing waits for the host between batches. Validation scores add up the GPUs' parts the same way; early
    stopping's copy and the final download take each GPU's factors back into their places. */
 
 /* All GPUs' NCCL calls of one exchange, as a group; the first failure is kept. */

@@ -672,7 +672,7 @@ static int set_class_weight(const char *text, uint32_t n_classes, mfm_params *p,
     return 0;
 }
 
-/* --devices 0,1,...: the GPUs one training shares each batch among (list has MFM_MAX_DEVICES places). */
+/* --devices 0,1,...: the GPUs one training shares the factors among (list has MFM_MAX_DEVICES places). */
 static int set_devices(const char *text, mfm_params *p, int *list) {
     const char *c = text;
     char *end;
