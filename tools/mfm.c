@@ -331,7 +331,7 @@ static const option options[] = {
     OPTION_NAME(CMD_PREDICT, "--output", output, output_set, "(default: probabilities, regression: values)"),
     OPTION_NAME(CMD_TRAIN | CMD_PREDICT | CMD_EVAL, "--backend", backend, backend_set, "where training or prediction runs; cuda never falls back (cpu)"),
     OPTION_NUMBER(CMD_TRAIN | CMD_PREDICT | CMD_EVAL | CMD_GPU, NULL, "--device", OPT_INT, p.device, 0, 1024, 0, "N", "the CUDA device (0)"),
-    OPTION_TEXT(CMD_TRAIN, NULL, "--devices", devices, "LIST", "train on these GPUs together through NCCL, e.g. 0,1 (implies --backend cuda)"),
+    OPTION_TEXT(CMD_TRAIN, NULL, "--devices", devices, "LIST", "train on these GPUs together through NCCL, each holding a share of the k factors, e.g. 0,1 (at most k GPUs; implies --backend cuda)"),
     OPTION_FLAG(CMD_TRAIN, NULL, "--deterministic", p.deterministic, "CUDA training gives the same bits every run (a little slower)"),
     OPTION_NUMBER(CMD_TRAIN, NULL, "--gpu-memory", OPT_U64, p.gpu_memory_limit, 0, 0, 0, "BYTES", "most device memory CUDA training takes; rows beyond it stream (all free)"),
     OPTION_FLAG(CMD_CACHE, NULL, "--clear", clear, "remove every entry of the kernel cache"),
