@@ -8886,6 +8886,7 @@ enum { /* the driver's numbers for what gets its own sentence */
     X(ncclCommInitAll, "ncclCommInitAll", (mfm__nccl_comm * comms, int n, const int *devices))                        \
     X(ncclCommInitRank, "ncclCommInitRank", (mfm__nccl_comm * comm, int n, mfm__nccl_id id, int rank))                \
     X(ncclCommDestroy, "ncclCommDestroy", (mfm__nccl_comm comm))                                                       \
+    X(ncclCommAbort, "ncclCommAbort", (mfm__nccl_comm comm))                                                           \
     X(ncclGroupStart, "ncclGroupStart", (void))                                                                        \
     X(ncclGroupEnd, "ncclGroupEnd", (void))                                                                            \
     X(ncclAllReduce, "ncclAllReduce",                                                                                  \
@@ -11310,6 +11311,11 @@ static mfm_status mfm__gpu_shards_pass(mfm__gpu_trainer *g, const mfm_csr *d, co
         for (k = 1; k < G; k++) snprintf(step + strlen(step), sizeof step - strlen(step), "%s%d", k + 1 < G ? ", " : " and ", g->ranks[k]->device);
         st = mfm__nccl_fail(err, rc, step);
     }
+    if (rc) /* a group that failed may have queued its collectives on some GPUs only: those would wait for ever */
+        for (k = 0; k < G; k++) {
+            mfm__cuda.nccl.ncclCommAbort(g->ranks[k]->comm);
+            g->ranks[k]->comm = NULL;
+        }
     if (st == MFM_OK && meanwhile) mfm__make_order(meanwhile);
     mfm__cuda.cu.cuCtxSetCurrent(g->dev->context);
     if (st == MFM_OK && (r = mfm__cuda.cu.cuMemcpyDtoHAsync(totals, g->a.totals, sizeof totals, g->stream)) != 0) st = mfm__rank_fail(g, r, "training", err);
