@@ -10684,7 +10684,8 @@ static uint64_t mfm__gpu_table_bytes(const mfm__gpu_trainer *g, int t) {
    (up: into dev). V's block is the shard's factors of the host block, each state slot's too
    (row-wise AdaGrad's one accumulator whole), then W's block where W is V's guest on the device;
    other tables' blocks are the same floats. Down, only the first shard writes what every shard
-   holds alike (`whole`: W0, W, R and row-wise AdaGrad's accumulators). */
+   holds alike (`whole`: W0, W, R and row-wise AdaGrad's accumulators; the others' tables other
+   than V do not come down, mfm__gpu_table_copy). */
 static void mfm__gpu_block_copy(const mfm__gpu_trainer *g, int t, uint64_t bb, float *dev, int up, int whole) {
     const mfm__table *host = &g->m->t[t], *tab = &g->tab[t];
     const uint32_t slots = (uint32_t)g->m->n_slots;
@@ -10692,7 +10693,7 @@ static void mfm__gpu_block_copy(const mfm__gpu_trainer *g, int t, uint64_t bb, f
     uint32_t s;
 #define MFM__BLOCK_PART(host_at, dev_at, n) memcpy(up ? dev + (dev_at) : blk + (host_at), up ? blk + (host_at) : dev + (dev_at), (n) * sizeof(float))
     if (t != MFM_TENSOR_V) {
-        if (up || whole) MFM__BLOCK_PART(0, 0, tab->len + tab->state_len * (slots - 1));
+        MFM__BLOCK_PART(0, 0, tab->len + tab->state_len * (slots - 1));
         return;
     }
     for (s = 0; s < slots; s++) { /* the parameters, then each state slot */
@@ -11194,8 +11195,9 @@ static mfm__static_lock mfm__ranks_mutex = MFM__STATIC_LOCK_INIT;
      5. each GPU steps its own coordinates, the first its w0, W and their line search.
    What travels is a float per row and class (and R's sums), not per feature touched; row-wise
    AdaGrad adds a float per block of V (all of them, touched or not: its cost, docs/GPU.md).
-   Nothing waits for the host between batches. Validation scores add up the GPUs' parts the same way; early
-   stopping's copy and the final download take each GPU's factors back into their places. */
+   Nothing waits for the host between batches. Validation scores add up the GPUs' parts the
+   same way; early stopping's copy and the final download take each GPU's factors back into
+   their places. */
 
 /* All GPUs' NCCL calls of one exchange, as a group; the first failure is kept. */
 #define MFM__NCCL_EACH(rc, what, call)                                          \
@@ -11433,13 +11435,10 @@ static mfm_status mfm__gpu_fit_tables(mfm__gpu_trainer *g, int where, mfm_error 
     mfm__cu_context saved;
     mfm__gpu_device *dev;
     mfm__cu_result r = 0;
-    mfm_status st;
+    mfm_status st = MFM_OK;
     int t;
-    if (g->n_ranks > 1 && g->rank == 0) {
-        for (t = 1, st = mfm__gpu_fit_tables(g->ranks[1], where, err); t + 1 < g->n_ranks && st == MFM_OK; t++) st = mfm__gpu_fit_tables(g->ranks[t + 1], where, err);
-        if (st != MFM_OK) return st;
-    }
-    if ((st = mfm__gpu_enter(g->device, &dev, &saved, err)) != MFM_OK) return st;
+    for (t = 1; g->rank == 0 && t < g->n_ranks && st == MFM_OK; t++) st = mfm__gpu_fit_tables(g->ranks[t], where, err); /* the other shards first */
+    if (st != MFM_OK || (st = mfm__gpu_enter(g->device, &dev, &saved, err)) != MFM_OK) return st;
     if (where != MFM__KEEP_BEST) r = mfm__cuda.cu.cuStreamSynchronize(g->stream); /* the copies below wait for no stream */
     for (t = 0; t < MFM_TENSOR_COUNT && st == MFM_OK && r == 0; t++) {
         const size_t bytes = (size_t)mfm__gpu_table_bytes(g, t);
