@@ -2641,7 +2641,10 @@ MFMDEF mfm_status mfm_model_clone(const mfm_model *m, mfm_model **out, mfm_error
     int t;
     if (!m || !out) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_model_clone: the model or the output pointer is NULL");
     *out = NULL;
-    if ((st = mfm_model_create(&m->params, m->n_features, m->n_fields, m->n_classes, &c, err)) != MFM_OK) return st;
+    /* tables of the same shape, not drawn: every parameter is copied (a model opened for
+       prediction gives its parameters; the state starts as mfm_model_create's) */
+    if ((st = mfm__model_new(&m->params, m->n_features, m->n_fields, m->n_classes, 1 + mfm__state_slots(m->params.optimizer), 1, &c, err)) != MFM_OK) return st;
+    if (m->for_prediction && m->params.adagrad_init != 0) mfm__init_state(c);
     for (t = 0; t < MFM_TENSOR_COUNT; t++) {
         uint64_t b, nb = m->t[t].n_blocks * m->n_classes;
         if (!m->for_prediction) {

@@ -12,12 +12,14 @@
    GPU fast and deterministic (two epochs, the second timed), with the test logloss of each GPU run.
 
        gpu [--rows N] [--train-rows N] [--features N] [--shape criteo|avazu] [--predict | --train] [--quick]
-           [--model fm,ffm,fwfm] [--k N] [--batch N] [--optimizer NAME] [--gpu-only] [--gpus 1,2,4]
+           [--model fm,ffm,fwfm] [--k N] [--batch N] [--optimizer NAME] [--gpu-only] [--gpus 1,2,4] [--fast-only]
 
    --model (one or more, comma-separated), --k and --batch pick training cells; --optimizer trains
    with another optimizer than AdaGrad (rowwise-adagrad, sgd, adam, ftrl; the ceilings stay
    AdaGrad's); --gpu-only leaves the CPU column out (profiling); --gpus trains each cell on that
-   many GPUs (params.n_devices), side by side, fast and deterministic, instead (implies --train). */
+   many GPUs (params.n_devices), side by side, fast and deterministic, instead (implies --train);
+   --fast-only leaves its deterministic runs out. A run whose model does not fit the GPUs it names
+   prints why in its place (--features 16777216 --k 16 --model ffm: 126 GB on the device). */
 #define _POSIX_C_SOURCE 200809L
 #define MODERN_FM_IMPLEMENTATION
 #include "../modern_fm.h"
@@ -135,6 +137,7 @@ static void train_cell(const mfm_model *init, const mfm_csr *train, const mfm_cs
     mfm_params p = *mfm_model_params(init);
     mfm_metrics met = {0, NAN, NAN, NAN, NAN};
     mfm_error e;
+    mfm_status st;
     epoch_seen seen = {0, 0};
     double t;
     bench_check(mfm_model_clone(init, &m, &e), &e, "clone");
@@ -143,11 +146,18 @@ static void train_cell(const mfm_model *init, const mfm_csr *train, const mfm_cs
     p.on_epoch = see_epoch, p.user = &seen;
     bench_check(mfm_model_set_params(m, &p, &e), &e, "set params");
     t = bench_now();
-    bench_check(mfm_fit(m, train, &e), &e, backend == MFM_BACKEND_CUDA ? "GPU training" : "CPU training");
+    st = mfm_fit(m, train, &e);
     t = bench_now() - t;
+    *logloss = NAN;
+    if (st == MFM_ERR_OUT_OF_MEMORY && backend == MFM_BACKEND_CUDA) { /* a model larger than the GPUs named: the table goes on */
+        printf(" [%s]", e.message);
+        *pass_rate = *call_rate = NAN;
+        mfm_model_free(m);
+        return;
+    }
+    bench_check(st, &e, backend == MFM_BACKEND_CUDA ? "GPU training" : "CPU training");
     *pass_rate = train->n_rows / seen.seconds;
     *call_rate = (double)p.n_epochs * train->n_rows / t;
-    *logloss = NAN;
     if (test) {
         bench_check(mfm_evaluate(m, test, &met, &e), &e, "evaluate");
         *logloss = met.logloss;
@@ -163,7 +173,7 @@ static const double train_ceiling_fm[2][3] = {{310, 200, 140}, {550, 350, 250}};
 /* Which training cells run: shape -1, k and batch 0 mean all; models is a bit per model type;
    cpu 0 leaves the CPU out; the optimizer every cell trains with. */
 typedef struct cell_filter {
-    int shape, models, k, batch, cpu, optimizer;
+    int shape, models, k, batch, cpu, optimizer, fast_only; /* fast_only: --gpus without the deterministic runs */
     int gpus[MFM_MAX_DEVICES], n_gpus; /* --gpus: GPU counts side by side instead of the CPU / GPU columns */
 } cell_filter;
 
@@ -218,9 +228,11 @@ static void train_table(uint64_t n_rows, uint32_t n_features, uint64_t cpu_rows,
                     printf("%-7s %-5s %3d %6d", shape == 0 ? "Criteo" : "Avazu", mfm_model_type_name((mfm_model_type)model), k, batches[b]);
                     for (g = 0; g < only.n_gpus; g++) {
                         train_cell(init, &dtrain, &dtest, MFM_BACKEND_CUDA, batches[b], 0, 1, only.gpus[g], &gpu, &gpu_call, &loss);
-                        train_cell(init, &dtrain, &dtest, MFM_BACKEND_CUDA, batches[b], 1, 1, only.gpus[g], &det, &det_call, &loss_det);
-                        if (g == 0) first_fast = gpu, first_det = det;
-                        printf(" | %d: %10.0f %5.2fx %8.5f %10.0f %5.2fx", only.gpus[g], gpu, gpu / first_fast, loss, det, det / first_det);
+                        det = NAN;
+                        if (!only.fast_only) train_cell(init, &dtrain, &dtest, MFM_BACKEND_CUDA, batches[b], 1, 1, only.gpus[g], &det, &det_call, &loss_det);
+                        if (isnan(first_fast)) first_fast = gpu, first_det = det; /* the first count that ran */
+                        printf(" | %d: %10.0f %5.2fx %8.5f", only.gpus[g], gpu, gpu / first_fast, loss);
+                        if (!only.fast_only) printf(" %10.0f %5.2fx", det, det / first_det);
                         fflush(stdout);
                     }
                     printf("\n");
@@ -281,6 +293,7 @@ int main(int argc, char **argv) {
             }
         }
         else if (!strcmp(argv[i], "--gpu-only")) only.cpu = 0;
+        else if (!strcmp(argv[i], "--fast-only")) only.fast_only = 1;
         else if (!strcmp(argv[i], "--gpus") && i + 1 < argc) { /* 1,2,4: training on that many GPUs, side by side */
             char *c = argv[++i];
             while (*c && only.n_gpus < MFM_MAX_DEVICES) {
