@@ -8824,7 +8824,9 @@ enum { /* the driver's numbers for what gets its own sentence */
     MFM__CU_UNSUPPORTED_PTX_VERSION = 222,
     MFM__CU_ATTR_SM_COUNT = 16,
     MFM__CU_ATTR_CC_MAJOR = 75,
-    MFM__CU_ATTR_CC_MINOR = 76
+    MFM__CU_ATTR_CC_MINOR = 76,
+    MFM__CU_ATTR_SHARED_OPTIN = 97, /* the most shared memory a block may ask for, by cuFuncSetAttribute */
+    MFM__CU_FUNC_MAX_SHARED = 8     /* a kernel's dynamic shared memory past 48 KB */
 };
 
 /* name in the table, symbol in the library, signature */
@@ -8844,6 +8846,7 @@ enum { /* the driver's numbers for what gets its own sentence */
     X(cuModuleLoadData, "cuModuleLoadData", (mfm__cu_module * module, const void *image))                           \
     X(cuModuleUnload, "cuModuleUnload", (mfm__cu_module module))                                                    \
     X(cuModuleGetFunction, "cuModuleGetFunction", (mfm__cu_function * f, mfm__cu_module module, const char *name)) \
+    X(cuFuncSetAttribute, "cuFuncSetAttribute", (mfm__cu_function f, int attribute, int value))                    \
     X(cuOccupancyMaxActiveBlocksPerMultiprocessor, "cuOccupancyMaxActiveBlocksPerMultiprocessor",                  \
       (int *blocks, mfm__cu_function f, int block_size, size_t shared_bytes))                                       \
     X(cuLaunchKernel, "cuLaunchKernel",                                                                             \
@@ -8932,7 +8935,7 @@ typedef struct mfm__gpu_device {
     mfm__cu_function r_total[2];           /* shards of the factors: FwFM's R sums of every shard added up [fast, exact] */
     mfm__cu_function line[3];              /* the linear terms' line search: delta, alpha, settle */
     mfm__cu_function ffm_starts, ffm_place, ffm_gather[4]; /* deterministic FFM's gathered sums: gather [any k, k = 4, 8, 16] */
-    int cc, sm_count;
+    int cc, sm_count, shared_optin;
     double context_seconds; /* cuDevicePrimaryCtxRetain: the first use of the GPU */
     mfm_kernel_build build; /* how the module's image was had */
 } mfm__gpu_device;
@@ -9904,7 +9907,8 @@ static mfm_status mfm__gpu_device_ready_locked(int d, mfm_error *err) {
     if ((r = cu->cuDeviceGet(&handle, d)) != 0) return mfm__cu_fail(err, r, "cuDeviceGet");
     if ((r = cu->cuDeviceGetAttribute(&major, MFM__CU_ATTR_CC_MAJOR, handle)) != 0 ||
         (r = cu->cuDeviceGetAttribute(&minor, MFM__CU_ATTR_CC_MINOR, handle)) != 0 ||
-        (r = cu->cuDeviceGetAttribute(&dev->sm_count, MFM__CU_ATTR_SM_COUNT, handle)) != 0)
+        (r = cu->cuDeviceGetAttribute(&dev->sm_count, MFM__CU_ATTR_SM_COUNT, handle)) != 0 ||
+        (r = cu->cuDeviceGetAttribute(&dev->shared_optin, MFM__CU_ATTR_SHARED_OPTIN, handle)) != 0)
         return mfm__cu_fail(err, r, "cuDeviceGetAttribute");
     dev->cc = major * 10 + minor;
     started = mfm__seconds();
@@ -9960,6 +9964,9 @@ static mfm_status mfm__gpu_device_ready_locked(int d, mfm_error *err) {
             else
                 snprintf(name, sizeof name, "mfm_train_apply_%s_%s%s", sums[j / 10], optimizers[j % 10 / 2], j % 2 ? "_wide" : "");
             if ((r = cu->cuModuleGetFunction(f, dev->module, name)) != 0) st = mfm__cu_fail(err, r, name);
+            /* the rows kernels may ask for all the shared memory a block can have (FwFM's staged
+               rows); where the driver will not, they keep to the 48 KB any launch may ask */
+            if (i < 8 && r == 0 && dev->shared_optin > 48 * 1024 && cu->cuFuncSetAttribute(*f, MFM__CU_FUNC_MAX_SHARED, dev->shared_optin) != 0) dev->shared_optin = 48 * 1024;
         }
         for (i = 0; i < 6 && st == MFM_OK; i++) { /* deterministic FFM: starts, place, gather [k] */
             mfm__cu_function *f = i == 0 ? &dev->ffm_starts : i == 1 ? &dev->ffm_place : &dev->ffm_gather[i - 2];
@@ -10614,7 +10621,7 @@ typedef struct mfm__train_args {
     uint32_t stride[4], len[4];
     float l1[4], l2[4];
     float lr, ftrl_beta, smoothing;
-    uint32_t n_fields, n_classes, k, group, stamp, parity, mask_words, r_shared, sweep, line_blocks, gather, chunk, shards, k_all;
+    uint32_t n_fields, n_classes, k, group, stamp, parity, mask_words, r_shared, stage_nnz, sweep, line_blocks, gather, chunk, shards, k_all;
     int32_t model, task, optimizer, linear_only, pairs_only, normalize, score_only;
     int32_t line, rowwise_squares;
 } mfm__train_args;
@@ -10638,6 +10645,7 @@ struct mfm__gpu_trainer {
     uint64_t sweep_rows;          /* batches of this many rows list their features by a sweep of the marks */
     uint32_t stamp;
     unsigned rows_per_block, max_blocks, r_shared;
+    unsigned stage_bytes, rows_shared; /* FwFM's staged rows (a.stage_nnz): their shared bytes; the training rows launch's, R's sums first */
     mfm__cu_function apply;       /* the step kernel, for the optimizer, the sums and k */
     unsigned apply_blocks;        /* its grid: as many blocks as the device runs at once */
     unsigned gather_warps, gather_blocks, gather_shared; /* deterministic FFM's gather kernel: warps a block, blocks, shared bytes */
@@ -10993,6 +11001,16 @@ static mfm_status mfm__gpu_rank_start(mfm__gpu_trainer **out, mfm_model *m, int 
         const uint64_t FF = (uint64_t)m->n_fields * m->n_fields, bytes = (C * FF * gsize + 4 * FF + 7) & ~(uint64_t)7;
         if (bytes <= 48 * 1024) g->r_shared = (unsigned)bytes;
     }
+    g->rows_shared = g->r_shared;
+    if (p->model == MFM_MODEL_FWFM && !p->linear_only && !p->deterministic && mfm__k_kernel((int)g->k) > 0) {
+        /* fast sums: rows up to 64 long through shared memory (kernels/train.cu, mfm_stage_of)
+           where the launch can have the room (mfm__gpu_device_ready_locked): every class's pair
+           weights, then per warp a row's k + 1 floats a non-zero. (The exact sums' kernel
+           staged ran at 0.7x of its own unstaged speed at k = 4 and 8.) */
+        const uint64_t S = z < 64 ? (z + 3) & ~(uint64_t)3 : 64, weights = ((uint64_t)C * m->n_fields * (m->n_fields + 1) + 3) & ~(uint64_t)3;
+        const uint64_t stage = 4 * (weights + 256 / 32 * S * (g->k + 1)), total = ((g->r_shared + 15) & ~15u) + stage;
+        if (total <= 48 * 1024 || total <= (uint64_t)g->dev->shared_optin) a->stage_nnz = (uint32_t)S, g->stage_bytes = (unsigned)stage, g->rows_shared = (unsigned)total;
+    }
     mfm__gpu_leave(saved);
     return st;
 }
@@ -11061,7 +11079,7 @@ static mfm_status mfm__gpu_batch_rows(mfm__gpu_trainer *g, mfm_error *err) {
     a->r_shared = g->r_shared;
     a->sweep = a->n_batch >= g->sweep_rows;
     params[0] = a;
-    if ((r = mfm__cuda.cu.cuLaunchKernel(g->dev->train_rows[g->m->params.deterministic][mfm__k_kernel((int)g->k)], blocks, 1, 1, 256, 1, 1, g->r_shared, g->stream, params, NULL)) != 0)
+    if ((r = mfm__cuda.cu.cuLaunchKernel(g->dev->train_rows[g->m->params.deterministic][mfm__k_kernel((int)g->k)], blocks, 1, 1, 256, 1, 1, g->rows_shared, g->stream, params, NULL)) != 0)
         return mfm__cu_fail(err, r, "cuLaunchKernel (training rows)");
     if (a->sweep && (r = mfm__cuda.cu.cuLaunchKernel(g->dev->train_list, g->max_blocks, 1, 1, 256, 1, 1, 0, g->stream, params, NULL)) != 0)
         return mfm__cu_fail(err, r, "cuLaunchKernel (listing the touched features)");
@@ -11239,7 +11257,7 @@ static mfm_status mfm__gpu_shards_batch(mfm__gpu_trainer *g, uint64_t start, uin
         mfm__gpu_rows_at(t, start, chunk);
         a->n_batch = rows;
         a->score_only = 1, a->r_shared = 0, a->scores = a->partials + (uint64_t)k * rows * C * 4;
-        st = mfm__rank_launch(t, t->dev->train_rows[exact][mfm__k_kernel((int)t->k)], mfm__gpu_row_blocks(t), 256, 0, "cuLaunchKernel (scoring the rows)", err);
+        st = mfm__rank_launch(t, t->dev->train_rows[exact][mfm__k_kernel((int)t->k)], mfm__gpu_row_blocks(t), 256, t->stage_bytes, "cuLaunchKernel (scoring the rows)", err);
         a->score_only = 0, a->scores = scores;
     }
     if (st == MFM_OK) /* 2. */
@@ -11418,8 +11436,8 @@ static mfm_status mfm__gpu_fit_metric(mfm__gpu_trainer *g, const mfm_csr *valid,
         a.offsets = t->valid_offsets, a.features = t->valid_features, a.fields = t->valid_fields, a.values = t->valid_values;
         a.rows = 0, a.first = 0, a.offset_base = 0, a.n_batch = valid->n_rows, a.score_only = 1, a.r_shared = 0;
         params[0] = &a;
-        if ((r = mfm__cuda.cu.cuLaunchKernel(dev->train_rows[0][mfm__k_kernel((int)t->k)], need < t->max_blocks ? (unsigned)need : t->max_blocks, 1, 1, 256, 1, 1, 0, t->stream, params,
-                                             NULL)) == 0 &&
+        if ((r = mfm__cuda.cu.cuLaunchKernel(dev->train_rows[0][mfm__k_kernel((int)t->k)], need < t->max_blocks ? (unsigned)need : t->max_blocks, 1, 1, 256, 1, 1, t->stage_bytes,
+                                             t->stream, params, NULL)) == 0 &&
             (r = mfm__cuda.cu.cuMemcpyDtoHAsync(t->valid_scores, a.scores, (size_t)(n * 4), t->stream)) == 0)
             r = mfm__cuda.cu.cuStreamSynchronize(t->stream);
         if (r) st = mfm__rank_fail(t, r, "scoring the validation rows on the GPU", err);

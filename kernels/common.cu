@@ -104,3 +104,43 @@ struct mfm_pair_walk {
         }
     }
 };
+
+/* FwFM's pairs of a row of z non-zeros staged in shared memory (prediction and training): each
+   non-zero's u_a = v_a x_a as Q float4s, S apart (u[q * S + a]), and its field f[a]. The pairs
+   are shared out "round robin": the pairs (i, i + d mod z) for d = 1 .. z/2 name every
+   unordered pair once (at d = z/2 of an even z only i < d takes it). R = 1 (z <= 32): lane i.
+   R = 2 (z <= 64): lane holds i = 2 lane and 2 lane + 1, and the one partner it reads at step
+   d serves both, (2 lane, d) and (2 lane + 1, d - 1): half the shared-memory reads of two
+   lanes' worth. Each lane keeps its own vectors in registers, and calls visit(f_i, f_j,
+   <u_i, u_j>) for each pair it takes, in a fixed order. */
+template <int Q, int R, class Visit>
+__device__ __forceinline__ void mfm_fwfm_pairs(const float4 *u, mfm_u32 S, const mfm_u32 *f, mfm_u32 z, mfm_u32 lane, Visit &visit) {
+    const mfm_u32 half = z / 2, first = R == 1 ? lane : 2 * lane;
+    float4 ua[R][Q];
+    mfm_u32 fa[R];
+    if (first >= z) return;
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        const mfm_u32 i = first + r;
+#pragma unroll
+        for (int q = 0; q < Q; q++) ua[r][q] = i < z ? u[q * S + i] : make_float4(0, 0, 0, 0);
+        fa[r] = i < z ? f[i] : 0;
+    }
+    for (mfm_u32 d = 1; d <= half + (R - 1); d++) {
+        const mfm_u32 j = first + d < z ? first + d : first + d - z;
+        const mfm_u32 fj = f[j];
+        float4 ub[Q];
+#pragma unroll
+        for (int q = 0; q < Q; q++) ub[q] = u[q * S + j];
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            const mfm_u32 i = first + r, distance = d - r;
+            if (i < z && distance >= 1 && distance <= half && (2 * distance < z || i < distance)) {
+                float dot = 0;
+#pragma unroll
+                for (int q = 0; q < Q; q++) dot += ua[r][q].x * ub[q].x + ua[r][q].y * ub[q].y + ua[r][q].z * ub[q].z + ua[r][q].w * ub[q].w;
+                visit(fa[r], fj, dot);
+            }
+        }
+    }
+}

@@ -77,48 +77,9 @@ __device__ __forceinline__ mfm_u32 mfm_staged_weight_floats(const mfm_args &a) {
     return (a.n_classes * a.n_fields * (a.n_fields + 1) + 3) & ~3u;
 }
 
-/* The pairs of a staged row of z non-zeros, shared out "round robin": the pairs (i, i + d mod z)
-   for d = 1 .. z/2 name every unordered pair once (at d = z/2 of an even z only i < d takes
-   it). R = 1 (z <= 32): lane i. R = 2 (z <= 64): lane holds i = 2 lane and 2 lane + 1, and the
-   one partner it reads at step d serves both, (2 lane, d) and (2 lane + 1, d - 1): half the
-   shared-memory reads of two lanes' worth. Each lane keeps its own vectors in registers. */
-template <int Q, int R>
-__device__ float mfm_fwfm_lanes(const float4 *u, mfm_u32 S, const mfm_u32 *f, const float *weights, mfm_u32 n_fields, mfm_u32 z, mfm_u32 lane) {
-    const mfm_u32 half = z / 2, first = R == 1 ? lane : 2 * lane;
-    float4 ua[R][Q];
-    const float *row_weights[R]; /* r(f_i, f_j) = row_weights[f_j] */
-    float sum = 0;
-    if (first >= z) return 0;
-#pragma unroll
-    for (int r = 0; r < R; r++) {
-        const mfm_u32 i = first + r;
-#pragma unroll
-        for (int q = 0; q < Q; q++) ua[r][q] = i < z ? u[q * S + i] : make_float4(0, 0, 0, 0);
-        row_weights[r] = weights + (i < z ? f[i] : 0) * (n_fields + 1);
-    }
-    for (mfm_u32 d = 1; d <= half + (R - 1); d++) {
-        const mfm_u32 j = first + d < z ? first + d : first + d - z;
-        const mfm_u32 fj = f[j];
-        float4 ub[Q];
-#pragma unroll
-        for (int q = 0; q < Q; q++) ub[q] = u[q * S + j];
-#pragma unroll
-        for (int r = 0; r < R; r++) {
-            const mfm_u32 i = first + r, distance = d - r;
-            if (i < z && distance >= 1 && distance <= half && (2 * distance < z || i < distance)) {
-                float dot = 0;
-#pragma unroll
-                for (int q = 0; q < Q; q++) dot += ua[r][q].x * ub[q].x + ua[r][q].y * ub[q].y + ua[r][q].z * ub[q].z + ua[r][q].w * ub[q].w;
-                sum += row_weights[r][fj] * dot;
-            }
-        }
-    }
-    return sum;
-}
-
 /* FwFM's pair term of a row of at most stage_nnz (64) non-zeros, on a whole warp: the row's
    vectors u_a = v_a x_a and fields go to shared memory once, then the lanes share out its
-   pairs (mfm_fwfm_lanes), each lane keeping its own vectors in registers. */
+   pairs (mfm_fwfm_pairs, kernels/common.cu), each lane keeping its own vectors in registers. */
 template <int K>
 __device__ float mfm_fwfm_staged(const mfm_args &a, const float *table, mfm_u32 c, const mfm_row &row, mfm_u32 lane) {
     enum { Q = K >= 4 ? K / 4 : 1 }; /* float4s per vector (K = 0, the any-k kernel, never comes here) */
@@ -138,8 +99,10 @@ __device__ float mfm_fwfm_staged(const mfm_args &a, const float *table, mfm_u32 
         f[i] = a.fields[at];
     }
     __syncwarp();
-    const float part = row.z <= 32 ? mfm_fwfm_lanes<Q, 1>(u, a.stage_nnz, f, weights, a.n_fields, row.z, lane)
-                                   : mfm_fwfm_lanes<Q, 2>(u, a.stage_nnz, f, weights, a.n_fields, row.z, lane);
+    float part = 0;
+    const auto weigh = [&](mfm_u32 fa, mfm_u32 fb, float dot) { part += weights[fa * (a.n_fields + 1) + fb] * dot; };
+    if (row.z <= 32) mfm_fwfm_pairs<Q, 1>(u, a.stage_nnz, f, row.z, lane, weigh);
+    else mfm_fwfm_pairs<Q, 2>(u, a.stage_nnz, f, row.z, lane, weigh);
     __syncwarp(); /* the stage is free for the next class or row */
     return part;
 }

@@ -22,6 +22,8 @@
      exact   every contribution becomes a 128-bit fixed-point number in units of 2^-64 and is
              added with integer atomics. Integer sums do not depend on their order, so the sum
              is exact and the same every run; it is rounded once, when the step reads it.
+   FwFM's rows of up to 64 non-zeros (fast sums, k = 4, 8, 16) go through shared memory as in
+   prediction: each v once, then the row's pairs and gradients from there (mfm_stage_of).
    With score_only the rows kernel writes the scores and nothing else (validation rows). Where
    several GPUs each hold a shard of the factors (shards > 1), it runs twice a batch: score_only
    for the shard's part of each score, then, once NCCL has gathered every shard's parts, with
@@ -96,6 +98,7 @@ struct mfm_train_args {
     float lr, ftrl_beta, smoothing;
     mfm_u32 n_fields, n_classes, k, group, stamp, parity, mask_words;
     mfm_u32 r_shared;            /* FwFM: R's sums of a block go through shared memory first */
+    mfm_u32 stage_nnz;           /* FwFM, k = 4, 8, 16: rows up to this long go through shared memory (mfm_stage_of); 0: never */
     mfm_u32 sweep;               /* the features are listed by mfm_train_list, not on their first touch */
     mfm_u32 line_blocks;         /* line: the blocks mfm_train_line_delta runs in */
     mfm_u32 gather, chunk;       /* deterministic FFM: the pairs' sums are gathered by feature (the top of this file), in chunks of `chunk` non-zeros */
@@ -352,6 +355,84 @@ __device__ __forceinline__ float mfm_pair_weight(const mfm_train_args &a, mfm_u3
 
 /* ---- the rows: score, loss, gradients ---- */
 
+/* The rows kernel's shared memory: FwFM's R sums of a block (r_shared bytes: per class
+   n_fields^2 sums, then a touched flag per field pair), then FwFM's staged rows (stage_nnz). */
+extern __shared__ __align__(16) mfm_u64 mfm_r_stage[];
+
+/* FwFM's rows of at most stage_nnz non-zeros, k = 4, 8 or 16, go through shared memory as in
+   prediction (kernels/predict.cu): a row's u_a = v_a x_a and fields once, then its pairs from
+   there (the score and R's sums, mfm_fwfm_pairs) and each v's gradient. The rows kernel reads
+   no other cache as much (ncu, FwFM k = 8: the L1 80 % busy, DRAM 4 %). After R's sums (from
+   r_shared rounded up to 16 bytes): every class's pair weights r(f, g), rows padded to
+   n_fields + 1 floats (lanes reading r(f_i, f_j) of neighbouring fields hit distinct banks),
+   then per warp Q x stage_nnz float4s and stage_nnz fields. */
+struct mfm_staged_row {
+    float4 *u;             /* u[q * stage_nnz + i]: the row's non-zero i, factors 4q .. 4q + 3 */
+    mfm_u32 *f;            /* its fields */
+    const float *weights;  /* class c's r(f, g) = weights[f * (n_fields + 1) + g] */
+};
+
+__device__ __forceinline__ mfm_u32 mfm_stage_weight_floats(const mfm_train_args &a) { return (a.n_classes * a.n_fields * (a.n_fields + 1) + 3) & ~3u; }
+
+__device__ __forceinline__ float *mfm_stage_base(const mfm_train_args &a) {
+    return reinterpret_cast<float *>(reinterpret_cast<char *>(mfm_r_stage) + ((a.r_shared + 15) & ~15u));
+}
+
+/* Every class's pair weights into the stage, once a block (R does not change in a batch's rows). */
+__device__ void mfm_stage_weights(const mfm_train_args &a) {
+    float *w = mfm_stage_base(a);
+    const mfm_u32 F = a.n_fields, FF = F * F;
+    for (mfm_u32 e = threadIdx.x; e < a.n_classes * FF; e += blockDim.x) {
+        const mfm_u32 c = e / FF, fa = e % FF / F, fb = e % F;
+        w[c * F * (F + 1) + fa * (F + 1) + fb] = mfm_pair_weight(a, c, fa, fb);
+    }
+}
+
+/* The calling warp's stage, class c's u and the row's fields in it (the whole warp calls). */
+template <int Q>
+__device__ mfm_staged_row mfm_stage_of(const mfm_train_args &a, mfm_u32 c, const mfm_row &row, mfm_u32 lane) {
+    const mfm_u32 warp = threadIdx.x / 32, n_warps = blockDim.x / 32, S = a.stage_nnz;
+    float *const base = mfm_stage_base(a);
+    float4 *const warps = reinterpret_cast<float4 *>(base + mfm_stage_weight_floats(a));
+    mfm_staged_row st;
+    st.u = warps + (mfm_u64)warp * S * Q;
+    st.f = reinterpret_cast<mfm_u32 *>(warps + (mfm_u64)n_warps * S * Q) + warp * S;
+    st.weights = base + c * a.n_fields * (a.n_fields + 1);
+    for (mfm_u32 i = lane; i < row.z; i += 32) {
+        const mfm_u64 at = row.lo + i;
+        const float4 *v = reinterpret_cast<const float4 *>(mfm_block(a, MFM_V, c, a.features[at]));
+        const float x = mfm_x(a, at, row.scale);
+#pragma unroll
+        for (int q = 0; q < Q; q++) {
+            const float4 t = v[q];
+            st.u[q * S + i] = make_float4(t.x * x, t.y * x, t.z * x, t.w * x);
+        }
+        st.f[i] = a.fields[at];
+    }
+    __syncwarp();
+    return st;
+}
+
+/* The pairs of a staged row, visit(f_a, f_b, <u_a, u_b>) for each pair the lane takes. */
+template <int Q, class Visit>
+__device__ __forceinline__ void mfm_staged_pairs(const mfm_train_args &a, const mfm_staged_row &st, const mfm_row &row, mfm_u32 lane, Visit &visit) {
+    if (row.z <= 32) mfm_fwfm_pairs<Q, 1>(st.u, a.stage_nnz, st.f, row.z, lane, visit);
+    else mfm_fwfm_pairs<Q, 2>(st.u, a.stage_nnz, st.f, row.z, lane, visit);
+}
+
+/* The lane's part of a staged row's pair term, sum over a < b of r(f_a, f_b) <u_a, u_b>. */
+template <int K>
+__device__ float mfm_staged_score(const mfm_train_args &a, mfm_u32 c, const mfm_row &row, mfm_u32 lane) {
+    enum { Q = K >= 4 ? K / 4 : 1 };
+    const mfm_staged_row st = mfm_stage_of<Q>(a, c, row, lane);
+    const mfm_u32 F1 = a.n_fields + 1;
+    float part = 0;
+    const auto weigh = [&](mfm_u32 fa, mfm_u32 fb, float dot) { part += st.weights[fa * F1 + fb] * dot; };
+    mfm_staged_pairs<Q>(a, st, row, lane, weigh);
+    __syncwarp(); /* the stage is free for the next class or row */
+    return part;
+}
+
 /* The score of class c; FM leaves sum_i v_it x_i of the lane's factors in a.sums. K > 0: k = K,
    known at compile time (FFM's and FwFM's pair loops unroll). */
 template <int K>
@@ -362,6 +443,7 @@ __device__ float mfm_train_score(const mfm_train_args &a, mfm_u32 c, const mfm_r
         s = *mfm_block(a, MFM_W0, c, 0) + mfm_group_sum(s, mask, a.group);
     }
     if (a.linear_only) return s;
+    if (K > 0 && a.model == MFM_FWFM && row.z <= a.stage_nnz) return s + mfm_group_sum(mfm_staged_score<K>(a, c, row, lane), mask, a.group);
     if (a.model == MFM_FM) {
         for (mfm_u32 t = lane; t < a.k; t += a.group) {
             float sum = 0, squares = 0;
@@ -424,10 +506,6 @@ __device__ void mfm_train_loss(const mfm_train_args &a, mfm_u64 q, mfm_u64 r) {
     a.row_loss[2 * q + 1] = weight;
 }
 
-/* FwFM's R sums of a block in shared memory (r_shared bytes): per class n_fields^2 sums, then
-   a touched flag per field pair. */
-extern __shared__ mfm_u64 mfm_r_stage[];
-
 template <bool EXACT>
 __device__ __forceinline__ mfm_u32 *mfm_r_touched(const mfm_train_args &a) {
     return reinterpret_cast<mfm_u32 *>(reinterpret_cast<char *>(mfm_r_stage) + (mfm_u64)a.n_classes * a.n_fields * a.n_fields * (EXACT ? 16 : 4));
@@ -445,6 +523,42 @@ __device__ __forceinline__ void mfm_add_r(const mfm_train_args &a, mfm_u32 c, mf
     const mfm_sums stage = {mfm_r_stage, a.n_classes * FF};
     mfm_add<EXACT>(stage, c * FF + e, v);
     if (first_class) mfm_r_touched<EXACT>(a)[e] = 1;
+}
+
+/* FwFM's gradients of class c of a staged row whose weight * dL/ds is g: v_i receives
+   g x_i sum_{j != i} r(f_i, f_j) u_j (a lane a non-zero, reading the partners in step: one
+   shared-memory read serves the warp), and r(f_a, f_b) receives g <u_a, u_b> (the pairs round
+   robin, as the score takes them). */
+template <bool EXACT, int K>
+__device__ void mfm_staged_gradients(const mfm_train_args &a, mfm_u32 c, const mfm_row &row, float g, mfm_u32 lane, bool first_class) {
+    enum { Q = K >= 4 ? K / 4 : 1 };
+    const mfm_staged_row st = mfm_stage_of<Q>(a, c, row, lane);
+    const mfm_u32 F = a.n_fields, S = a.stage_nnz;
+    for (mfm_u32 i = lane; i < row.z; i += 32) {
+        const float *w = st.weights + st.f[i] * (F + 1);
+        float4 acc[Q];
+#pragma unroll
+        for (int q = 0; q < Q; q++) acc[q] = make_float4(0, 0, 0, 0);
+        for (mfm_u32 j = 0; j < row.z; j++) {
+            if (j == i) continue;
+            const float r = w[st.f[j]];
+#pragma unroll
+            for (int q = 0; q < Q; q++) {
+                const float4 u = st.u[q * S + j];
+                acc[q].x += r * u.x, acc[q].y += r * u.y, acc[q].z += r * u.z, acc[q].w += r * u.w;
+            }
+        }
+        const mfm_u64 at = row.lo + i;
+        const float gx = g * mfm_x(a, at, row.scale);
+        const mfm_u64 sums = mfm_grad_at(a, MFM_V, c, a.features[at], 0);
+#pragma unroll
+        for (int q = 0; q < Q; q++) mfm_add4<EXACT>(mfm_sums_of(a, MFM_V), sums + 4 * q, make_float4(gx * acc[q].x, gx * acc[q].y, gx * acc[q].z, gx * acc[q].w));
+    }
+    const auto to_r = [&](mfm_u32 fa, mfm_u32 fb, float dot) {
+        mfm_add_r<EXACT>(a, c, fa < fb ? (mfm_u64)fa * F + fb : (mfm_u64)fb * F + fa, g * dot, first_class);
+    };
+    mfm_staged_pairs<Q>(a, st, row, lane, to_r);
+    __syncwarp(); /* the stage is free for the next class or row */
 }
 
 /* The data gradients of class c of one row whose weight * dL/ds is g. */
@@ -508,6 +622,10 @@ __device__ void mfm_train_gradients(const mfm_train_args &a, mfm_u32 c, const mf
         }
         return;
     }
+    if (K > 0 && a.model == MFM_FWFM && row.z <= a.stage_nnz) {
+        mfm_staged_gradients<EXACT, K>(a, c, row, g, lane, first_class);
+        return;
+    }
     if (a.model == MFM_FWFM) /* v_i receives g x_i sum_{j != i} r(f_i, f_j) x_j v_j, eight factors at a time */
         for (mfm_u32 i = lane; i < row.z; i += a.group) {
             const mfm_u32 f = a.features[row.lo + i], fi = a.fields[row.lo + i];
@@ -566,8 +684,9 @@ template <bool EXACT, int K>
 __device__ void mfm_train_rows(const mfm_train_args &a) {
     const mfm_u32 C = a.n_classes;
     const mfm_u64 FF = (mfm_u64)a.n_fields * a.n_fields;
-    if (a.r_shared) {
+    if (a.r_shared || (K > 0 && a.stage_nnz)) {
         for (mfm_u32 e = threadIdx.x; e < a.r_shared / 8; e += blockDim.x) mfm_r_stage[e] = 0;
+        if (K > 0 && a.stage_nnz) mfm_stage_weights(a);
         __syncthreads();
     }
     {

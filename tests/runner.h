@@ -192,6 +192,7 @@
     X(test_gpu_out_of_memory)               \
     X(test_gpu_train_parity)                \
     X(test_gpu_train_variants)              \
+    X(test_gpu_train_fwfm_staged)           \
     X(test_gpu_train_ftrl_zeros)            \
     X(test_gpu_train_deterministic)         \
     X(test_gpu_train_listing)               \

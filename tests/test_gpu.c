@@ -602,6 +602,39 @@ void test_gpu_train_variants(void) {
     free_train_data(&t);
 }
 
+/* FwFM's rows through shared memory (fast sums, k = 4, 8, 16; kernels/train.cu, mfm_stage_of):
+   a row of 50 (two non-zeros a lane) staged beside short ones, and a row of 80 that is not (it
+   takes the rows kernel's plain path in the same batches), two classes and three, k = 4 and 16
+   at batch 7 and k = 8 over the whole data: the GPU's final scores match the CPU's. */
+void test_gpu_train_fwfm_staged(void) {
+    static const uint32_t long_rows[] = {50, 80};
+    static const mfm_task tasks[] = {MFM_TASK_BINARY, MFM_TASK_MULTICLASS};
+    size_t il, it, ib;
+    if (!gpu_ready()) return;
+    for (il = 0; il < 2; il++)
+        for (it = 0; it < 2; it++) {
+            train_data t;
+            uint64_t r, state = 99 + il;
+            make_data(&t.g, 21 + il * 2 + it, 90, 60, 6, long_rows[il], 1);
+            t.labels = (float *)malloc(90 * sizeof *t.labels), t.weights = NULL;
+            for (r = 0; r < 90; r++) t.labels[r] = (float)rng_below(&state, tasks[it] == MFM_TASK_MULTICLASS ? 3 : 2);
+            t.g.d.labels = t.labels;
+            for (ib = 0; ib < 3; ib++) {
+                mfm_params p = parity_cell(MFM_MODEL_FWFM, tasks[it], MFM_OPTIMIZER_ADAGRAD, 2, ib < 2 ? 7 : 1000, 0);
+                mfm_model *cpu, *gpu;
+                p.k = ib == 0 ? 4 : ib == 1 ? 16 : 8;
+                cpu = train_on(p, MFM_BACKEND_CPU, &t.g.d);
+                gpu = train_on(p, MFM_BACKEND_CUDA, &t.g.d);
+                if (cpu && gpu)
+                    CHECK(score_gap(cpu, gpu, &t.g.d) <= TRAIN_RTOL, "a row of %u, task %d, k = %d, batch %d: scores differ by %.3g", (unsigned)long_rows[il], (int)p.task, p.k,
+                          p.batch_size, score_gap(cpu, gpu, &t.g.d));
+                mfm_model_free(cpu);
+                mfm_model_free(gpu);
+            }
+            free_train_data(&t);
+        }
+}
+
 /* FTRL with a strong L1 leaves exact zeros on the GPU, as many as on the CPU. */
 void test_gpu_train_ftrl_zeros(void) {
     train_data t;
