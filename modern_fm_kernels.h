@@ -794,7 +794,7 @@ static const char *const mfm__kernel_chunks[] = {
     "        s = *mfm_block(a, MFM_W0, c, 0) + mfm_group_sum(s, mask, a.group);\n"
     "    }\n"
     "    if (a.linear_only) return s;\n"
-    "    if (K > 0 && a.model == MFM_FWFM && row.z <= a.stage_nnz) return s + mfm_group_sum(mfm_staged_score<K>(a, c, row, lane), mask, a.group);\n"
+    "    if (K > 0 && a.model == MFM_FWFM && a.stage_nnz && row.z <= a.stage_nnz) return s + mfm_group_sum(mfm_staged_score<K>(a, c, row, lane), mask, a.group);\n"
     "    if (a.model == MFM_FM) {\n"
     "        for (mfm_u32 t = lane; t < a.k; t += a.group) {\n"
     "            float sum = 0, squares = 0;\n"
@@ -850,9 +850,9 @@ static const char *const mfm__kernel_chunks[] = {
     "            const double target = y * (1.0 - eps) + 0.5 * eps;\n"
     "            g = (x >= 0 ? 1.0 / (1.0 + exp(-x)) : exp(x) / (1.0 + exp(x))) - target;\n"
     "            loss = (x > 0 ? x : 0) - x * target + log1p(exp(-fabs(x)));\n"
-    "        }\n"
+    "        }\n",
     "        a.dlds[q] = weight * (float)g;\n"
-    "    }\n",
+    "    }\n"
     "    a.row_loss[2 * q] = weight * loss;\n"
     "    a.row_loss[2 * q + 1] = weight;\n"
     "}\n"
@@ -930,8 +930,8 @@ static const char *const mfm__kernel_chunks[] = {
     "        if (a.line) mfm_add<EXACT>(mfm_sums_sq(a), mfm_grad_at(a, MFM_W, c, f, 0), term * term);\n"
     "        if (first_class) mfm_touch(a, MFM_FEATURES, f);\n"
     "        if (EXACT && first_class && a.gather) atomicAdd(a.occ + f, 1u);\n"
-    "    }\n"
-    "    if (a.linear_only) return;\n",
+    "    }\n",
+    "    if (a.linear_only) return;\n"
     "    if (a.model == MFM_FM) { /* ds/dv_it = x_i (sum_t - v_it x_i) */\n"
     "        const float *sum = a.sums + (q * a.n_classes + c) * a.k;\n"
     "        const mfm_u32 k = K > 0 ? K : a.k, per = k / 4;\n"
@@ -973,7 +973,7 @@ static const char *const mfm__kernel_chunks[] = {
     "        }\n"
     "        return;\n"
     "    }\n"
-    "    if (K > 0 && a.model == MFM_FWFM && row.z <= a.stage_nnz) {\n"
+    "    if (K > 0 && a.model == MFM_FWFM && a.stage_nnz && row.z <= a.stage_nnz) {\n"
     "        mfm_staged_gradients<EXACT, K>(a, c, row, g, lane, first_class);\n"
     "        return;\n"
     "    }\n"
@@ -987,8 +987,8 @@ static const char *const mfm__kernel_chunks[] = {
     "                for (mfm_u32 j = 0; j < row.z; j++) {\n"
     "                    if (j == i) continue;\n"
     "                    const float coef = mfm_pair_weight(a, c, fi, a.fields[row.lo + j]) * mfm_x(a, row.lo + j, row.scale);\n"
-    "                    const float *v = mfm_block(a, MFM_V, c, a.features[row.lo + j]) + t0;\n"
-    "#pragma unroll\n",
+    "                    const float *v = mfm_block(a, MFM_V, c, a.features[row.lo + j]) + t0;\n",
+    "#pragma unroll\n"
     "                    for (mfm_u32 u = 0; u < 8; u++)\n"
     "                        if (u < n) acc[u] += coef * v[u];\n"
     "                }\n"
@@ -1053,8 +1053,8 @@ static const char *const mfm__kernel_chunks[] = {
     "                    for (mfm_u32 part = 1; part < a.shards; part++) s += a.partials[(part * a.n_batch + q) * C + c];\n"
     "                }\n"
     "                if (lane == 0) a.scores[q * C + c] = s;\n"
-    "            }\n"
-    "            if (a.score_only) continue;\n",
+    "            }\n",
+    "            if (a.score_only) continue;\n"
     "            __syncwarp(mask);\n"
     "            if (lane == 0) mfm_train_loss(a, q, r);\n"
     "            __syncwarp(mask);\n"
@@ -1132,8 +1132,8 @@ static const char *const mfm__kernel_chunks[] = {
     "   integers), so that every shard steps R by the same totals and the copies of R stay equal. */\n"
     "template <bool EXACT>\n"
     "__device__ void mfm_train_r_total(const mfm_train_args &a) {\n"
-    "    const mfm_sums r = mfm_sums_of(a, MFM_R);\n"
-    "    const mfm_u64 n_threads = (mfm_u64)gridDim.x * blockDim.x;\n",
+    "    const mfm_sums r = mfm_sums_of(a, MFM_R);\n",
+    "    const mfm_u64 n_threads = (mfm_u64)gridDim.x * blockDim.x;\n"
     "    for (mfm_u64 e = (mfm_u64)blockIdx.x * blockDim.x + threadIdx.x; e < r.n; e += n_threads) {\n"
     "        if (EXACT) {\n"
     "            const mfm_u64 *part = static_cast<const mfm_u64 *>(a.r_parts);\n"
@@ -1201,8 +1201,8 @@ static const char *const mfm__kernel_chunks[] = {
     "};\n"
     "\n"
     "/* W terms of a gathered sum: lane item (p, t) of non-zero j adds coef V[b_p, f_a][t + r] to sum\n"
-    "   (f_p, t + r), r = 0 .. W-1 (W = 4 where k is a multiple of 4: one 16-byte read), in the order\n"
-    "   of mfm_gather_add: v[u] is the term of r = (u + turn) mod W. key: sum (f_p, t), or a key of\n",
+    "   (f_p, t + r), r = 0 .. W-1 (W = 4 where k is a multiple of 4: one 16-byte read), in the order\n",
+    "   of mfm_gather_add: v[u] is the term of r = (u + turn) mod W. key: sum (f_p, t), or a key of\n"
     "   the lane's own when the item is past the row or j itself. */\n"
     "template <int W>\n"
     "struct mfm_term {\n"
@@ -1277,8 +1277,8 @@ static const char *const mfm__kernel_chunks[] = {
     "   pairs into its own exact sums in shared memory (classes x fields x k), as the rows kernel would\n"
     "   add to the feature's slots. Lane l first reads the chunk's non-zero l (its row, place, field,\n"
     "   value), so that the non-zeros' reads are in flight together; the warp then goes through them,\n"
-    "   the lanes sharing out a non-zero's items (partner p, factor t; four factors an item where k is\n"
-    "   a multiple of 4, so that a pass reads four times the bytes and a row takes a quarter of the\n",
+    "   the lanes sharing out a non-zero's items (partner p, factor t; four factors an item where k is\n",
+    "   a multiple of 4, so that a pass reads four times the bytes and a row takes a quarter of the\n"
     "   passes). At the chunk's end each sum goes out, rounded to the float that the step reads: stored\n"
     "   when the chunk is the feature's only one (most are), else added with integer atomics into the\n"
     "   spill sums, which the feature's last chunk to end rounds. */\n"
@@ -1336,8 +1336,8 @@ static const char *const mfm__kernel_chunks[] = {
     "        for (mfm_u32 c = 0; c < C; c++)\n"
     "            for (mfm_u32 s = me; s < F * k; s += 32) {\n"
     "                mfm_exact *const x = acc + c * F * k + s;\n"
-    "                if (!(x->lo | x->hi)) continue;\n"
-    "                const mfm_u64 at = mfm_gather_slot(a, feature, c, s);\n",
+    "                if (!(x->lo | x->hi)) continue;\n",
+    "                const mfm_u64 at = mfm_gather_slot(a, feature, c, s);\n"
     "                if (only) grad[at] = (float)mfm_exact_value(*x); /* rounded as the exact step rounds it */\n"
     "                else mfm_exact_add_parts(spilled + at, spill.n, x->lo, x->hi);\n"
     "                x->lo = x->hi = 0;\n"
@@ -1417,10 +1417,10 @@ static const char *const mfm__kernel_chunks[] = {
     "template <int N>\n"
     "__device__ __forceinline__ void mfm_store(float *p, const float *v) {\n"
     "#pragma unroll\n"
-    "    for (int q = 0; q < N; q += 4) {\n"
+    "    for (int q = 0; q < N; q += 4) {\n",
     "        if (N == 1)\n"
     "            *p = v[0];\n"
-    "        else\n",
+    "        else\n"
     "            *reinterpret_cast<float4 *>(p + q) = make_float4(v[q], v[q + 1], v[q + 2], v[q + 3]);\n"
     "    }\n"
     "}\n"
@@ -1494,8 +1494,8 @@ static const char *const mfm__kernel_chunks[] = {
     "    const float rate = a.lr / sqrtf(blk[len] + 1e-10f);\n"
     "    for (j = 0; j < len; j++) blk[j] -= (mfm_take<EXACT>(sums, at + j) / rows + l2 * blk[j]) * rate;\n"
     "}\n"
-    "\n"
-    "template <bool EXACT, int OPT, bool WIDE>\n",
+    "\n",
+    "template <bool EXACT, int OPT, bool WIDE>\n"
     "__device__ __forceinline__ void mfm_step_block(const mfm_train_args &a, int t, mfm_u32 c, mfm_u64 b, float rows) {\n"
     "    const mfm_u32 len = a.len[t];\n"
     "    if (OPT == MFM_ROWWISE && t == MFM_V && (len > 1 || a.shards > 1)) { /* a shard's len may be 1 */\n"
@@ -1581,8 +1581,8 @@ static const char *const mfm__kernel_chunks[] = {
     "\n"
     "/* Stage 1: reads item i's list entry. */\n"
     "__device__ __forceinline__ mfm_item mfm_item_find(const mfm_train_args &a, const mfm_items &all, mfm_u64 i) {\n"
-    "    mfm_item it = {0, 0, 0, 0, -1};\n"
-    "    if (i < all.n_features) {\n",
+    "    mfm_item it = {0, 0, 0, 0, -1};\n",
+    "    if (i < all.n_features) {\n"
     "        it.t = MFM_W;\n"
     "        it.b = a.list[MFM_FEATURES][i];\n"
     "    } else if (i < all.v_end) {\n"

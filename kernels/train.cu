@@ -443,7 +443,7 @@ __device__ float mfm_train_score(const mfm_train_args &a, mfm_u32 c, const mfm_r
         s = *mfm_block(a, MFM_W0, c, 0) + mfm_group_sum(s, mask, a.group);
     }
     if (a.linear_only) return s;
-    if (K > 0 && a.model == MFM_FWFM && row.z <= a.stage_nnz) return s + mfm_group_sum(mfm_staged_score<K>(a, c, row, lane), mask, a.group);
+    if (K > 0 && a.model == MFM_FWFM && a.stage_nnz && row.z <= a.stage_nnz) return s + mfm_group_sum(mfm_staged_score<K>(a, c, row, lane), mask, a.group);
     if (a.model == MFM_FM) {
         for (mfm_u32 t = lane; t < a.k; t += a.group) {
             float sum = 0, squares = 0;
@@ -622,7 +622,7 @@ __device__ void mfm_train_gradients(const mfm_train_args &a, mfm_u32 c, const mf
         }
         return;
     }
-    if (K > 0 && a.model == MFM_FWFM && row.z <= a.stage_nnz) {
+    if (K > 0 && a.model == MFM_FWFM && a.stage_nnz && row.z <= a.stage_nnz) {
         mfm_staged_gradients<EXACT, K>(a, c, row, g, lane, first_class);
         return;
     }
