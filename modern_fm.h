@@ -8824,9 +8824,7 @@ enum { /* the driver's numbers for what gets its own sentence */
     MFM__CU_UNSUPPORTED_PTX_VERSION = 222,
     MFM__CU_ATTR_SM_COUNT = 16,
     MFM__CU_ATTR_CC_MAJOR = 75,
-    MFM__CU_ATTR_CC_MINOR = 76,
-    MFM__CU_ATTR_SHARED_OPTIN = 97, /* the most shared memory a block may ask for, by cuFuncSetAttribute */
-    MFM__CU_FUNC_MAX_SHARED = 8     /* a kernel's dynamic shared memory past 48 KB */
+    MFM__CU_ATTR_CC_MINOR = 76
 };
 
 /* name in the table, symbol in the library, signature */
@@ -8846,7 +8844,6 @@ enum { /* the driver's numbers for what gets its own sentence */
     X(cuModuleLoadData, "cuModuleLoadData", (mfm__cu_module * module, const void *image))                           \
     X(cuModuleUnload, "cuModuleUnload", (mfm__cu_module module))                                                    \
     X(cuModuleGetFunction, "cuModuleGetFunction", (mfm__cu_function * f, mfm__cu_module module, const char *name)) \
-    X(cuFuncSetAttribute, "cuFuncSetAttribute", (mfm__cu_function f, int attribute, int value))                    \
     X(cuOccupancyMaxActiveBlocksPerMultiprocessor, "cuOccupancyMaxActiveBlocksPerMultiprocessor",                  \
       (int *blocks, mfm__cu_function f, int block_size, size_t shared_bytes))                                       \
     X(cuLaunchKernel, "cuLaunchKernel",                                                                             \
@@ -8935,7 +8932,7 @@ typedef struct mfm__gpu_device {
     mfm__cu_function r_total[2];           /* shards of the factors: FwFM's R sums of every shard added up [fast, exact] */
     mfm__cu_function line[3];              /* the linear terms' line search: delta, alpha, settle */
     mfm__cu_function ffm_starts, ffm_place, ffm_gather[4]; /* deterministic FFM's gathered sums: gather [any k, k = 4, 8, 16] */
-    int cc, sm_count, shared_optin;
+    int cc, sm_count;
     double context_seconds; /* cuDevicePrimaryCtxRetain: the first use of the GPU */
     mfm_kernel_build build; /* how the module's image was had */
 } mfm__gpu_device;
@@ -9907,8 +9904,7 @@ static mfm_status mfm__gpu_device_ready_locked(int d, mfm_error *err) {
     if ((r = cu->cuDeviceGet(&handle, d)) != 0) return mfm__cu_fail(err, r, "cuDeviceGet");
     if ((r = cu->cuDeviceGetAttribute(&major, MFM__CU_ATTR_CC_MAJOR, handle)) != 0 ||
         (r = cu->cuDeviceGetAttribute(&minor, MFM__CU_ATTR_CC_MINOR, handle)) != 0 ||
-        (r = cu->cuDeviceGetAttribute(&dev->sm_count, MFM__CU_ATTR_SM_COUNT, handle)) != 0 ||
-        (r = cu->cuDeviceGetAttribute(&dev->shared_optin, MFM__CU_ATTR_SHARED_OPTIN, handle)) != 0)
+        (r = cu->cuDeviceGetAttribute(&dev->sm_count, MFM__CU_ATTR_SM_COUNT, handle)) != 0)
         return mfm__cu_fail(err, r, "cuDeviceGetAttribute");
     dev->cc = major * 10 + minor;
     started = mfm__seconds();
@@ -9964,9 +9960,6 @@ static mfm_status mfm__gpu_device_ready_locked(int d, mfm_error *err) {
             else
                 snprintf(name, sizeof name, "mfm_train_apply_%s_%s%s", sums[j / 10], optimizers[j % 10 / 2], j % 2 ? "_wide" : "");
             if ((r = cu->cuModuleGetFunction(f, dev->module, name)) != 0) st = mfm__cu_fail(err, r, name);
-            /* the rows kernels may ask for all the shared memory a block can have (FwFM's staged
-               rows); where the driver will not, they keep to the 48 KB any launch may ask */
-            if (i < 8 && r == 0 && dev->shared_optin > 48 * 1024 && cu->cuFuncSetAttribute(*f, MFM__CU_FUNC_MAX_SHARED, dev->shared_optin) != 0) dev->shared_optin = 48 * 1024;
         }
         for (i = 0; i < 6 && st == MFM_OK; i++) { /* deterministic FFM: starts, place, gather [k] */
             mfm__cu_function *f = i == 0 ? &dev->ffm_starts : i == 1 ? &dev->ffm_place : &dev->ffm_gather[i - 2];
@@ -11003,13 +10996,16 @@ static mfm_status mfm__gpu_rank_start(mfm__gpu_trainer **out, mfm_model *m, int 
     }
     g->rows_shared = g->r_shared;
     if (p->model == MFM_MODEL_FWFM && !p->linear_only && !p->deterministic && mfm__k_kernel((int)g->k) > 0) {
-        /* fast sums: rows up to 64 long through shared memory (kernels/train.cu, mfm_stage_of)
-           where the launch can have the room (mfm__gpu_device_ready_locked): every class's pair
-           weights, then per warp a row's k + 1 floats a non-zero. (The exact sums' kernel
-           staged ran at 0.7x of its own unstaged speed at k = 4 and 8.) */
-        const uint64_t S = z < 64 ? (z + 3) & ~(uint64_t)3 : 64, weights = ((uint64_t)C * m->n_fields * (m->n_fields + 1) + 3) & ~(uint64_t)3;
-        const uint64_t stage = 4 * (weights + 256 / 32 * S * (g->k + 1)), total = ((g->r_shared + 15) & ~15u) + stage;
-        if (total <= 48 * 1024 || total <= (uint64_t)g->dev->shared_optin) a->stage_nnz = (uint32_t)S, g->stage_bytes = (unsigned)stage, g->rows_shared = (unsigned)total;
+        /* fast sums: rows up to S long through shared memory (kernels/train.cu, mfm_stage_of),
+           beside R's sums in the 48 KB any launch may ask for: every class's pair weights, then
+           per warp S non-zeros of k + 1 floats; S the longest row (a multiple of 4, at most 64)
+           or what fits, and at least 8. (The exact sums' kernels staged ran at 0.7x of their
+           own unstaged speed at k = 4 and 8: they never stage.) */
+        const uint64_t weights = ((uint64_t)C * m->n_fields * (m->n_fields + 1) + 3) & ~(uint64_t)3, before = (g->r_shared + 15) & ~15u;
+        const uint64_t per_row = 4 * 256 / 32 * (g->k + 1), room = 48 * 1024 > before + 4 * weights ? 48 * 1024 - before - 4 * weights : 0;
+        uint64_t S = z < 64 ? (z + 3) & ~(uint64_t)3 : 64;
+        if (S * per_row > room) S = room / per_row & ~(uint64_t)3;
+        if (S >= 8) a->stage_nnz = (uint32_t)S, g->stage_bytes = (unsigned)(4 * weights + S * per_row), g->rows_shared = (unsigned)(before + g->stage_bytes);
     }
     mfm__gpu_leave(saved);
     return st;

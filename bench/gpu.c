@@ -230,7 +230,8 @@ static void train_table(uint64_t n_rows, uint32_t n_features, uint64_t cpu_rows,
                         train_cell(init, &dtrain, &dtest, MFM_BACKEND_CUDA, batches[b], 0, 1, only.gpus[g], &gpu, &gpu_call, &loss);
                         det = NAN;
                         if (!only.fast_only) train_cell(init, &dtrain, &dtest, MFM_BACKEND_CUDA, batches[b], 1, 1, only.gpus[g], &det, &det_call, &loss_det);
-                        if (isnan(first_fast)) first_fast = gpu, first_det = det; /* the first count that ran */
+                        if (isnan(first_fast)) first_fast = gpu; /* the first count that ran, each mode its own */
+                        if (isnan(first_det)) first_det = det;
                         printf(" | %d: %10.0f %5.2fx %8.5f", only.gpus[g], gpu, gpu / first_fast, loss);
                         if (!only.fast_only) printf(" %10.0f %5.2fx", det, det / first_det);
                         fflush(stdout);

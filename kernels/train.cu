@@ -22,8 +22,9 @@
      exact   every contribution becomes a 128-bit fixed-point number in units of 2^-64 and is
              added with integer atomics. Integer sums do not depend on their order, so the sum
              is exact and the same every run; it is rounded once, when the step reads it.
-   FwFM's rows of up to 64 non-zeros (fast sums, k = 4, 8, 16) go through shared memory as in
-   prediction: each v once, then the row's pairs and gradients from there (mfm_stage_of).
+   FwFM's rows of up to 64 non-zeros (fast sums, k = 4, 8, 16; as long as the 48 KB allow) go
+   through shared memory as in prediction: each v once, then the row's pairs and gradients
+   from there (mfm_stage_of).
    With score_only the rows kernel writes the scores and nothing else (validation rows). Where
    several GPUs each hold a shard of the factors (shards > 1), it runs twice a batch: score_only
    for the shard's part of each score, then, once NCCL has gathered every shard's parts, with
@@ -434,8 +435,10 @@ __device__ float mfm_staged_score(const mfm_train_args &a, mfm_u32 c, const mfm_
 }
 
 /* The score of class c; FM leaves sum_i v_it x_i of the lane's factors in a.sums. K > 0: k = K,
-   known at compile time (FFM's and FwFM's pair loops unroll). */
-template <int K>
+   known at compile time (FFM's and FwFM's pair loops unroll). STAGE: the kernel may stage
+   FwFM's rows (the fast sums' kernels; the exact ones never do, and leave the code out, whose
+   registers they would spill). */
+template <int K, bool STAGE>
 __device__ float mfm_train_score(const mfm_train_args &a, mfm_u32 c, const mfm_row &row, mfm_u64 q, mfm_u32 lane, unsigned mask) {
     float s = 0, part = 0;
     if (!a.pairs_only) {
@@ -443,7 +446,7 @@ __device__ float mfm_train_score(const mfm_train_args &a, mfm_u32 c, const mfm_r
         s = *mfm_block(a, MFM_W0, c, 0) + mfm_group_sum(s, mask, a.group);
     }
     if (a.linear_only) return s;
-    if (K > 0 && a.model == MFM_FWFM && a.stage_nnz && row.z <= a.stage_nnz) return s + mfm_group_sum(mfm_staged_score<K>(a, c, row, lane), mask, a.group);
+    if (STAGE && K > 0 && a.model == MFM_FWFM && a.stage_nnz && row.z <= a.stage_nnz) return s + mfm_group_sum(mfm_staged_score<K>(a, c, row, lane), mask, a.group);
     if (a.model == MFM_FM) {
         for (mfm_u32 t = lane; t < a.k; t += a.group) {
             float sum = 0, squares = 0;
@@ -622,7 +625,7 @@ __device__ void mfm_train_gradients(const mfm_train_args &a, mfm_u32 c, const mf
         }
         return;
     }
-    if (K > 0 && a.model == MFM_FWFM && a.stage_nnz && row.z <= a.stage_nnz) {
+    if (!EXACT && K > 0 && a.model == MFM_FWFM && a.stage_nnz && row.z <= a.stage_nnz) {
         mfm_staged_gradients<EXACT, K>(a, c, row, g, lane, first_class);
         return;
     }
@@ -684,9 +687,9 @@ template <bool EXACT, int K>
 __device__ void mfm_train_rows(const mfm_train_args &a) {
     const mfm_u32 C = a.n_classes;
     const mfm_u64 FF = (mfm_u64)a.n_fields * a.n_fields;
-    if (a.r_shared || (K > 0 && a.stage_nnz)) {
+    if (a.r_shared || (!EXACT && K > 0 && a.stage_nnz)) {
         for (mfm_u32 e = threadIdx.x; e < a.r_shared / 8; e += blockDim.x) mfm_r_stage[e] = 0;
-        if (K > 0 && a.stage_nnz) mfm_stage_weights(a);
+        if (!EXACT && K > 0 && a.stage_nnz) mfm_stage_weights(a);
         __syncthreads();
     }
     {
@@ -696,7 +699,7 @@ __device__ void mfm_train_rows(const mfm_train_args &a) {
             for (mfm_u32 c = 0; c < C; c++) {
                 float s = 0;
                 if (a.shards == 1 || a.score_only || (a.model == MFM_FM && !a.linear_only)) /* FM's gradients want its sums */
-                    s = mfm_train_score<K>(a, c, row, q, lane, mask);
+                    s = mfm_train_score<K, !EXACT>(a, c, row, q, lane, mask);
                 if (a.shards > 1 && !a.score_only) { /* the shards' parts, added in shard order: every shard the same score */
                     s = a.partials[q * C + c];
                     for (mfm_u32 part = 1; part < a.shards; part++) s += a.partials[(part * a.n_batch + q) * C + c];
