@@ -10221,6 +10221,10 @@ static uint32_t mfm__gpu_group(const mfm_gpu_model *gm) {
 }
 
 /* Scores rows [0, n) of the arrays in args into args->scores, then the output into out_dev. */
+/* FwFM's staged rows, prediction's and training's (kernels/common.cu, mfm_staged_weight_floats):
+   the floats of every class's pair weights before the warps' rows. */
+static uint64_t mfm__staged_weight_floats(uint32_t n_classes, uint32_t n_fields) { return ((uint64_t)n_classes * n_fields * (n_fields + 1) + 3) & ~(uint64_t)3; }
+
 static mfm_status mfm__gpu_launch(mfm_gpu_model *gm, mfm__gpu_args *args, mfm__cu_ptr out_dev, mfm_output kind, mfm__cu_stream stream, mfm_error *err) {
     const mfm__gpu_device *dev = gm->dev;
     const mfm_model *m = &gm->shape;
@@ -10250,8 +10254,7 @@ static mfm_status mfm__gpu_launch(mfm_gpu_model *gm, mfm__gpu_args *args, mfm__c
     if (m->params.model == MFM_MODEL_FWFM && (m->k == 4 || m->k == 8 || m->k == 16)) {
         /* rows up to 64 long go through shared memory, with every class's pair weights
            (kernels/predict.cu, mfm_stage), when that fits the 48 KB any launch may ask for */
-        const uint64_t weight_floats = ((uint64_t)m->n_classes * m->n_fields * (m->n_fields + 1) + 3) & ~(uint64_t)3;
-        const uint64_t bytes = 4 * (weight_floats + (uint64_t)block / 32 * 64 * ((unsigned)m->k + 1));
+        const uint64_t bytes = 4 * (mfm__staged_weight_floats(m->n_classes, m->n_fields) + (uint64_t)block / 32 * 64 * ((unsigned)m->k + 1));
         if (bytes <= 48 * 1024) {
             args->stage_nnz = 64;
             shared_bytes = (unsigned)bytes;
@@ -11001,7 +11004,7 @@ static mfm_status mfm__gpu_rank_start(mfm__gpu_trainer **out, mfm_model *m, int 
            per warp S non-zeros of k + 1 floats; S the longest row (a multiple of 4, at most 64)
            or what fits, and at least 8. (The exact sums' kernels staged ran at 0.7x of their
            own unstaged speed at k = 4 and 8: they never stage.) */
-        const uint64_t weights = ((uint64_t)C * m->n_fields * (m->n_fields + 1) + 3) & ~(uint64_t)3, before = (g->r_shared + 15) & ~15u;
+        const uint64_t weights = mfm__staged_weight_floats(C, m->n_fields), before = (g->r_shared + 15) & ~15u;
         const uint64_t per_row = 4 * 256 / 32 * (g->k + 1), room = 48 * 1024 > before + 4 * weights ? 48 * 1024 - before - 4 * weights : 0;
         uint64_t S = z < 64 ? (z + 3) & ~(uint64_t)3 : 64;
         if (S * per_row > room) S = room / per_row & ~(uint64_t)3;

@@ -114,7 +114,7 @@ struct mfm_pair_walk {
    lanes' worth. Each lane keeps its own vectors in registers, and calls visit(f_i, f_j,
    <u_i, u_j>) for each pair it takes, in a fixed order. */
 template <int Q, int R, class Visit>
-__device__ __forceinline__ void mfm_fwfm_pairs(const float4 *u, mfm_u32 S, const mfm_u32 *f, mfm_u32 z, mfm_u32 lane, Visit &visit) {
+__device__ __forceinline__ void mfm_fwfm_pairs_by(const float4 *u, mfm_u32 S, const mfm_u32 *f, mfm_u32 z, mfm_u32 lane, Visit &visit) {
     const mfm_u32 half = z / 2, first = R == 1 ? lane : 2 * lane;
     float4 ua[R][Q];
     mfm_u32 fa[R];
@@ -143,4 +143,18 @@ __device__ __forceinline__ void mfm_fwfm_pairs(const float4 *u, mfm_u32 S, const
             }
         }
     }
+}
+
+/* The pairs of a staged row of z <= 64 non-zeros: one non-zero a lane, or two past 32. */
+template <int Q, class Visit>
+__device__ __forceinline__ void mfm_fwfm_pairs(const float4 *u, mfm_u32 S, const mfm_u32 *f, mfm_u32 z, mfm_u32 lane, Visit &visit) {
+    if (z <= 32) mfm_fwfm_pairs_by<Q, 1>(u, S, f, z, lane, visit);
+    else mfm_fwfm_pairs_by<Q, 2>(u, S, f, z, lane, visit);
+}
+
+/* The floats of every class's pair weights in a staging area (rows padded to n_fields + 1),
+   rounded up to whole float4s: where a warp's staged rows start. */
+template <class A>
+__device__ __forceinline__ mfm_u32 mfm_staged_weight_floats(const A &a) {
+    return (a.n_classes * a.n_fields * (a.n_fields + 1) + 3) & ~3u;
 }

@@ -73,10 +73,6 @@ extern "C" __global__ void mfm_predict_fm(const mfm_args a) {
    neighbouring vectors hit distinct banks whatever k is) and its fields. */
 extern __shared__ float4 mfm_stage[];
 
-__device__ __forceinline__ mfm_u32 mfm_staged_weight_floats(const mfm_args &a) {
-    return (a.n_classes * a.n_fields * (a.n_fields + 1) + 3) & ~3u;
-}
-
 /* FwFM's pair term of a row of at most stage_nnz (64) non-zeros, on a whole warp: the row's
    vectors u_a = v_a x_a and fields go to shared memory once, then the lanes share out its
    pairs (mfm_fwfm_pairs, kernels/common.cu), each lane keeping its own vectors in registers. */
@@ -101,8 +97,7 @@ __device__ float mfm_fwfm_staged(const mfm_args &a, const float *table, mfm_u32 
     __syncwarp();
     float part = 0;
     const auto weigh = [&](mfm_u32 fa, mfm_u32 fb, float dot) { part += weights[fa * (a.n_fields + 1) + fb] * dot; };
-    if (row.z <= 32) mfm_fwfm_pairs<Q, 1>(u, a.stage_nnz, f, row.z, lane, weigh);
-    else mfm_fwfm_pairs<Q, 2>(u, a.stage_nnz, f, row.z, lane, weigh);
+    mfm_fwfm_pairs<Q>(u, a.stage_nnz, f, row.z, lane, weigh);
     __syncwarp(); /* the stage is free for the next class or row */
     return part;
 }

@@ -374,8 +374,6 @@ struct mfm_staged_row {
     const float *weights;  /* class c's r(f, g) = weights[f * (n_fields + 1) + g] */
 };
 
-__device__ __forceinline__ mfm_u32 mfm_stage_weight_floats(const mfm_train_args &a) { return (a.n_classes * a.n_fields * (a.n_fields + 1) + 3) & ~3u; }
-
 __device__ __forceinline__ float *mfm_stage_base(const mfm_train_args &a) {
     return reinterpret_cast<float *>(reinterpret_cast<char *>(mfm_r_stage) + ((a.r_shared + 15) & ~15u));
 }
@@ -395,7 +393,7 @@ template <int Q>
 __device__ mfm_staged_row mfm_stage_of(const mfm_train_args &a, mfm_u32 c, const mfm_row &row, mfm_u32 lane) {
     const mfm_u32 warp = threadIdx.x / 32, n_warps = blockDim.x / 32, S = a.stage_nnz;
     float *const base = mfm_stage_base(a);
-    float4 *const warps = reinterpret_cast<float4 *>(base + mfm_stage_weight_floats(a));
+    float4 *const warps = reinterpret_cast<float4 *>(base + mfm_staged_weight_floats(a));
     mfm_staged_row st;
     st.u = warps + (mfm_u64)warp * S * Q;
     st.f = reinterpret_cast<mfm_u32 *>(warps + (mfm_u64)n_warps * S * Q) + warp * S;
@@ -415,13 +413,6 @@ __device__ mfm_staged_row mfm_stage_of(const mfm_train_args &a, mfm_u32 c, const
     return st;
 }
 
-/* The pairs of a staged row, visit(f_a, f_b, <u_a, u_b>) for each pair the lane takes. */
-template <int Q, class Visit>
-__device__ __forceinline__ void mfm_staged_pairs(const mfm_train_args &a, const mfm_staged_row &st, const mfm_row &row, mfm_u32 lane, Visit &visit) {
-    if (row.z <= 32) mfm_fwfm_pairs<Q, 1>(st.u, a.stage_nnz, st.f, row.z, lane, visit);
-    else mfm_fwfm_pairs<Q, 2>(st.u, a.stage_nnz, st.f, row.z, lane, visit);
-}
-
 /* The lane's part of a staged row's pair term, sum over a < b of r(f_a, f_b) <u_a, u_b>. */
 template <int K>
 __device__ float mfm_staged_score(const mfm_train_args &a, mfm_u32 c, const mfm_row &row, mfm_u32 lane) {
@@ -430,7 +421,7 @@ __device__ float mfm_staged_score(const mfm_train_args &a, mfm_u32 c, const mfm_
     const mfm_u32 F1 = a.n_fields + 1;
     float part = 0;
     const auto weigh = [&](mfm_u32 fa, mfm_u32 fb, float dot) { part += st.weights[fa * F1 + fb] * dot; };
-    mfm_staged_pairs<Q>(a, st, row, lane, weigh);
+    mfm_fwfm_pairs<Q>(st.u, a.stage_nnz, st.f, row.z, lane, weigh);
     __syncwarp(); /* the stage is free for the next class or row */
     return part;
 }
@@ -561,7 +552,7 @@ __device__ void mfm_staged_gradients(const mfm_train_args &a, mfm_u32 c, const m
     const auto to_r = [&](mfm_u32 fa, mfm_u32 fb, float dot) {
         mfm_add_r<EXACT>(a, c, fa < fb ? (mfm_u64)fa * F + fb : (mfm_u64)fb * F + fa, g * dot, first_class);
     };
-    mfm_staged_pairs<Q>(a, st, row, lane, to_r);
+    mfm_fwfm_pairs<Q>(st.u, a.stage_nnz, st.f, row.z, lane, to_r);
     __syncwarp(); /* the stage is free for the next class or row */
 }
 
