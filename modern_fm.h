@@ -5058,6 +5058,7 @@ typedef struct mfm__r_pending {
     unsigned char *seen;  /* whether sums[i] holds a gradient since the last steps */
     uint64_t *touched, n; /* the seen entries, in first-touch order */
     uint32_t rows;        /* rows added since the last steps */
+    unsigned char *dense; /* per class: a dense row (mfm__fwfm_dense) came since the last steps, so every pair a < b is seen */
 } mfm__r_pending;
 
 typedef struct mfm__trainer {
@@ -5750,9 +5751,35 @@ MFM__AVX_FN static void mfm__fwfm_dense_r_adagrad(const mfm__optim *o, float *r,
 #endif
 
 /* A gradient g of R's entry `at` (class c's entry e: c x blocks + e), into the share's sums. */
-MFM__INLINE static void mfm__r_pending_add(mfm__r_pending *q, uint64_t at, float g) {
+MFM__INLINE static void mfm__r_pending_see(mfm__r_pending *q, uint64_t at) {
     if (!q->seen[at]) q->seen[at] = 1, q->touched[q->n++] = at;
+}
+
+MFM__INLINE static void mfm__r_pending_add(mfm__r_pending *q, uint64_t at, float g) {
+    mfm__r_pending_see(q, at);
     q->sums[at] += g;
+}
+
+/* A dense row's (mfm__fwfm_dense) gradients of R into the share's sums: the pairs (a, b > a) of
+   a are R's consecutive blocks a F + b, so the row adds four at a time what mfm__r_pending_add
+   adds one by one (the same values, in the same order: the same bits); its pairs are seen once a
+   window. x: the row's values, dot: its kept dots (mfm__kept_stride). */
+static void mfm__r_pending_dense(mfm__r_pending *q, const mfm_model *m, uint32_t c, uint64_t F, const float *x, const float *dot, float g) {
+    const uint64_t first = c * m->t[MFM_TENSOR_R].n_blocks;
+    const mfm__f4 g4 = mfm__f4_set1(g), zero = mfm__f4_set1(0.0f);
+    uint64_t a, b;
+    for (a = 0; a + 1 < F; a++) {
+        float *const s = q->sums + first + a * F;
+        const float xa = x[a], *const da = dot + a * mfm__kept_stride(F);
+        const mfm__f4 xa4 = mfm__f4_set1(xa);
+        for (b = a + 1; b + 4 <= F; b += 4)
+            mfm__f4_store(s + b, mfm__f4_add(mfm__f4_load(s + b), mfm__f4_add(zero, mfm__f4_mul(mfm__f4_mul(g4, mfm__f4_mul(xa4, mfm__f4_load(x + b))), mfm__f4_load(da + b)))));
+        for (; b < F; b++) s[b] += 0 + g * (xa * x[b]) * dot[a * mfm__kept_stride(F) + b];
+    }
+    if (q->dense[c]) return;
+    q->dense[c] = 1;
+    for (a = 0; a < F; a++)
+        for (b = a + 1; b < F; b++) mfm__r_pending_see(q, first + a * F + b);
 }
 
 /* One step per entry of R the share's last rows touched, with their gradients' sum (AdaGrad's
@@ -5770,6 +5797,7 @@ static void mfm__r_pending_step(const mfm__trainer *tr) {
         q->sums[at] = 0, q->seen[at] = 0;
     }
     q->n = 0, q->rows = 0;
+    memset(q->dense, 0, m->n_classes);
 }
 
 /* FwFM's pairs of a row that is a batch of its own, from the weights and dots its score kept
@@ -5786,6 +5814,9 @@ static void mfm__fwfm_row_update(const mfm__trainer *tr, mfm__worker *wk, uint32
     float **const blk = wk->one_blk, *const gr = wk->one_g;
     uint64_t a, n_r = 0;
     for (a = 0; a < z; a++) v[a] = mfm__block(m, MFM_TENSOR_V, c, row->feat[a]);
+    if (tr->r_pending && mfm__fwfm_dense(m, row))
+        mfm__r_pending_dense(tr->r_pending, m, c, z, x, dot, g);
+    else
 #if defined(MFM__AVX)
     if (tr->opt.wide && !tr->r_pending && mfm__steps_as_adagrad(&tr->opt, 1) && rs == 2 && mfm__fwfm_dense(m, row))
         mfm__fwfm_dense_r_adagrad(&tr->opt, (float *)r, z, x, dot, g, l2v);
@@ -6376,7 +6407,8 @@ static int mfm__r_pending_init(mfm__trainer *tr) {
     if (m->params.model != MFM_MODEL_FWFM || m->params.linear_only || m->params.batch_size != 1 || !n) return 1;
     if (!(q = tr->r_pending = (mfm__r_pending *)mfm__calloc(1, sizeof *q))) return 0;
     q->sums = (float *)mfm__calloc(n, sizeof(float)), q->seen = (unsigned char *)mfm__calloc(n, 1), q->touched = (uint64_t *)mfm__alloc(n, sizeof(uint64_t));
-    return q->sums && q->seen && q->touched;
+    q->dense = (unsigned char *)mfm__calloc(m->n_classes, 1);
+    return q->sums && q->seen && q->touched && q->dense;
 }
 
 static void mfm__trainer_free(mfm__trainer *tr) {
@@ -6385,6 +6417,7 @@ static void mfm__trainer_free(mfm__trainer *tr) {
         MFM_FREE(tr->r_pending->sums);
         MFM_FREE(tr->r_pending->seen);
         MFM_FREE(tr->r_pending->touched);
+        MFM_FREE(tr->r_pending->dense);
         MFM_FREE(tr->r_pending);
     }
     for (w = 0; tr->workers && w < tr->n_workers; w++) {

@@ -530,55 +530,70 @@ void test_hogwild_disjoint_shares_exact(void) {
 
 /* Hogwild FwFM at batch 1: each share sums R's gradients over 32 rows and then steps R once (the
    sum under AdaGrad, the mean under SGD), and at the end of its pass; everything else steps row
-   by row. On T blocks of rows whose features and fields no other block has (pairs_only: w0 and w
-   stay 0), T threads must give what the reference gives block by block (ref_rows_holding_r):
-   blocks of 70 rows, so that each share steps R at rows 32 and 64 and at its end. */
+   by row. The data's T blocks of 70 rows (pairs_only: w0 and w stay 0) are such that no share
+   writes what another reads, so T threads must give what the reference gives block by block
+   (ref_rows_holding_r), each share stepping R at rows 32 and 64 and at its end. */
+static void check_holding_r(const mfm_csr *d, int T, int opt, uint32_t n_features, uint32_t n_fields, uint64_t block_rows, const char *shape) {
+    mfm_params p;
+    mfm_model *m;
+    ref_model before, expected;
+    ref_opt o;
+    uint64_t r, *rows;
+    int b;
+    char what[96];
+    memset(&p, 0, sizeof p);
+    p.model = MFM_MODEL_FWFM, p.k = 4, p.pairs_only = 1, p.batch_size = 1, p.seed = 9, p.learning_rate = 0.1;
+    p.optimizer = opt ? MFM_OPTIMIZER_SGD : MFM_OPTIMIZER_ADAGRAD;
+    p.n_threads = T, p.hogwild = 1;
+    snprintf(what, sizeof what, "FwFM %s, %d Hogwild threads, %s", opt ? "SGD" : "AdaGrad", T, shape);
+    m = make_model(&p, n_features, n_fields, 1);
+    rows = (uint64_t *)malloc(d->n_rows * sizeof *rows);
+    if (m && rows) {
+        mfm_error e;
+        o = ref_opt_from_params(mfm_model_params(m));
+        ref_load(&before, m);
+        ref_copy(&expected, &before);
+        for (r = 0; r < d->n_rows; r++) rows[r] = r;
+        for (b = 0; b < T; b++) ref_rows_holding_r(&expected, &o, d, rows + (uint64_t)b * block_rows, block_rows, 32, 1);
+        if (CHECK(mfm_partial_fit(m, d, &e) == MFM_OK, "%s: mfm_partial_fit: %s", what, e.message)) check_model(m, &expected, &before, NULL, 1e-3, 2e-6, what);
+        ref_free(&before);
+        ref_free(&expected);
+    }
+    free(rows);
+    mfm_model_free(m);
+}
+
+/* Two shapes of blocks whose features (ids 20 b ..) no other block has. Fields apart: block b's
+   rows hold its fields 3 b .. 3 b + 2, each once. Dense: the first block's rows hold every one
+   of the model's 9 fields once, in order (FwFM's dense rows, whose held-back sums of R are added
+   four at a time), and the other blocks' rows are cut to one non-zero (no pair: nothing of R). */
 void test_hogwild_fwfm_holds_r_back(void) {
-    enum { BLOCK_ROWS = 70, BLOCK_FEATURES = 20, BLOCK_FIELDS = 3 };
-    int T, opt;
-    for (T = 2; T <= 3; T++)
-        for (opt = 0; opt < 2; opt++) {
-            data_spec spec = train_data(MFM_TASK_BINARY, 2, (uint64_t)BLOCK_ROWS * T, 400 + (uint64_t)T);
-            mfm_params p;
-            test_data td;
-            mfm_model *m;
-            ref_model before, expected;
-            ref_opt o;
-            uint64_t r, j, *rows;
-            int b;
-            char what[64];
-            spec.feature_range = BLOCK_FEATURES;
-            spec.n_fields = BLOCK_FIELDS;
-            spec.min_nnz = spec.max_nnz = BLOCK_FIELDS; /* each field once: every row steps in place */
-            data_random(&td, &spec);
-            for (r = 0; r < td.csr.n_rows; r++)
-                for (j = td.offsets[r]; j < td.offsets[r + 1]; j++) {
-                    td.features[j] += (uint32_t)(r / BLOCK_ROWS) * BLOCK_FEATURES;
-                    td.fields[j] = (uint32_t)(j - td.offsets[r]) + (uint32_t)(r / BLOCK_ROWS) * BLOCK_FIELDS;
+    enum { BLOCK_ROWS = 70, BLOCK_FEATURES = 20 };
+    int T, opt, dense;
+    for (dense = 0; dense < 2; dense++)
+        for (T = 2; T <= 3; T++)
+            for (opt = 0; opt < 2; opt++) {
+                const uint32_t fields = dense ? 9 : 3; /* a row's */
+                data_spec spec = train_data(MFM_TASK_BINARY, 2, (uint64_t)BLOCK_ROWS * T, 400 + (uint64_t)(10 * dense + T));
+                test_data td;
+                uint64_t r, j, at = 0;
+                spec.feature_range = BLOCK_FEATURES;
+                spec.n_fields = fields;
+                spec.min_nnz = spec.max_nnz = fields; /* each field once: every row steps in place */
+                data_random(&td, &spec);
+                for (r = 0; r < td.csr.n_rows; r++) { /* in place: a row moves only towards the front */
+                    const uint64_t block = r / BLOCK_ROWS, keep = dense && block ? 1 : fields, first = td.offsets[r];
+                    td.offsets[r] = at;
+                    for (j = 0; j < keep; j++, at++) {
+                        td.features[at] = td.features[first + j] + (uint32_t)block * BLOCK_FEATURES;
+                        td.fields[at] = (uint32_t)j + (dense ? 0 : (uint32_t)block * fields);
+                        if (td.values) td.values[at] = td.values[first + j];
+                    }
                 }
-            memset(&p, 0, sizeof p);
-            p.model = MFM_MODEL_FWFM, p.k = 4, p.pairs_only = 1, p.batch_size = 1, p.seed = 9, p.learning_rate = 0.1;
-            p.optimizer = opt ? MFM_OPTIMIZER_SGD : MFM_OPTIMIZER_ADAGRAD;
-            p.n_threads = T, p.hogwild = 1;
-            snprintf(what, sizeof what, "FwFM %s, %d Hogwild threads", opt ? "SGD" : "AdaGrad", T);
-            m = make_model(&p, (uint32_t)(BLOCK_FEATURES * T), (uint32_t)(BLOCK_FIELDS * T), 1);
-            rows = (uint64_t *)malloc(td.csr.n_rows * sizeof *rows);
-            if (m && rows) {
-                mfm_error e;
-                o = ref_opt_from_params(mfm_model_params(m));
-                ref_load(&before, m);
-                ref_copy(&expected, &before);
-                for (r = 0; r < td.csr.n_rows; r++) rows[r] = r;
-                for (b = 0; b < T; b++) ref_rows_holding_r(&expected, &o, &td.csr, rows + (uint64_t)b * BLOCK_ROWS, BLOCK_ROWS, 32, 1);
-                if (CHECK(mfm_partial_fit(m, &td.csr, &e) == MFM_OK, "%s: mfm_partial_fit: %s", what, e.message))
-                    check_model(m, &expected, &before, NULL, 1e-3, 2e-6, what);
-                ref_free(&before);
-                ref_free(&expected);
+                td.offsets[td.csr.n_rows] = at;
+                check_holding_r(&td.csr, T, opt, (uint32_t)(BLOCK_FEATURES * T), dense ? fields : fields * (uint32_t)T, BLOCK_ROWS, dense ? "dense rows" : "fields apart");
+                data_free(&td);
             }
-            free(rows);
-            mfm_model_free(m);
-            data_free(&td);
-        }
 }
 
 /* mfm_train is mfm_model_create with the data's shape (max id + 1 for features and fields,
