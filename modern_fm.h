@@ -5774,7 +5774,7 @@ static void mfm__r_pending_dense(mfm__r_pending *q, const mfm_model *m, uint32_t
         const mfm__f4 xa4 = mfm__f4_set1(xa);
         for (b = a + 1; b + 4 <= F; b += 4)
             mfm__f4_store(s + b, mfm__f4_add(mfm__f4_load(s + b), mfm__f4_add(zero, mfm__f4_mul(mfm__f4_mul(g4, mfm__f4_mul(xa4, mfm__f4_load(x + b))), mfm__f4_load(da + b)))));
-        for (; b < F; b++) s[b] += 0 + g * (xa * x[b]) * dot[a * mfm__kept_stride(F) + b];
+        for (; b < F; b++) s[b] += 0 + g * (xa * x[b]) * da[b];
     }
     if (q->dense[c]) return;
     q->dense[c] = 1;
