@@ -10253,11 +10253,11 @@ static uint32_t mfm__gpu_group(const mfm_gpu_model *gm) {
     return g;
 }
 
-/* Scores rows [0, n) of the arrays in args into args->scores, then the output into out_dev. */
 /* FwFM's staged rows, prediction's and training's (kernels/common.cu, mfm_staged_weight_floats):
    the floats of every class's pair weights before the warps' rows. */
 static uint64_t mfm__staged_weight_floats(uint32_t n_classes, uint32_t n_fields) { return ((uint64_t)n_classes * n_fields * (n_fields + 1) + 3) & ~(uint64_t)3; }
 
+/* Scores rows [0, n) of the arrays in args into args->scores, then the output into out_dev. */
 static mfm_status mfm__gpu_launch(mfm_gpu_model *gm, mfm__gpu_args *args, mfm__cu_ptr out_dev, mfm_output kind, mfm__cu_stream stream, mfm_error *err) {
     const mfm__gpu_device *dev = gm->dev;
     const mfm_model *m = &gm->shape;

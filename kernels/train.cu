@@ -364,10 +364,10 @@ extern __shared__ __align__(16) mfm_u64 mfm_r_stage[];
    prediction (kernels/predict.cu): a row's u_a = v_a x_a and fields once, then its pairs from
    there (the score and R's sums, mfm_fwfm_pairs) and each v's gradient. Unstaged, every pair
    read its vectors through the L1, and the kernel waited on it (ncu, FwFM k = 8: the L1 80 %
-   busy, DRAM 4 %). After R's sums (from
-   r_shared rounded up to 16 bytes): every class's pair weights r(f, g), rows padded to
-   n_fields + 1 floats (lanes reading r(f_i, f_j) of neighbouring fields hit distinct banks),
-   then per warp Q x stage_nnz float4s and stage_nnz fields. */
+   busy, DRAM 4 %). After R's sums (from r_shared rounded up to 16 bytes): every class's pair
+   weights r(f, g), rows padded to n_fields + 1 floats (lanes reading r(f_i, f_j) of
+   neighbouring fields hit distinct banks), then per warp Q x stage_nnz float4s and stage_nnz
+   fields. */
 struct mfm_staged_row {
     float4 *u;             /* u[q * stage_nnz + i]: the row's non-zero i, factors 4q .. 4q + 3 */
     mfm_u32 *f;            /* its fields */
