@@ -4972,8 +4972,9 @@ static void mfm__step(const mfm__optim *o, float *blk, uint32_t len, const float
         walks all the batch's rows in order and sums only what its own coordinates receive,
         into buffers as large as its share of the batch's touched set.
      3. apply (parallel): each worker takes one optimizer step per coordinate it owns.
-   A coordinate's gradient is summed in row order whatever the number of workers, so the bits
-   do not depend on n_threads. At batch 1 most rows skip all of this (mfm__update_row). */
+   One worker takes steps 1 and 2 together, row by row (mfm__score_and_sum_task). A
+   coordinate's gradient is summed in row order whatever the number of workers, so the bits do
+   not depend on n_threads. At batch 1 most rows skip all of this (mfm__update_row). */
 
 /* The divisor of a batch's gradient sums: the mean for SGD, Adam and FTRL; the sum for
    AdaGrad, whose step then neither shrinks with the batch for a coordinate the batch touches
@@ -5013,6 +5014,14 @@ typedef struct mfm__coords {
 
 #define MFM__STEPPED 0xFFFFFFFFu /* a last row's mark once its entry has stepped (mfm__step_ending) */
 
+/* An FFM row's non-zero as mfm__ffm_feature_sums reads it: where its feature's vectors start in
+   a class's table, its field, its field's cell in a sums entry, and its value. */
+typedef struct mfm__ffm_nonzero {
+    uint64_t vectors;
+    uint32_t field, cell;
+    float x;
+} mfm__ffm_nonzero;
+
 typedef struct mfm__worker {
     mfm__coords own[MFM_TENSOR_COUNT];
     int failed;    /* memory ran short while summing gradients */
@@ -5043,6 +5052,8 @@ typedef struct mfm__worker {
     uint32_t *last_row; /* tr->step_early: per w entry, the batch's last row that touches it (MFM__STEPPED once stepped) */
     uint64_t cap_last_row;
     uint32_t *ending;  /* tr->step_early: the v entries whose last row this is */
+    uint64_t diverged; /* one worker: 1 + the batch's row whose loss was not finite, where it stopped (mfm__score_and_sum_task) */
+    mfm__ffm_nonzero *ffm_row; /* batches, FFM keyed by feature: the row being summed, read through a copy (mfm__ffm_feature_sums) */
     double loss, weight;
     char apart[128]; /* keeps the next worker's fields off this one's cache lines */
 } mfm__worker;
@@ -5257,7 +5268,7 @@ MFM__INLINE static void mfm__prefetch_ahead(const mfm__trainer *tr, const uint64
 }
 
 /* y += c x over k values, four lanes at a time. */
-static void mfm__axpy(float *y, float c, const float *x, int k) {
+MFM__INLINE static void mfm__axpy(float *y, float c, const float *x, int k) {
     const mfm__f4 c4 = mfm__f4_set1(c);
     int t = 0;
     for (; t + 4 <= k; t += 4) mfm__f4_store(y + t, mfm__f4_add(mfm__f4_load(y + t), mfm__f4_mul(c4, mfm__f4_load(x + t))));
@@ -5602,6 +5613,48 @@ MFM__INLINE static void mfm__prefetch_ffm_partners(const mfm_model *m, uint32_t 
     for (b = 0; b < row->z; b++) MFM__PREFETCH(mfm__ffm_slot(m, c, row->feat[b], row->field[a]));
 }
 
+/* FFM with v keyed by feature (its entries are w's, v->parts fields each): what the row's
+   owned non-zeros' slots receive, a by a: slot (a, field b) receives g x_a x_b v(b, field a)
+   into its entry's sums, in the order of b. The row is read through a copy (wk->ffm_row): the
+   sums are stored through pointers that may alias anything, after which the compiler would read
+   the row and the table's shape again for every term. Several workers ask for the partner slots
+   two non-zeros ahead: another worker scored the row, and a batch's rows read more than the
+   caches hold. One worker sums the row it has just scored. */
+static void mfm__ffm_feature_sums(const mfm__trainer *tr, mfm__worker *wk, uint32_t c, const mfm__row *row, const uint32_t *owned, uint32_t n_owned, float g) {
+    const mfm_model *m = tr->m;
+    mfm__coords *const v = &wk->own[MFM_TENSOR_V];
+    const mfm__table *V = &m->t[MFM_TENSOR_V];
+    const float *const table = V->data + (uint64_t)c * V->n_blocks * V->stride;
+    const uint32_t k = (uint32_t)m->k, F = m->n_fields, z = row->z;
+    const uint64_t stride = V->stride, cell = (uint64_t)m->n_classes * k, width = F * cell; /* sums: [field][class][k] */
+    const int ask = tr->n_workers > 1;
+    mfm__ffm_nonzero *const nz = wk->ffm_row;
+    uint32_t i, b, t;
+    for (b = 0; b < z; b++)
+        nz[b].vectors = (uint64_t)row->feat[b] * F * stride, nz[b].field = row->field[b], nz[b].cell = row->field[b] * (uint32_t)cell, nz[b].x = row->x[b];
+    for (i = 0; ask && i < 2 && i < n_owned; i++)
+        for (b = 0; b < z; b++) MFM__PREFETCH(table + nz[b].vectors + nz[owned[i]].field * stride);
+    for (i = 0; i < n_owned; i++) {
+        const uint32_t a = owned[i];
+        float *const sums = mfm__own_like_w(v, wk->entry[i], row->feat[a], width) + (uint64_t)c * k;
+        unsigned char *const touched = v->flags + (uint64_t)wk->entry[i] * F;
+        const float *const partners = table + nz[a].field * stride; /* + a partner's vectors: its slot for a's field */
+        const float xa = nz[a].x;
+        if (ask && i + 2 < n_owned)
+            for (b = 0; b < z; b++) MFM__PREFETCH(table + nz[b].vectors + nz[owned[i + 2]].field * stride);
+        for (b = 0; b < z; b++) {
+            const float coef = a < b ? g * xa * nz[b].x : g * nz[b].x * xa;
+            const float *const vb = partners + nz[b].vectors;
+            float *const s = sums + nz[b].cell;
+            const mfm__f4 c4 = mfm__f4_set1(coef);
+            if (b == a) continue;
+            touched[nz[b].field] = 1;
+            for (t = 0; t + 4 <= k; t += 4) mfm__f4_store(s + t, mfm__f4_add(mfm__f4_load(s + t), mfm__f4_mul(c4, mfm__f4_load(vb + t))));
+            for (; t < k; t++) s[t] += coef * vb[t];
+        }
+    }
+}
+
 /* Adds g * ds/dtheta of class c's score on one row (g = weight * dL/ds) to the coordinates
    worker `me` owns. Within a row, a coordinate receives its terms in the order of the partner
    non-zero, which is the order the in-place path uses; mfm__gradient_room made room for the
@@ -5610,6 +5663,7 @@ static void mfm__gradient_row(const mfm__trainer *tr, mfm__worker *wk, int me, u
                              float g, const float *sum, const float *terms) {
     const mfm_model *m = tr->m;
     const int k = m->k, pairs_only = m->params.pairs_only;
+    const int ask = m->params.model == MFM_MODEL_FFM && tr->n_workers > 1; /* FFM's partner slots, unless one worker scored the row just now */
     const uint32_t F = m->n_fields, C = m->n_classes, stamp = tr->stamp_batch;
     uint32_t a, b, i;
     float *gc;
@@ -5635,25 +5689,17 @@ static void mfm__gradient_row(const mfm__trainer *tr, mfm__worker *wk, int me, u
         if (m->params.model == MFM_MODEL_FWFM) mfm__fwfm_kept_r_gradients(tr, wk, me, c, row, terms);
         return;
     }
-    for (i = 0; m->params.model == MFM_MODEL_FFM && i < 2 && i < n_owned; i++) mfm__prefetch_ffm_partners(m, c, row, owned[i]);
+    if (m->params.model == MFM_MODEL_FFM && wk->own[MFM_TENSOR_V].parts) {
+        mfm__ffm_feature_sums(tr, wk, c, row, owned, n_owned, g);
+        return;
+    }
+    for (i = 0; ask && i < 2 && i < n_owned; i++) mfm__prefetch_ffm_partners(m, c, row, owned[i]);
     for (i = 0; i < n_owned; i++) {
         const uint32_t ia = row->feat[a = owned[i]], fa = m->params.model == MFM_MODEL_FM ? 0 : row->field[a];
         const float xa = row->x[a];
         switch (m->params.model) {
         case MFM_MODEL_FFM: /* slot (a, field b) receives g x_a x_b v(b, field a) */
-            if (i + 2 < n_owned) mfm__prefetch_ffm_partners(m, c, row, owned[i + 2]);
-            if (wk->own[MFM_TENSOR_V].parts) { /* one entry for all of a's slots: [field][class][k] */
-                unsigned char *touched;
-                gc = mfm__own_like_w(&wk->own[MFM_TENSOR_V], wk->entry[i], ia, (uint64_t)F * C * k);
-                touched = wk->own[MFM_TENSOR_V].flags + (uint64_t)wk->entry[i] * F;
-                for (b = 0; b < row->z; b++) {
-                    const float coef = a < b ? g * xa * row->x[b] : g * row->x[b] * xa;
-                    if (b == a) continue;
-                    touched[row->field[b]] = 1;
-                    mfm__axpy(gc + ((uint64_t)row->field[b] * C + c) * k, coef, mfm__ffm_slot(m, c, row->feat[b], fa), k);
-                }
-                break;
-            }
+            if (ask && i + 2 < n_owned) mfm__prefetch_ffm_partners(m, c, row, owned[i + 2]);
             for (b = 0; b < row->z; b++) {
                 const float *vb = mfm__ffm_slot(m, c, row->feat[b], fa);
                 const float coef = a < b ? g * xa * row->x[b] : g * row->x[b] * xa;
@@ -6026,25 +6072,33 @@ static int mfm__group_by_owner(const mfm__trainer *tr, mfm__worker *wk, uint64_t
     return 1;
 }
 
-/* Step 1: the worker's share of the batch's rows, scored against the frozen parameters. */
+/* Step 1 for the batch's row q (the worker's rows end at hi): its score against the frozen
+   parameters, its loss and dL/ds, and what the owners read of it. 0 when memory is short. */
+static int mfm__score_batch_row(const mfm__trainer *tr, mfm__worker *wk, uint64_t q, uint64_t hi, const mfm__row *row) {
+    const uint64_t C = tr->m->n_classes, k = (uint64_t)tr->m->k;
+    const int keeps = tr->kept[q] = (unsigned char)mfm__keeps_terms(tr, row), fwfm_keeps = keeps && tr->m->params.model == MFM_MODEL_FWFM;
+    mfm__prefetch_ahead(tr, tr->rows, q, hi);
+    if (tr->n_workers > 1 && (wk->failed = !mfm__group_by_owner(tr, wk, q, row)) != 0) return 0;
+    mfm__row_loss(tr, wk, tr->rows[q], row, tr->dlds + q * C, tr->sums ? tr->sums + q * C * k : wk->sum, fwfm_keeps ? wk->pair_keep : NULL);
+    if (tr->line) memcpy(tr->scores + q * C, wk->score, C * sizeof(float));
+    if (keeps && !fwfm_keeps) mfm__fm_keep_terms(tr, q, row, wk->sum);
+#if defined(MFM__AVX)
+    if (fwfm_keeps) mfm__fwfm_keep_terms(tr, wk, q, row);
+#endif
+    return 1;
+}
+
+/* Step 1, several workers: the worker's share of the batch's rows, scored against the frozen
+   parameters. */
 static void mfm__score_task(void *ctx, int index) {
     const mfm__trainer *tr = (const mfm__trainer *)ctx;
     mfm__worker *wk = &tr->workers[index];
-    const uint64_t C = tr->m->n_classes, k = (uint64_t)tr->m->k;
     uint64_t q, lo, hi;
     mfm__share(tr->n_batch, tr->n_workers, index, &lo, &hi);
     wk->n_by_owner = 0, wk->failed = 0;
     for (q = lo; q < hi; q++) {
         const mfm__row row = mfm__get_row(tr->m, tr->d, tr->rows[q], tr->ones, wk->scaled);
-        const int keeps = tr->kept[q] = (unsigned char)mfm__keeps_terms(tr, &row), fwfm_keeps = keeps && tr->m->params.model == MFM_MODEL_FWFM;
-        mfm__prefetch_ahead(tr, tr->rows, q, hi);
-        if (tr->n_workers > 1 && (wk->failed = !mfm__group_by_owner(tr, wk, q, &row)) != 0) return;
-        mfm__row_loss(tr, wk, tr->rows[q], &row, tr->dlds + q * C, tr->sums ? tr->sums + q * C * k : wk->sum, fwfm_keeps ? wk->pair_keep : NULL);
-        if (tr->line) memcpy(tr->scores + q * C, wk->score, C * sizeof(float));
-        if (keeps && !fwfm_keeps) mfm__fm_keep_terms(tr, q, &row, wk->sum);
-#if defined(MFM__AVX)
-        if (fwfm_keeps) mfm__fwfm_keep_terms(tr, wk, q, &row);
-#endif
+        if (!mfm__score_batch_row(tr, wk, q, hi, &row)) return;
     }
 }
 
@@ -6228,26 +6282,48 @@ static void mfm__step_ending(const mfm__trainer *tr, mfm__worker *wk, uint64_t q
     mfm__step_entries(tr, &wk->own[MFM_TENSOR_V], MFM_TENSOR_V, wk->ending, n);
 }
 
-/* Step 2: every row of the batch, in order, for the coordinates this worker owns. The next
-   row's owned w and (FM, FwFM) v, unless it left terms, and the table slots their first probes
-   read are asked for while this row's are summed: the batch's rows touch more lines than L2
-   holds, and with several workers another one scored the row. Only the owned ones, for the
-   lines of the others are the other workers' to write. One worker listed the entries first, and
-   with tr->step_early steps FFM's v as their last rows pass (above). */
-static void mfm__gradient_task(void *ctx, int index) {
-    const mfm__trainer *tr = (const mfm__trainer *)ctx;
-    mfm__worker *wk = &tr->workers[index];
-    const uint64_t C = tr->m->n_classes, k = (uint64_t)tr->m->k, n = tr->n_batch;
-    uint64_t q, at = 0; /* at: the row's first entry in walk_entry (one worker) */
-    uint32_t c, a;
+/* Step 2's start: the worker's tables emptied; one worker lists the batch's entries. 0 when
+   memory is short (wk->failed). */
+static int mfm__gradient_start(const mfm__trainer *tr, mfm__worker *wk) {
     int t;
     for (t = 0; t < MFM_TENSOR_COUNT; t++) wk->own[t].n = 0;
     wk->failed = 0, wk->r_in_order = 0;
-    if (tr->n_workers == 1 && (wk->failed = !mfm__list_entries(tr, wk)) != 0) return;
+    return !(tr->n_workers == 1 && (wk->failed = !mfm__list_entries(tr, wk)) != 0);
+}
+
+/* Step 2 for the batch's row q: what worker `me` owns of its gradients, added to its sums; *at:
+   the row's first entry in walk_entry (one worker). */
+static void mfm__sum_batch_row(const mfm__trainer *tr, mfm__worker *wk, int me, uint64_t q, const mfm__row *row, uint64_t *at) {
+    const uint64_t C = tr->m->n_classes, k = (uint64_t)tr->m->k;
+    const uint32_t *owned;
+    const uint32_t n_owned = mfm__owned_of(tr, q, me, &owned);
+    uint32_t c, a;
+    if ((wk->failed = !mfm__gradient_room(tr, wk, row, n_owned)) != 0) return;
+    if (tr->n_workers == 1)
+        memcpy(wk->entry, wk->walk_entry + *at, n_owned * sizeof(uint32_t)), *at += n_owned;
+    else
+        mfm__look_up_entries(tr, wk, row, owned, n_owned);
+    for (c = 0; c < C; c++)
+        mfm__gradient_row(tr, wk, me, c, row, owned, n_owned, tr->dlds[q * C + c], tr->sums ? tr->sums + (q * C + c) * k : NULL,
+                          tr->kept[q] ? tr->terms + (q * C + c) * tr->terms_row : NULL);
+    for (a = 0; tr->line && a < n_owned; a++) tr->w_entry[tr->nnz_at[q] + owned[a]] = wk->entry[a]; /* for mfm__line_task */
+    if (tr->step_early) mfm__step_ending(tr, wk, q, n_owned);
+}
+
+/* Step 2, several workers: every row of the batch, in order, for the coordinates this worker
+   owns. The next row's owned w and (FM, FwFM) v, unless it left terms, and the table slots their
+   first probes read are asked for while this row's are summed: the batch's rows touch more
+   lines than L2 holds, and another worker scored the row. Only the owned ones, for the lines of
+   the others are the other workers' to write. */
+static void mfm__gradient_task(void *ctx, int index) {
+    const mfm__trainer *tr = (const mfm__trainer *)ctx;
+    mfm__worker *wk = &tr->workers[index];
+    const uint64_t C = tr->m->n_classes, n = tr->n_batch;
+    uint64_t q, at = 0; /* at: the row's first entry in walk_entry (one worker) */
+    uint32_t c, a;
+    if (!mfm__gradient_start(tr, wk)) return;
     for (q = 0; q < n && !wk->failed; q++) {
         const mfm__row row = mfm__get_row(tr->m, tr->d, tr->rows[q], tr->ones, wk->scaled);
-        const uint32_t *owned;
-        const uint32_t n_owned = mfm__owned_of(tr, q, index, &owned);
         mfm__prefetch_data_ahead(tr, tr->rows, q, n);
         if (q + 1 < n) {
             const uint32_t *next, *const feat = tr->d->features + tr->d->row_offsets[tr->rows[q + 1]];
@@ -6255,18 +6331,48 @@ static void mfm__gradient_task(void *ctx, int index) {
             const mfm__coords *const w = &wk->own[MFM_TENSOR_W];
             for (c = 0; c < C && !tr->kept[q + 1]; c++) /* a row that left terms: no parameter to read */
                 for (a = 0; a < n_next; a++) mfm__prefetch_feature(tr->m, c, feat[next[a]]);
-            for (a = 0; tr->n_workers > 1 && w->mask && a < n_next; a++) MFM__PREFETCH(w->slots + (mfm__mix(feat[next[a]]) & w->mask)); /* the first probes' slots */
+            for (a = 0; w->mask && a < n_next; a++) MFM__PREFETCH(w->slots + (mfm__mix(feat[next[a]]) & w->mask)); /* the first probes' slots */
         }
-        if ((wk->failed = !mfm__gradient_room(tr, wk, &row, n_owned)) != 0) break;
-        if (tr->n_workers == 1)
-            memcpy(wk->entry, wk->walk_entry + at, n_owned * sizeof(uint32_t)), at += n_owned;
-        else
-            mfm__look_up_entries(tr, wk, &row, owned, n_owned);
-        for (c = 0; c < C; c++)
-            mfm__gradient_row(tr, wk, index, c, &row, owned, n_owned, tr->dlds[q * C + c], tr->sums ? tr->sums + (q * C + c) * k : NULL,
-                              tr->kept[q] ? tr->terms + (q * C + c) * tr->terms_row : NULL);
-        for (a = 0; tr->line && a < n_owned; a++) tr->w_entry[tr->nnz_at[q] + owned[a]] = wk->entry[a]; /* for mfm__line_task */
-        if (tr->step_early) mfm__step_ending(tr, wk, q, n_owned);
+        mfm__sum_batch_row(tr, wk, index, q, &row, &at);
+    }
+}
+
+/* One worker: the sums that the batch's row q will add to, its entries walk_entry[at ...): the
+   batch's touched features' sums (FFM: 624 bytes a feature at 39 fields and k = 4, tens of MB a
+   batch) lie far from the core, and a row adds to dozens of them. */
+MFM__INLINE static void mfm__prefetch_sums(const mfm__trainer *tr, const mfm__worker *wk, uint64_t q, uint64_t at) {
+    const mfm__coords *const w = &wk->own[MFM_TENSOR_W], *const v = &wk->own[MFM_TENSOR_V];
+    const uint64_t C = tr->m->n_classes, L = tr->line ? 2 * C : C, n_nz = tr->d->row_offsets[tr->rows[q] + 1] - tr->d->row_offsets[tr->rows[q]];
+    const uint64_t v_width = (v->parts ? v->parts : 1) * C * (uint64_t)tr->m->k;
+    uint64_t a;
+    for (a = 0; a < n_nz; a++) {
+        const uint64_t e = wk->walk_entry[at + a];
+        MFM__PREFETCH(w->g + e * L);
+        if (v->like_w) mfm__prefetch_range(v->g + e * v_width, 0, v_width, sizeof(float));
+        if (v->parts) MFM__PREFETCH(v->flags + e * v->parts);
+    }
+}
+
+/* One worker: steps 1 and 2 together, row by row: each row's gradients are summed right after
+   its score, while the parameters the score read are still in cache (walked apart, every row's
+   were read twice: FFM's 1,482 partner slots a row at 39 fields). The same functions on the same
+   rows in the same order: the same bits as the two steps apart. A row whose loss is not finite
+   stops the walk before its sums (wk->diverged). */
+static void mfm__score_and_sum_task(void *ctx, int index) {
+    const mfm__trainer *tr = (const mfm__trainer *)ctx;
+    mfm__worker *wk = &tr->workers[index];
+    uint64_t q, at = 0;
+    wk->n_by_owner = 0, wk->diverged = 0;
+    if (!mfm__gradient_start(tr, wk)) return;
+    for (q = 0; q < tr->n_batch && !wk->failed; q++) {
+        const mfm__row row = mfm__get_row(tr->m, tr->d, tr->rows[q], tr->ones, wk->scaled);
+        if (q + 1 < tr->n_batch) mfm__prefetch_sums(tr, wk, q + 1, at + row.z);
+        mfm__score_batch_row(tr, wk, q, tr->n_batch, &row);
+        if (!mfm__finite(wk->loss)) {
+            wk->diverged = q + 1;
+            return;
+        }
+        mfm__sum_batch_row(tr, wk, index, q, &row, &at);
     }
 }
 
@@ -6436,6 +6542,7 @@ static void mfm__trainer_free(mfm__trainer *tr) {
         MFM_FREE(wk->walk_entry);
         MFM_FREE(wk->last_row);
         MFM_FREE(wk->ending);
+        MFM_FREE(wk->ffm_row);
         MFM_FREE(wk->pair_weight);
         MFM_FREE(wk->pair_ids);
         MFM_FREE(wk->pair_keep);
@@ -6575,8 +6682,9 @@ static int mfm__trainer_init(mfm__trainer *tr, mfm_model *m, const mfm_csr *d, c
         wk->owned = (uint32_t *)mfm__alloc(3 * (uint64_t)info->max_row_nnz + (uint64_t)tr->n_workers, sizeof(uint32_t));
         wk->entry = (uint32_t *)mfm__alloc(info->max_row_nnz, sizeof(uint32_t));
         wk->ending = (uint32_t *)mfm__alloc(info->max_row_nnz, sizeof(uint32_t));
+        wk->ffm_row = (mfm__ffm_nonzero *)mfm__alloc(info->max_row_nnz, sizeof(mfm__ffm_nonzero));
         if (!wk->dlds || !wk->sum || !wk->score || !wk->prob || !wk->scaled || !wk->row_g || !wk->one_blk || !wk->one_g || !wk->owned || !wk->entry ||
-            !wk->ending)
+            !wk->ending || !wk->ffm_row)
             return 0;
         wk->owner_of = wk->owned + info->max_row_nnz;
         wk->partner = wk->owned + 2 * (uint64_t)info->max_row_nnz;
@@ -6688,18 +6796,31 @@ static int mfm__describe_not_finite(const mfm_model *m, int n_slots, char *out, 
 }
 
 /* The sentence of a divergence found by the loss of n rows from rows[0] (1-based numbers, rows
-   of the training data as the caller numbers them, not in the epoch's order). mfm__fit adds
-   what the model holds once every thread has stopped (mfm__diverged_holds). */
-static mfm_status mfm__diverged_at(const mfm__trainer *tr, const uint64_t *rows, uint64_t n, uint64_t batch_number, mfm_error *err) {
-    char at[32] = "", row[600], where[640];
-    if (tr->epoch > 0) snprintf(at, sizeof at, " in epoch %d", tr->epoch);
-    mfm__row_at(tr->d, rows[0], row, sizeof row);
+   of the training data as the caller numbers them, not in the epoch's order). stopped_at: 1 +
+   the batch's row where FFM's one worker stopped, having stepped some of the batch's v early
+   (0: no step of the batch was taken). mfm__fit adds what the model holds once every thread
+   has stopped (mfm__diverged_holds). */
+static void mfm__name_row(const mfm__trainer *tr, uint64_t r, char *out, size_t size) {
+    char row[600];
+    mfm__row_at(tr->d, r, row, sizeof row);
     if (tr->d->origin)
-        snprintf(where, sizeof where, "the row at %s", row);
+        snprintf(out, size, "the row at %s", row);
     else
-        snprintf(where, sizeof where, "row %" PRIu64 " of the training data (1-based)", rows[0] + 1);
+        snprintf(out, size, "row %" PRIu64 " of the training data (1-based)", r + 1);
+}
+
+static mfm_status mfm__diverged_at(const mfm__trainer *tr, const uint64_t *rows, uint64_t n, uint64_t batch_number, uint64_t stopped_at, mfm_error *err) {
+    char at[32] = "", where[640], stopped[640];
+    if (tr->epoch > 0) snprintf(at, sizeof at, " in epoch %d", tr->epoch);
+    mfm__name_row(tr, rows[0], where, sizeof where);
     if (n == 1) return mfm__fail(err, MFM_ERR_DIVERGED, "training diverged%s: the loss of %s is not finite", at, where);
-    return mfm__fail(err, MFM_ERR_DIVERGED, "training diverged%s: the loss of batch %" PRIu64 " (its first row: %s) is not finite", at, batch_number, where);
+    if (stopped_at <= 1) /* no step of the batch taken */
+        return mfm__fail(err, MFM_ERR_DIVERGED, "training diverged%s: the loss of batch %" PRIu64 " (its first row: %s) is not finite", at, batch_number, where);
+    mfm__name_row(tr, rows[stopped_at - 1], stopped, sizeof stopped);
+    return mfm__fail(err, MFM_ERR_DIVERGED,
+                     "training diverged%s: the loss of batch %" PRIu64 " (its first row: %s) is not finite from %s on; of that batch only the "
+                     "factors of the features that no row from there on touches took their steps",
+                     at, batch_number, where, stopped);
 }
 
 /* Ends the sentence of a divergence with what the model holds, and what to do. */
@@ -6745,7 +6866,7 @@ static mfm_status mfm__pass(mfm__trainer *tr, mfm__pool *pool, const uint64_t *r
             if (start + 1 < n) mfm__prefetch_row(tr->m, tr->d, rows[start + 1], &tr->next_span); /* FFM's spans: asked for by the steps */
             if (mfm__row_is_simple(tr, &row)) {
                 mfm__train_row(tr, &tr->workers[0], rows[start]);
-                if (!mfm__finite(tr->workers[0].loss)) return mfm__diverged_at(tr, rows + start, 1, 1, err);
+                if (!mfm__finite(tr->workers[0].loss)) return mfm__diverged_at(tr, rows + start, 1, 1, 0, err);
                 continue;
             }
             if (tr->next_span.bytes) mfm__prefetch_row(tr->m, tr->d, rows[start + 1], NULL); /* the batched steps ask for no span: all now */
@@ -6765,12 +6886,13 @@ static mfm_status mfm__pass(mfm__trainer *tr, mfm__pool *pool, const uint64_t *r
             if (!mfm__reserve((void **)&tr->w_entry, &tr->cap_w_entry, tr->nnz_at[tr->n_batch], sizeof(uint32_t)))
                 return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for the batch's line search; the model holds the updates of the batches before it");
         }
-        mfm__pool_run(pool, mfm__score_task, tr);
+        mfm__pool_run(pool, tr->n_workers == 1 ? mfm__score_and_sum_task : mfm__score_task, tr);
         for (w = 0; w < tr->n_workers; w++)
-            if (tr->workers[w].failed) return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for the batch's lists of owned non-zeros; the model holds the updates of the batches before it");
+            if (tr->workers[w].failed && tr->n_workers > 1) return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for the batch's lists of owned non-zeros; the model holds the updates of the batches before it");
         for (w = 0; w < tr->n_workers; w++) loss += tr->workers[w].loss;
-        if (!mfm__finite(loss)) return mfm__diverged_at(tr, tr->rows, tr->n_batch, start / batch + 1, err); /* before its steps */
-        mfm__pool_run(pool, mfm__gradient_task, tr);
+        if (!mfm__finite(loss)) /* before its steps, but for FFM's v that one worker stepped early */
+            return mfm__diverged_at(tr, tr->rows, tr->n_batch, start / batch + 1, tr->step_early ? tr->workers[0].diverged : 0, err);
+        if (tr->n_workers > 1) mfm__pool_run(pool, mfm__gradient_task, tr);
         for (w = 0; w < tr->n_workers; w++)
             if (tr->workers[w].failed)
                 return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for the gradient buffers; the model holds the updates of the batches before it");

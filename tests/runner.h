@@ -45,6 +45,7 @@
     X(test_determinism_same_seed)           \
     X(test_determinism_fixed_threads)       \
     X(test_threads_bit_identical)           \
+    X(test_batch_ffm_repeated_feature)      \
     X(test_hogwild_disjoint_shares_exact)   \
     X(test_hogwild_fwfm_holds_r_back)       \
     X(test_train_is_create_plus_fit)        \
@@ -134,6 +135,7 @@
     X(test_cli_worse_than_constant)           \
     X(test_cli_tune)                          \
     X(test_cli_tune_errors)                   \
+    X(test_failsafe_diverged_mid_batch)     \
     X(test_failsafe_diverged_sgd)             \
     X(test_failsafe_diverged_regression_labels) \
     X(test_failsafe_diverged_tool)            \

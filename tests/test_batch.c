@@ -17,8 +17,9 @@ static void preset_state(mfm_model *m, mfm_optimizer optimizer) {
     if (optimizer == MFM_OPTIMIZER_FTRL) model_fill_slot(m, 1, 0.1f), model_fill_slot(m, 2, 0.3f);
 }
 
-/* Trains one epoch with batch_size = all rows from random parameters (and preset state) and
-   compares every slot with one batch of ref_apply_batch over all rows with the given row
+/* Trains one epoch with batch_size = all rows from random parameters (and preset state), on one
+   thread (one worker: each row summed as it is scored) and on three (owners walking the rows),
+   and compares every slot with one batch of ref_apply_batch over all rows with the given row
    weights (NULL: from ref_row_weights). Tolerance: 1e-3 of the step + 2e-6 absolute (a mean of
    float gradients); untouched coordinates and their state must be bit-identical.
    Returns the number of untouched (W, V) coordinates through *untouched_w / *untouched_v. */
@@ -34,8 +35,11 @@ static void check_full_batch(const mfm_params *params, const mfm_csr *d, uint32_
     mfm_error e;
     mfm_status st;
     size_t i;
+    int threads;
+    char on[160];
     p.n_epochs = 1;
     p.batch_size = (int)d->n_rows;
+    p.n_threads = 1;
     opt = ref_opt_from_params(&p);
     m = make_model(&p, n_features, n_fields, n_classes);
     if (!m) {
@@ -57,8 +61,18 @@ static void check_full_batch(const mfm_params *params, const mfm_csr *d, uint32_
         for (*untouched_w = 0, i = 0; i < before.size[MFM_TENSOR_W]; i++) *untouched_w += !mask[MFM_TENSOR_W][i];
     if (untouched_v)
         for (*untouched_v = 0, i = 0; i < before.size[MFM_TENSOR_V]; i++) *untouched_v += !mask[MFM_TENSOR_V][i];
-    st = mfm_fit(m, d, &e);
-    if (CHECK(st == MFM_OK, "%s: mfm_fit failed with %d: %s", what, (int)st, st ? e.message : "")) check_model(m, &expected, &before, mask, 1e-3, 2e-6, what);
+    for (threads = 1; threads <= 3; threads += 2) {
+        if (threads > 1) { /* the same start again */
+            mfm_model_free(m);
+            p.n_threads = threads;
+            if (!(m = make_model(&p, n_features, n_fields, n_classes))) break;
+            model_randomize(m, seed, 0.5);
+            preset_state(m, opt.kind);
+        }
+        snprintf(on, sizeof on, "%s, %d thread%s", what, threads, threads > 1 ? "s" : "");
+        st = mfm_fit(m, d, &e);
+        if (CHECK(st == MFM_OK, "%s: mfm_fit failed with %d: %s", on, (int)st, st ? e.message : "")) check_model(m, &expected, &before, mask, 1e-3, 2e-6, on);
+    }
     ref_mask_free(mask);
     ref_free(&before);
     ref_free(&expected);
@@ -468,6 +482,48 @@ void test_threads_bit_identical(void) {
             snapshot_free(&one);
             data_free(&td);
         }
+}
+
+/* One worker sums each FFM row's gradients right after scoring it, several owners walk the
+   rows apart: a slot's terms must come in the same order either way, also where a feature
+   comes twice in a row. Rows with feature 7 at positions 1 and 2 and two partners of field 0
+   around them (slot (7, field 0) receives four terms; taken pair by pair they would come in
+   another order) must give 1 thread the bits of 3, and so must rows without a repeat. */
+void test_batch_ffm_repeated_feature(void) {
+    char *text = (char *)malloc(64 * 96 + 1), *at = text;
+    mfm_read_options o;
+    mfm_dataset *ds = NULL;
+    mfm_params p;
+    mfm_error e;
+    snapshot one, many;
+    int r;
+    REQUIRE(text, "out of memory");
+    for (r = 0; r < 64; r++) /* odd rows repeat feature 7, even rows have 8 in its second place */
+        at += sprintf(at, "%d 0:%d:%.3f 1:7:%.3f 2:%d:%.3f 0:%d:%.3f 3:%d:%.3f\n", r % 3 == 0, r % 5, 0.3 + 0.011 * r, 1.7 - 0.013 * r,
+                      r % 2 ? 7 : 8, 0.9 + 0.007 * r, 10 + r % 4, 0.45 + 0.005 * r, 14 + r % 3, 1.1 - 0.004 * r);
+    memset(&o, 0, sizeof o);
+    o.task = MFM_TASK_BINARY;
+    o.n_threads = 1;
+    if (CHECK(mfm_dataset_parse(text, strlen(text), "rows.txt", &o, &ds, &e) == MFM_OK, "parse: %s", e.message)) {
+        const mfm_csr d = mfm_dataset_csr(ds);
+        memset(&p, 0, sizeof p);
+        p.model = MFM_MODEL_FFM;
+        p.k = 4;
+        p.n_epochs = 3;
+        p.batch_size = 16;
+        p.learning_rate = 0.3;
+        p.normalize_rows = MFM_OFF; /* the values as written */
+        p.seed = 5;
+        p.n_threads = 1;
+        if (train_snapshot(&p, &d, &one)) {
+            p.n_threads = 3;
+            if (train_snapshot(&p, &d, &many)) CHECK(snapshot_equal(&one, &many), "FFM with a feature twice in a row: 3 threads differ from 1");
+            snapshot_free(&many);
+            snapshot_free(&one);
+        }
+    }
+    mfm_dataset_free(ds);
+    free(text);
 }
 
 /* Hogwild's shares, checked exactly: rows in T blocks whose features (ids 20 b ..) and fields

@@ -103,6 +103,29 @@ static void expect_divergence(const char *text, mfm_task task, const mfm_params 
     scratch_clean();
 }
 
+/* FFM's one worker steps a feature's factors as soon as the batch's last row that touches it
+   is summed, so a batch whose row in the middle overflows (values of 1e30 as written) has taken
+   some steps: the sentence names that row, and the model holds no value that is not finite. */
+void test_failsafe_diverged_mid_batch(void) {
+    static const char text[] = "1 0:1:0.5 1:4:0.5 2:8:1\n0 0:2:1 1:5:0.5 2:9:1\n1 0:3:1 1:6:0.5 2:10:1\n0 0:0:1 1:7:0.5 2:11:1\n"
+                               "1 0:1:1e30 1:5:1e30 2:10:1e30\n0 0:2:1 1:6:0.5 2:11:1\n1 0:3:1 1:4:0.5 2:8:1\n0 0:0:1 1:7:0.5 2:9:1\n";
+    mfm_params p;
+    int seed;
+    memset(&p, 0, sizeof p);
+    p.model = MFM_MODEL_FFM;
+    p.k = 4;
+    p.n_epochs = 2;
+    p.batch_size = 8;
+    p.n_threads = 1;
+    p.normalize_rows = MFM_OFF;
+    for (seed = 1; seed <= 3; seed++) { /* the overflowing row first in the batch or not: named either way */
+        char what[64];
+        p.seed = (uint64_t)seed;
+        snprintf(what, sizeof what, "FFM batch 8, one thread, seed %d", seed);
+        expect_divergence(text, MFM_TASK_BINARY, &p, "training diverged in epoch 1: the loss of batch 1 |in.txt:5|every value finite", what);
+    }
+}
+
 void test_failsafe_diverged_sgd(void) {
     char *text = make_text(40, "0", "1");
     mfm_params p;
