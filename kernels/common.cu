@@ -158,3 +158,41 @@ template <class A>
 __device__ __forceinline__ mfm_u32 mfm_staged_weight_floats(const A &a) {
     return (a.n_classes * a.n_fields * (a.n_fields + 1) + 3) & ~3u;
 }
+
+/* A row staged for mfm_fwfm_pairs (mfm_stage_row): where the calling warp keeps it, and class
+   c's pair weights. */
+struct mfm_staged_row {
+    float4 *u;             /* u[q * stage_nnz + i]: the row's non-zero i, factors 4q .. 4q + 3 */
+    mfm_u32 *f;            /* its fields */
+    const float *weights;  /* class c's r(f, g) = weights[f * (n_fields + 1) + g] */
+};
+
+/* FwFM's staging of a row of at most stage_nnz non-zeros (the whole warp calls): its u_a =
+   v_a x_a of class c, Q float4s a vector, and its fields go to the calling warp's part of the
+   shared memory at `stage`: every class's pair weights (mfm_staged_weight_floats), then per
+   warp Q x stage_nnz float4s, then per warp stage_nnz fields. vector_of(feature) is where the
+   feature's v starts (prediction and training keep their tables differently). Stage is the
+   type the kernel gives its stage, float4 or float: the offsets count in it, so that each
+   kernel's address arithmetic, and the instructions of its pair loops, stay as they were. */
+template <int Q, class A, class Stage, class VectorOf>
+__device__ __forceinline__ mfm_staged_row mfm_stage_row(const A &a, Stage *stage, mfm_u32 c, const mfm_row &row, mfm_u32 lane, const VectorOf &vector_of) {
+    const mfm_u32 warp = threadIdx.x / 32, n_warps = blockDim.x / 32, S = a.stage_nnz;
+    float4 *const warps = reinterpret_cast<float4 *>(stage + mfm_staged_weight_floats(a) / (mfm_u32)(sizeof(Stage) / sizeof(float)));
+    mfm_staged_row st;
+    st.u = warps + (mfm_u64)warp * S * Q;
+    st.f = reinterpret_cast<mfm_u32 *>(warps + (mfm_u64)n_warps * S * Q) + warp * S;
+    st.weights = reinterpret_cast<const float *>(stage) + c * a.n_fields * (a.n_fields + 1);
+    for (mfm_u32 i = lane; i < row.z; i += 32) {
+        const mfm_u64 at = row.lo + i;
+        const float4 *v = reinterpret_cast<const float4 *>(vector_of(a.features[at]));
+        const float x = mfm_x(a, at, row.scale);
+#pragma unroll
+        for (int q = 0; q < Q; q++) {
+            const float4 t = v[q];
+            st.u[q * S + i] = make_float4(t.x * x, t.y * x, t.z * x, t.w * x);
+        }
+        st.f[i] = a.fields[at];
+    }
+    __syncwarp();
+    return st;
+}

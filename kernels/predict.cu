@@ -74,30 +74,17 @@ extern "C" __global__ void mfm_predict_fm(const mfm_args a) {
 extern __shared__ float4 mfm_stage[];
 
 /* FwFM's pair term of a row of at most stage_nnz (64) non-zeros, on a whole warp: the row's
-   vectors u_a = v_a x_a and fields go to shared memory once, then the lanes share out its
-   pairs (mfm_fwfm_pairs, kernels/common.cu), each lane keeping its own vectors in registers. */
+   vectors u_a = v_a x_a and fields go to shared memory once (mfm_stage_row), then the lanes
+   share out its pairs (mfm_fwfm_pairs; both kernels/common.cu), each lane keeping its own
+   vectors in registers. */
 template <int K>
 __device__ float mfm_fwfm_staged(const mfm_args &a, const float *table, mfm_u32 c, const mfm_row &row, mfm_u32 lane) {
     enum { Q = K >= 4 ? K / 4 : 1 }; /* float4s per vector (K = 0, the any-k kernel, never comes here) */
-    const mfm_u32 warp = threadIdx.x / 32, n_warps = blockDim.x / 32;
-    const float *weights = reinterpret_cast<const float *>(mfm_stage) + c * a.n_fields * (a.n_fields + 1);
-    float4 *u = mfm_stage + mfm_staged_weight_floats(a) / 4 + (mfm_u64)warp * a.stage_nnz * Q;
-    mfm_u32 *f = reinterpret_cast<mfm_u32 *>(mfm_stage + mfm_staged_weight_floats(a) / 4 + (mfm_u64)n_warps * a.stage_nnz * Q) + warp * a.stage_nnz;
-    for (mfm_u32 i = lane; i < row.z; i += 32) {
-        const mfm_u64 at = row.lo + i;
-        const float4 *v = reinterpret_cast<const float4 *>(table + (mfm_u64)a.features[at] * a.stride);
-        const float x = mfm_x(a, at, row.scale);
-#pragma unroll
-        for (int q = 0; q < Q; q++) {
-            const float4 t = v[q];
-            u[q * a.stage_nnz + i] = make_float4(t.x * x, t.y * x, t.z * x, t.w * x);
-        }
-        f[i] = a.fields[at];
-    }
-    __syncwarp();
+    const auto vector_of = [&](mfm_u32 feature) { return table + (mfm_u64)feature * a.stride; };
+    const mfm_staged_row st = mfm_stage_row<Q>(a, mfm_stage, c, row, lane, vector_of);
     float part = 0;
-    const auto weigh = [&](mfm_u32 fa, mfm_u32 fb, float dot) { part += weights[fa * (a.n_fields + 1) + fb] * dot; };
-    mfm_fwfm_pairs<Q>(u, a.stage_nnz, f, row.z, lane, weigh);
+    const auto weigh = [&](mfm_u32 fa, mfm_u32 fb, float dot) { part += st.weights[fa * (a.n_fields + 1) + fb] * dot; };
+    mfm_fwfm_pairs<Q>(st.u, a.stage_nnz, st.f, row.z, lane, weigh);
     __syncwarp(); /* the stage is free for the next class or row */
     return part;
 }

@@ -368,12 +368,6 @@ extern __shared__ __align__(16) mfm_u64 mfm_r_stage[];
    weights r(f, g), rows padded to n_fields + 1 floats (lanes reading r(f_i, f_j) of
    neighbouring fields hit distinct banks), then per warp Q x stage_nnz float4s and stage_nnz
    fields. */
-struct mfm_staged_row {
-    float4 *u;             /* u[q * stage_nnz + i]: the row's non-zero i, factors 4q .. 4q + 3 */
-    mfm_u32 *f;            /* its fields */
-    const float *weights;  /* class c's r(f, g) = weights[f * (n_fields + 1) + g] */
-};
-
 __device__ __forceinline__ float *mfm_stage_base(const mfm_train_args &a) {
     return reinterpret_cast<float *>(reinterpret_cast<char *>(mfm_r_stage) + ((a.r_shared + 15) & ~15u));
 }
@@ -388,30 +382,18 @@ __device__ void mfm_stage_weights(const mfm_train_args &a) {
     }
 }
 
-/* The calling warp's stage, class c's u and the row's fields in it (the whole warp calls). */
+/* The calling warp's stage, class c's u and the row's fields in it (the whole warp calls;
+   mfm_stage_row, kernels/common.cu). */
 template <int Q>
 __device__ mfm_staged_row mfm_stage_of(const mfm_train_args &a, mfm_u32 c, const mfm_row &row, mfm_u32 lane) {
-    const mfm_u32 warp = threadIdx.x / 32, n_warps = blockDim.x / 32, S = a.stage_nnz;
-    float *const base = mfm_stage_base(a);
-    float4 *const warps = reinterpret_cast<float4 *>(base + mfm_staged_weight_floats(a));
-    mfm_staged_row st;
-    st.u = warps + (mfm_u64)warp * S * Q;
-    st.f = reinterpret_cast<mfm_u32 *>(warps + (mfm_u64)n_warps * S * Q) + warp * S;
-    st.weights = base + c * a.n_fields * (a.n_fields + 1);
-    for (mfm_u32 i = lane; i < row.z; i += 32) {
-        const mfm_u64 at = row.lo + i;
-        const float4 *v = reinterpret_cast<const float4 *>(mfm_block(a, MFM_V, c, a.features[at]));
-        const float x = mfm_x(a, at, row.scale);
-#pragma unroll
-        for (int q = 0; q < Q; q++) {
-            const float4 t = v[q];
-            st.u[q * S + i] = make_float4(t.x * x, t.y * x, t.z * x, t.w * x);
-        }
-        st.f[i] = a.fields[at];
-    }
-    __syncwarp();
-    return st;
+    const auto vector_of = [&](mfm_u32 feature) { return mfm_block(a, MFM_V, c, feature); };
+    return mfm_stage_row<Q>(a, mfm_stage_base(a), c, row, lane, vector_of);
 }
+
+/* Whether the row goes through the stage: FwFM with k = K of 4, 8 or 16, a row of at most
+   stage_nnz non-zeros, in a kernel that stages (STAGE: the fast sums' kernels). A macro: the
+   same test as a __forceinline__ function reshaped the branches of the fast rows kernels. */
+#define MFM_ROW_STAGED(K, STAGE, a, row) ((STAGE) && (K) > 0 && (a).model == MFM_FWFM && (a).stage_nnz && (row).z <= (a).stage_nnz)
 
 /* The lane's part of a staged row's pair term, sum over a < b of r(f_a, f_b) <u_a, u_b>. */
 template <int K>
@@ -438,7 +420,7 @@ __device__ float mfm_train_score(const mfm_train_args &a, mfm_u32 c, const mfm_r
         s = *mfm_block(a, MFM_W0, c, 0) + mfm_group_sum(s, mask, a.group);
     }
     if (a.linear_only) return s;
-    if (STAGE && K > 0 && a.model == MFM_FWFM && a.stage_nnz && row.z <= a.stage_nnz) return s + mfm_group_sum(mfm_staged_score<K>(a, c, row, lane), mask, a.group);
+    if (MFM_ROW_STAGED(K, STAGE, a, row)) return s + mfm_group_sum(mfm_staged_score<K>(a, c, row, lane), mask, a.group);
     if (a.model == MFM_FM) {
         for (mfm_u32 t = lane; t < a.k; t += a.group) {
             float sum = 0, squares = 0;
@@ -617,7 +599,7 @@ __device__ void mfm_train_gradients(const mfm_train_args &a, mfm_u32 c, const mf
         }
         return;
     }
-    if (!EXACT && K > 0 && a.model == MFM_FWFM && a.stage_nnz && row.z <= a.stage_nnz) {
+    if (MFM_ROW_STAGED(K, !EXACT, a, row)) {
         mfm_staged_gradients<EXACT, K>(a, c, row, g, lane, first_class);
         return;
     }
