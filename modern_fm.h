@@ -6310,6 +6310,18 @@ static void mfm__sum_batch_row(const mfm__trainer *tr, mfm__worker *wk, int me, 
     if (tr->step_early) mfm__step_ending(tr, wk, q, n_owned);
 }
 
+/* FwFM, several workers: the terms of R that the batch's row q left (a dense row, laid out as
+   mfm__fwfm_kept_r_gradients reads them) for the rows of R's upper triangle that worker `me` owns. */
+MFM__INLINE static void mfm__prefetch_r_terms(const mfm__trainer *tr, uint64_t q, int me) {
+    const uint64_t F = tr->m->n_fields, C = tr->m->n_classes, z = tr->d->row_offsets[tr->rows[q] + 1] - tr->d->row_offsets[tr->rows[q]];
+    uint64_t a, c;
+    for (c = 0; c < C; c++) {
+        const float *r_terms = tr->terms + (q * C + c) * tr->terms_row + z * (uint64_t)tr->m->k;
+        for (a = 0; a + 1 < z; r_terms += z - a - 1, a++)
+            if (tr->pair_owner[a * F + a] == me) mfm__prefetch_range(r_terms, 0, z - a - 1, sizeof(float));
+    }
+}
+
 /* Step 2, several workers: every row of the batch, in order, for the coordinates this worker
    owns. The next row's owned w and (FM, FwFM) v, unless it left terms, and the table slots their
    first probes read are asked for while this row's are summed: the batch's rows touch more
@@ -6329,9 +6341,14 @@ static void mfm__gradient_task(void *ctx, int index) {
             const uint32_t *next, *const feat = tr->d->features + tr->d->row_offsets[tr->rows[q + 1]];
             const uint32_t n_next = mfm__owned_of(tr, q + 1, index, &next);
             const mfm__coords *const w = &wk->own[MFM_TENSOR_W];
-            for (c = 0; c < C && !tr->kept[q + 1]; c++) /* a row that left terms: no parameter to read */
-                for (a = 0; a < n_next; a++) mfm__prefetch_feature(tr->m, c, feat[next[a]]);
+            for (c = 0; c < C; c++) /* a row that left terms: its owned terms, which its scorer's core wrote, and no parameter */
+                for (a = 0; a < n_next; a++)
+                    if (tr->kept[q + 1])
+                        MFM__PREFETCH(tr->terms + ((q + 1) * C + c) * tr->terms_row + (uint64_t)next[a] * (uint64_t)tr->m->k);
+                    else
+                        mfm__prefetch_feature(tr->m, c, feat[next[a]]);
             for (a = 0; w->mask && a < n_next; a++) MFM__PREFETCH(w->slots + (mfm__mix(feat[next[a]]) & w->mask)); /* the first probes' slots */
+            if (tr->kept[q + 1] && tr->pair_owner) mfm__prefetch_r_terms(tr, q + 1, index);
         }
         mfm__sum_batch_row(tr, wk, index, q, &row, &at);
     }
