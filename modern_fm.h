@@ -4176,8 +4176,9 @@ typedef struct mfm__row {
 
 /* Row r of the data. With params.normalize_rows its values are scaled into `scaled` (room for
    the longest row) so that their squares sum to 1 (a row of zeros stays as it is); callers
-   that only look at ids pass scaled = NULL. */
-static mfm__row mfm__get_row(const mfm_model *m, const mfm_csr *d, uint64_t r, const float *ones, float *scaled) {
+   that only look at ids pass scaled = NULL. *factor (may be NULL): what the values were
+   multiplied by. */
+static mfm__row mfm__get_row_scaled(const mfm_model *m, const mfm_csr *d, uint64_t r, const float *ones, float *scaled, float *factor) {
     mfm__row row;
     uint64_t lo = d->row_offsets[r];
     row.z = (uint32_t)(d->row_offsets[r + 1] - lo);
@@ -4192,8 +4193,13 @@ static mfm__row mfm__get_row(const mfm_model *m, const mfm_csr *d, uint64_t r, c
         inv = squares > 0 ? (float)(1.0 / sqrt(squares)) : 1.0f;
         for (a = 0; a < row.z; a++) scaled[a] = row.x[a] * inv;
         row.x = scaled;
+        if (factor) *factor = inv;
     }
     return row;
+}
+
+static mfm__row mfm__get_row(const mfm_model *m, const mfm_csr *d, uint64_t r, const float *ones, float *scaled) {
+    return mfm__get_row_scaled(m, d, r, ones, scaled, NULL);
 }
 
 /* Feature id's w in class c: where it lies, and its value (a float, or a half of a mapped
@@ -5094,6 +5100,7 @@ typedef struct mfm__trainer {
                              FwFM's dense rows: mfm__fwfm_keep_terms), or NULL */
     uint64_t terms_row;
     unsigned char *kept;  /* batch: whether the row's score left terms (mfm__keeps_terms), for the owners */
+    float *factor;        /* several workers, params.normalize_rows: batch, what each row's values were scaled by (mfm__owner_row) */
     uint32_t stamp_batch; /* tells the coordinate tables' live entries from stale ones */
     int step_early;       /* V's entries step as soon as the last row that touches them is summed (mfm__gradient_task) */
     uint32_t max_row_nnz;
@@ -6097,7 +6104,7 @@ static void mfm__score_task(void *ctx, int index) {
     mfm__share(tr->n_batch, tr->n_workers, index, &lo, &hi);
     wk->n_by_owner = 0, wk->failed = 0;
     for (q = lo; q < hi; q++) {
-        const mfm__row row = mfm__get_row(tr->m, tr->d, tr->rows[q], tr->ones, wk->scaled);
+        const mfm__row row = mfm__get_row_scaled(tr->m, tr->d, tr->rows[q], tr->ones, wk->scaled, tr->factor ? tr->factor + q : NULL);
         if (!mfm__score_batch_row(tr, wk, q, hi, &row)) return;
     }
 }
@@ -6322,6 +6329,20 @@ MFM__INLINE static void mfm__prefetch_r_terms(const mfm__trainer *tr, uint64_t q
     }
 }
 
+/* Several workers: the batch's row q as an owner reads it. Where the owner needs the values of
+   its own non-zeros only (FM's rows, and the rows that left terms), only those are scaled, by
+   the factor the row's scorer found (the same products: the same bits); other rows whole. */
+static mfm__row mfm__owner_row(const mfm__trainer *tr, mfm__worker *wk, uint64_t q, const uint32_t *owned, uint32_t n_owned) {
+    mfm__row row;
+    uint32_t i;
+    if (!tr->factor || !(tr->m->params.model == MFM_MODEL_FM || tr->kept[q])) return mfm__get_row(tr->m, tr->d, tr->rows[q], tr->ones, wk->scaled);
+    row = mfm__get_row(tr->m, tr->d, tr->rows[q], tr->ones, NULL); /* the values as stored */
+    if (!row.z) return row;
+    for (i = 0; i < n_owned; i++) wk->scaled[owned[i]] = row.x[owned[i]] * tr->factor[q];
+    row.x = wk->scaled;
+    return row;
+}
+
 /* Step 2, several workers: every row of the batch, in order, for the coordinates this worker
    owns. The next row's owned w and (FM, FwFM) v, unless it left terms, and the table slots their
    first probes read are asked for while this row's are summed: the batch's rows touch more
@@ -6335,7 +6356,9 @@ static void mfm__gradient_task(void *ctx, int index) {
     uint32_t c, a;
     if (!mfm__gradient_start(tr, wk)) return;
     for (q = 0; q < n && !wk->failed; q++) {
-        const mfm__row row = mfm__get_row(tr->m, tr->d, tr->rows[q], tr->ones, wk->scaled);
+        const uint32_t *owned;
+        const uint32_t n_owned = mfm__owned_of(tr, q, index, &owned);
+        mfm__row row;
         mfm__prefetch_data_ahead(tr, tr->rows, q, n);
         if (q + 1 < n) {
             const uint32_t *next, *const feat = tr->d->features + tr->d->row_offsets[tr->rows[q + 1]];
@@ -6350,6 +6373,8 @@ static void mfm__gradient_task(void *ctx, int index) {
             for (a = 0; w->mask && a < n_next; a++) MFM__PREFETCH(w->slots + (mfm__mix(feat[next[a]]) & w->mask)); /* the first probes' slots */
             if (tr->kept[q + 1] && tr->pair_owner) mfm__prefetch_r_terms(tr, q + 1, index);
         }
+        if (!n_owned && index && tr->m->params.model != MFM_MODEL_FWFM) continue; /* nothing to add (w0 is worker 0's, FwFM's r pairs have owners of their own) */
+        row = mfm__owner_row(tr, wk, q, owned, n_owned);
         mfm__sum_batch_row(tr, wk, index, q, &row, &at);
     }
 }
@@ -6576,6 +6601,7 @@ static void mfm__trainer_free(mfm__trainer *tr) {
     MFM_FREE(tr->sums);
     MFM_FREE(tr->terms);
     MFM_FREE(tr->kept);
+    MFM_FREE(tr->factor);
     MFM_FREE(tr->field_stamp);
     MFM_FREE(tr->pair_owner);
     MFM_FREE(tr->owned_at);
@@ -6630,6 +6656,7 @@ static int mfm__trainer_init(mfm__trainer *tr, mfm_model *m, const mfm_csr *d, c
         tr->dlds = (float *)mfm__alloc(rows * C, sizeof(float));
         tr->kept = (unsigned char *)mfm__alloc(rows, 1);
         if (!tr->dlds || !tr->kept) return 0;
+        if (n_threads > 1 && p->batch_size > 1 && p->normalize_rows > 0 && !(tr->factor = (float *)mfm__alloc(rows, sizeof(float)))) return 0;
         tr->line = mfm__adagrad_kind(p->optimizer) && p->batch_size > 1 && !p->pairs_only;
         if (tr->line) {
             tr->scores = (float *)mfm__alloc(rows * C, sizeof(float));
