@@ -5627,12 +5627,13 @@ MFM__INLINE static void mfm__prefetch_ffm_partners(const mfm_model *m, uint32_t 
    the row and the table's shape again for every term. Several workers ask for the partner slots
    two non-zeros ahead: another worker scored the row, and a batch's rows read more than the
    caches hold. One worker sums the row it has just scored. */
-static void mfm__ffm_feature_sums(const mfm__trainer *tr, mfm__worker *wk, uint32_t c, const mfm__row *row, const uint32_t *owned, uint32_t n_owned, float g) {
+MFM__INLINE static void mfm__ffm_feature_sums_k(const mfm__trainer *tr, mfm__worker *wk, uint32_t c, const mfm__row *row, const uint32_t *owned, uint32_t n_owned,
+                                                  float g, uint32_t k) {
     const mfm_model *m = tr->m;
     mfm__coords *const v = &wk->own[MFM_TENSOR_V];
     const mfm__table *V = &m->t[MFM_TENSOR_V];
     const float *const table = V->data + (uint64_t)c * V->n_blocks * V->stride;
-    const uint32_t k = (uint32_t)m->k, F = m->n_fields, z = row->z;
+    const uint32_t F = m->n_fields, z = row->z;
     const uint64_t stride = V->stride, cell = (uint64_t)m->n_classes * k, width = F * cell; /* sums: [field][class][k] */
     const int ask = tr->n_workers > 1;
     mfm__ffm_nonzero *const nz = wk->ffm_row;
@@ -5660,6 +5661,14 @@ static void mfm__ffm_feature_sums(const mfm__trainer *tr, mfm__worker *wk, uint3
             for (; t < k; t++) s[t] += coef * vb[t];
         }
     }
+}
+
+/* k = 4, the common case, gets its own copy. */
+static void mfm__ffm_feature_sums(const mfm__trainer *tr, mfm__worker *wk, uint32_t c, const mfm__row *row, const uint32_t *owned, uint32_t n_owned, float g) {
+    if (tr->m->k == 4)
+        mfm__ffm_feature_sums_k(tr, wk, c, row, owned, n_owned, g, 4);
+    else
+        mfm__ffm_feature_sums_k(tr, wk, c, row, owned, n_owned, g, (uint32_t)tr->m->k);
 }
 
 /* Adds g * ds/dtheta of class c's score on one row (g = weight * dL/ds) to the coordinates
