@@ -5640,16 +5640,14 @@ MFM__INLINE static void mfm__ffm_feature_sums_k(const mfm__trainer *tr, mfm__wor
     uint32_t i, b, t;
     for (b = 0; b < z; b++)
         nz[b].vectors = (uint64_t)row->feat[b] * F * stride, nz[b].field = row->field[b], nz[b].cell = row->field[b] * (uint32_t)cell, nz[b].x = row->x[b];
-    for (i = 0; ask && i < 2 && i < n_owned; i++)
-        for (b = 0; b < z; b++) MFM__PREFETCH(table + nz[b].vectors + nz[owned[i]].field * stride);
+    for (i = 0; ask && i < 2 && i < n_owned; i++) mfm__prefetch_ffm_partners(m, c, row, owned[i]);
     for (i = 0; i < n_owned; i++) {
         const uint32_t a = owned[i];
         float *const sums = mfm__own_like_w(v, wk->entry[i], row->feat[a], width) + (uint64_t)c * k;
         unsigned char *const touched = v->flags + (uint64_t)wk->entry[i] * F;
         const float *const partners = table + nz[a].field * stride; /* + a partner's vectors: its slot for a's field */
         const float xa = nz[a].x;
-        if (ask && i + 2 < n_owned)
-            for (b = 0; b < z; b++) MFM__PREFETCH(table + nz[b].vectors + nz[owned[i + 2]].field * stride);
+        if (ask && i + 2 < n_owned) mfm__prefetch_ffm_partners(m, c, row, owned[i + 2]);
         for (b = 0; b < z; b++) {
             const float coef = a < b ? g * xa * nz[b].x : g * nz[b].x * xa;
             const float *const vb = partners + nz[b].vectors;
@@ -6298,21 +6296,18 @@ static void mfm__step_ending(const mfm__trainer *tr, mfm__worker *wk, uint64_t q
     mfm__step_entries(tr, &wk->own[MFM_TENSOR_V], MFM_TENSOR_V, wk->ending, n);
 }
 
-/* Step 2's start: the worker's tables emptied; one worker lists the batch's entries. 0 when
-   memory is short (wk->failed). */
-static int mfm__gradient_start(const mfm__trainer *tr, mfm__worker *wk) {
+/* Step 2's start: the worker's tables emptied. */
+static void mfm__gradient_start(mfm__worker *wk) {
     int t;
     for (t = 0; t < MFM_TENSOR_COUNT; t++) wk->own[t].n = 0;
     wk->failed = 0, wk->r_in_order = 0;
-    return !(tr->n_workers == 1 && (wk->failed = !mfm__list_entries(tr, wk)) != 0);
 }
 
-/* Step 2 for the batch's row q: what worker `me` owns of its gradients, added to its sums; *at:
-   the row's first entry in walk_entry (one worker). */
-static void mfm__sum_batch_row(const mfm__trainer *tr, mfm__worker *wk, int me, uint64_t q, const mfm__row *row, uint64_t *at) {
+/* Step 2 for the batch's row q: what worker `me` owns of its gradients (owned, mfm__owned_of),
+   added to its sums; *at: the row's first entry in walk_entry (one worker; NULL for several). */
+static void mfm__sum_batch_row(const mfm__trainer *tr, mfm__worker *wk, int me, uint64_t q, const mfm__row *row, const uint32_t *owned, uint32_t n_owned,
+                               uint64_t *at) {
     const uint64_t C = tr->m->n_classes, k = (uint64_t)tr->m->k;
-    const uint32_t *owned;
-    const uint32_t n_owned = mfm__owned_of(tr, q, me, &owned);
     uint32_t c, a;
     if ((wk->failed = !mfm__gradient_room(tr, wk, row, n_owned)) != 0) return;
     if (tr->n_workers == 1)
@@ -6361,9 +6356,9 @@ static void mfm__gradient_task(void *ctx, int index) {
     const mfm__trainer *tr = (const mfm__trainer *)ctx;
     mfm__worker *wk = &tr->workers[index];
     const uint64_t C = tr->m->n_classes, n = tr->n_batch;
-    uint64_t q, at = 0; /* at: the row's first entry in walk_entry (one worker) */
+    uint64_t q;
     uint32_t c, a;
-    if (!mfm__gradient_start(tr, wk)) return;
+    mfm__gradient_start(wk);
     for (q = 0; q < n && !wk->failed; q++) {
         const uint32_t *owned;
         const uint32_t n_owned = mfm__owned_of(tr, q, index, &owned);
@@ -6384,7 +6379,7 @@ static void mfm__gradient_task(void *ctx, int index) {
         }
         if (!n_owned && index && tr->m->params.model != MFM_MODEL_FWFM) continue; /* nothing to add (w0 is worker 0's, FwFM's r pairs have owners of their own) */
         row = mfm__owner_row(tr, wk, q, owned, n_owned);
-        mfm__sum_batch_row(tr, wk, index, q, &row, &at);
+        mfm__sum_batch_row(tr, wk, index, q, &row, owned, n_owned, NULL);
     }
 }
 
@@ -6412,9 +6407,10 @@ MFM__INLINE static void mfm__prefetch_sums(const mfm__trainer *tr, const mfm__wo
 static void mfm__score_and_sum_task(void *ctx, int index) {
     const mfm__trainer *tr = (const mfm__trainer *)ctx;
     mfm__worker *wk = &tr->workers[index];
-    uint64_t q, at = 0;
+    uint64_t q, at = 0; /* the row's first entry in walk_entry */
     wk->n_by_owner = 0, wk->diverged = 0;
-    if (!mfm__gradient_start(tr, wk)) return;
+    mfm__gradient_start(wk);
+    if ((wk->failed = !mfm__list_entries(tr, wk)) != 0) return;
     for (q = 0; q < tr->n_batch && !wk->failed; q++) {
         const mfm__row row = mfm__get_row(tr->m, tr->d, tr->rows[q], tr->ones, wk->scaled);
         if (q + 1 < tr->n_batch) mfm__prefetch_sums(tr, wk, q + 1, at + row.z);
@@ -6423,7 +6419,7 @@ static void mfm__score_and_sum_task(void *ctx, int index) {
             wk->diverged = q + 1;
             return;
         }
-        mfm__sum_batch_row(tr, wk, index, q, &row, &at);
+        mfm__sum_batch_row(tr, wk, index, q, &row, wk->owned, row.z, &at);
     }
 }
 
