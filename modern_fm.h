@@ -5028,8 +5028,21 @@ typedef struct mfm__ffm_nonzero {
     float x;
 } mfm__ffm_nonzero;
 
+/* Several workers, FM, FwFM and linear models (tr->stream_width): what the rows a worker scores
+   leave for one owner, non-zero by non-zero in the batch's order: the feature, then (per class)
+   its w's term g x_a and its v's k terms (FM: g x_a (sum - v_a x_a)). The owner adds them up and
+   reads no row for them (mfm__stream_sums). */
+typedef struct mfm__stream {
+    uint32_t *ids;
+    uint32_t *at; /* with line: each non-zero's place among the batch's (tr->w_entry) */
+    float *terms; /* per record: C w terms, then C x k v terms (none for linear models) */
+    uint64_t n, cap_ids, cap_at, cap_terms;
+} mfm__stream;
+
 typedef struct mfm__worker {
     mfm__coords own[MFM_TENSOR_COUNT];
+    mfm__stream *streams; /* tr->stream_width: one per owner, of the rows this worker scores */
+    float *row_terms;     /* tr->stream_width: C x z x k, the terms of the scored row's vectors (mfm__stream_row) */
     int failed;    /* memory ran short while summing gradients */
     int r_in_order; /* FwFM: a dense row listed this batch's r entries, pair by pair (mfm__fwfm_kept_row_gradients) */
     float *sum;    /* C x k: FM's per-row sums */
@@ -5092,9 +5105,6 @@ typedef struct mfm__trainer {
     float *scores;        /* with line: batch x C, each row's scores against the frozen parameters */
     double *along;        /* with line: batch x 2, each row's loss's slope and curvature along the linear terms' steps */
     double alpha;         /* with line: the fraction of the linear terms' steps the batch takes */
-    uint64_t *nnz_at;     /* with line: batch + 1, where each row's non-zeros start among the batch's */
-    uint32_t *w_entry;    /* with line: per non-zero of the batch, its w's entry in its owner's table (mfm__gradient_task) */
-    uint64_t cap_w_entry;
     float *sums;          /* batch x C x k: FM's per-row sums, where it keeps no terms */
     float *terms;         /* batch x C x terms_row: what each row's score left for the owners to add up (FM: mfm__fm_keep_terms;
                              FwFM's dense rows: mfm__fwfm_keep_terms), or NULL */
@@ -5106,6 +5116,10 @@ typedef struct mfm__trainer {
     uint32_t max_row_nnz;
     uint16_t *pair_owner; /* several workers, FwFM: the owner of each field pair (at lo * F + hi and hi * F + lo) */
     uint32_t *owned_at;   /* several workers: batch x (workers + 1), where each owner's non-zeros of the row start in the scorer's by_owner, and the end */
+    uint64_t *nnz_at;     /* several workers with line: batch + 1, where each row's non-zeros start among the batch's */
+    uint32_t *w_entry;    /* several workers with line: per non-zero of the batch, its w's entry in its owner's table (step 2) */
+    uint64_t cap_w_entry;
+    uint64_t stream_width; /* several workers but FFM's: floats of terms per record (mfm__stream); 0 without streams */
     mfm__worker *workers;
     int n_workers;
     /* batch 1: which rows may update in place (see mfm__row_is_simple) */
@@ -6064,9 +6078,10 @@ static void mfm__share(uint64_t count, int n, int index, uint64_t *lo, uint64_t 
     *hi = *lo + per < count ? *lo + per : count;
 }
 
-/* Several workers: lists the non-zeros of the batch's row q, which this worker scores, grouped
-   by the worker that owns each (in order within a group) at the end of wk->by_owner, and where
-   each group starts in tr->owned_at. Each owner then walks only its own (mfm__gradient_task),
+/* Several workers without streams (FFM, and batches whose streams would pass MFM__TERMS_FLOATS):
+   lists the non-zeros of the batch's row q, which this worker scores, grouped by the worker that
+   owns each (in order within a group) at the end of wk->by_owner, and where each group starts in
+   tr->owned_at. Each owner then walks only its own (mfm__gradient_task),
    and an owner is found once per non-zero, not once per worker. 0 when memory is short. */
 static int mfm__group_by_owner(const mfm__trainer *tr, mfm__worker *wk, uint64_t q, const mfm__row *row) {
     const uint32_t W = (uint32_t)tr->n_workers;
@@ -6086,20 +6101,65 @@ static int mfm__group_by_owner(const mfm__trainer *tr, mfm__worker *wk, uint64_t
     return 1;
 }
 
+/* Step 1, several workers with streams (tr->stream_width): the batch's row q leaves each of its
+   non-zeros' terms in the stream of the non-zero's owner, while the row's v are in this core's
+   cache. Its vectors' terms: class c's vector a at vterms[c vstride + a k]. 0 when memory is short. */
+static int mfm__stream_row(const mfm__trainer *tr, mfm__worker *wk, uint64_t q, const mfm__row *row, const float *vterms, uint64_t vstride) {
+    const mfm_model *m = tr->m;
+    const uint64_t C = m->n_classes, k = (uint64_t)m->k, width = tr->stream_width;
+    uint32_t a, c;
+    for (a = 0; a < row->z; a++) {
+        mfm__stream *const st = &wk->streams[mfm__owner(row->feat[a], tr->n_workers)];
+        float *t;
+        if (!mfm__reserve((void **)&st->ids, &st->cap_ids, st->n + 1, sizeof(uint32_t)) ||
+            !mfm__reserve((void **)&st->terms, &st->cap_terms, (st->n + 1) * width, sizeof(float)) ||
+            (tr->w_entry && !mfm__reserve((void **)&st->at, &st->cap_at, st->n + 1, sizeof(uint32_t))))
+            return 0;
+        st->ids[st->n] = row->feat[a];
+        if (tr->w_entry) st->at[st->n] = (uint32_t)(tr->nnz_at[q] + a);
+        t = st->terms + st->n++ * width;
+        for (c = 0; c < C; c++) t[c] = tr->dlds[q * C + c] * row->x[a];
+        for (c = 0; vterms && c < C; c++) memcpy(t + C + c * k, vterms + c * vstride + a * k, k * sizeof(float));
+    }
+    return 1;
+}
+
+/* The terms of the row's vectors that mfm__stream_row leaves, where its score left none (FM's
+   rows, FwFM's sparse ones), into wk->row_terms; sums: FM's C x k sums. */
+static void mfm__vector_terms(const mfm__trainer *tr, mfm__worker *wk, uint64_t q, const mfm__row *row, const float *sums) {
+    const mfm_model *m = tr->m;
+    const uint64_t C = m->n_classes, k = (uint64_t)m->k, z = row->z;
+    uint32_t a, c;
+    for (c = 0; c < C; c++) {
+        const float g = tr->dlds[q * C + c];
+        float *const out = wk->row_terms + c * z * k;
+        if (m->params.model == MFM_MODEL_FM) {
+            for (a = 0; a < z; a++) mfm__fm_vector_term(mfm__block(m, MFM_TENSOR_V, c, row->feat[a]), sums + c * k, g, row->x[a], k, out + a * k);
+            continue;
+        }
+        for (a = 0; a < z; a++) wk->row_v[a] = mfm__block(m, MFM_TENSOR_V, c, row->feat[a]);
+        mfm__fwfm_vector_gradients(&tr->opt, m, c, row, wk->row_v, g, wk->owned, (uint32_t)z, m->k, NULL, wk->pair_weight, out);
+    }
+}
+
 /* Step 1 for the batch's row q (the worker's rows end at hi): its score against the frozen
    parameters, its loss and dL/ds, and what the owners read of it. 0 when memory is short. */
 static int mfm__score_batch_row(const mfm__trainer *tr, mfm__worker *wk, uint64_t q, uint64_t hi, const mfm__row *row) {
     const uint64_t C = tr->m->n_classes, k = (uint64_t)tr->m->k;
     const int keeps = tr->kept[q] = (unsigned char)mfm__keeps_terms(tr, row), fwfm_keeps = keeps && tr->m->params.model == MFM_MODEL_FWFM;
     mfm__prefetch_ahead(tr, tr->rows, q, hi);
-    if (tr->n_workers > 1 && (wk->failed = !mfm__group_by_owner(tr, wk, q, row)) != 0) return 0;
+    if (tr->n_workers > 1 && !tr->stream_width && (wk->failed = !mfm__group_by_owner(tr, wk, q, row)) != 0) return 0;
     mfm__row_loss(tr, wk, tr->rows[q], row, tr->dlds + q * C, tr->sums ? tr->sums + q * C * k : wk->sum, fwfm_keeps ? wk->pair_keep : NULL);
     if (tr->line) memcpy(tr->scores + q * C, wk->score, C * sizeof(float));
     if (keeps && !fwfm_keeps) mfm__fm_keep_terms(tr, q, row, wk->sum);
 #if defined(MFM__AVX)
     if (fwfm_keeps) mfm__fwfm_keep_terms(tr, wk, q, row);
 #endif
-    return 1;
+    if (!tr->stream_width) return 1;
+    if (tr->m->params.linear_only) return wk->failed = !mfm__stream_row(tr, wk, q, row, NULL, 0), !wk->failed;
+    if (fwfm_keeps) return wk->failed = !mfm__stream_row(tr, wk, q, row, tr->terms + q * C * tr->terms_row, tr->terms_row), !wk->failed;
+    mfm__vector_terms(tr, wk, q, row, wk->sum);
+    return wk->failed = !mfm__stream_row(tr, wk, q, row, wk->row_terms, row->z * k), !wk->failed;
 }
 
 /* Step 1, several workers: the worker's share of the batch's rows, scored against the frozen
@@ -6108,8 +6168,10 @@ static void mfm__score_task(void *ctx, int index) {
     const mfm__trainer *tr = (const mfm__trainer *)ctx;
     mfm__worker *wk = &tr->workers[index];
     uint64_t q, lo, hi;
+    int o;
     mfm__share(tr->n_batch, tr->n_workers, index, &lo, &hi);
     wk->n_by_owner = 0, wk->failed = 0;
+    for (o = 0; wk->streams && o < tr->n_workers; o++) wk->streams[o].n = 0;
     for (q = lo; q < hi; q++) {
         const mfm__row row = mfm__get_row_scaled(tr->m, tr->d, tr->rows[q], tr->ones, wk->scaled, tr->factor ? tr->factor + q : NULL);
         if (!mfm__score_batch_row(tr, wk, q, hi, &row)) return;
@@ -6314,10 +6376,10 @@ static void mfm__sum_batch_row(const mfm__trainer *tr, mfm__worker *wk, int me, 
         memcpy(wk->entry, wk->walk_entry + *at, n_owned * sizeof(uint32_t)), *at += n_owned;
     else
         mfm__look_up_entries(tr, wk, row, owned, n_owned);
+    for (a = 0; tr->w_entry && a < n_owned; a++) tr->w_entry[tr->nnz_at[q] + owned[a]] = wk->entry[a]; /* for mfm__line_task */
     for (c = 0; c < C; c++)
         mfm__gradient_row(tr, wk, me, c, row, owned, n_owned, tr->dlds[q * C + c], tr->sums ? tr->sums + (q * C + c) * k : NULL,
                           tr->kept[q] ? tr->terms + (q * C + c) * tr->terms_row : NULL);
-    for (a = 0; tr->line && a < n_owned; a++) tr->w_entry[tr->nnz_at[q] + owned[a]] = wk->entry[a]; /* for mfm__line_task */
     if (tr->step_early) mfm__step_ending(tr, wk, q, n_owned);
 }
 
@@ -6347,8 +6409,86 @@ static mfm__row mfm__owner_row(const mfm__trainer *tr, mfm__worker *wk, uint64_t
     return row;
 }
 
-/* Step 2, several workers: every row of the batch, in order, for the coordinates this worker
-   owns. The next row's owned w and (FM, FwFM) v, unless it left terms, and the table slots their
+/* Step 2, several workers with streams (tr->stream_width): the records the scorers left this
+   worker, scorer by scorer. Each scorer took a run of the batch's rows, in order, so the records
+   come in the batch's order, and every sum adds its terms in the order one worker adds them. The
+   walk reads no row, and its length is the worker's share of the non-zeros: each owner walking
+   every row of the batch made 16 owners spend 5.7 times one worker's time (docs/PERFORMANCE.md). */
+static void mfm__stream_sums(const mfm__trainer *tr, mfm__worker *wk, int me) {
+    const mfm_model *m = tr->m;
+    const uint64_t C = m->n_classes, k = (uint64_t)m->k, width = tr->stream_width, L = tr->line ? 2 * C : C;
+    const uint32_t stamp = tr->stamp_batch;
+    const int sums = !m->params.pairs_only, vectors = !m->params.linear_only;
+    mfm__coords *const w = &wk->own[MFM_TENSOR_W], *const v = &wk->own[MFM_TENSOR_V];
+    uint64_t q, i;
+    uint32_t c;
+    int s;
+    if (me == 0 && !mfm__coords_room(&wk->own[MFM_TENSOR_W0], 1, L, stamp)) {
+        wk->failed = 1;
+        return;
+    }
+    for (q = 0; me == 0 && q < tr->n_batch; q++) /* w0, worker 0's (pairs_only: touched with zero gradients) */
+        for (c = 0; c < C; c++) {
+            const float g = tr->dlds[q * C + c];
+            float *const g0 = mfm__own(&wk->own[MFM_TENSOR_W0], 0, stamp, L);
+            if (sums) g0[c] += g;
+            if (tr->line) g0[C + c] += g * g;
+        }
+    for (s = 0; s < tr->n_workers; s++) {
+        const mfm__stream *const st = &tr->workers[s].streams[me];
+        if (!mfm__coords_room(w, st->n, L, stamp) || (vectors && !mfm__coords_room(v, st->n, C * k, stamp))) {
+            wk->failed = 1;
+            return;
+        }
+        for (i = 0; i < st->n; i++) {
+            const float *const t = st->terms + i * width;
+            float *gw, *gv;
+            if (i + 8 < st->n) MFM__PREFETCH(w->slots + (mfm__mix(st->ids[i + 8]) & w->mask)); /* the probe's slot, ahead */
+            gw = mfm__own(w, st->ids[i], stamp, L);
+            if (tr->w_entry) tr->w_entry[st->at[i]] = (uint32_t)w->last; /* for mfm__line_task */
+            for (c = 0; c < C; c++) {
+                if (sums) gw[c] += t[c];
+                if (tr->line) gw[C + c] += t[c] * t[c];
+            }
+            if (!vectors) continue;
+            gv = mfm__own_like_w(v, (uint32_t)w->last, st->ids[i], C * k);
+            for (c = 0; c < C; c++) mfm__axpy(gv + c * k, 1.0f, t + C + c * k, (int)k);
+        }
+    }
+}
+
+/* Step 2 for FwFM's R, several workers with streams: the rows of R's upper triangle that this
+   worker owns (tr->pair_owner), row by row of the batch: from the terms a dense row's score left
+   (their runs are read, and the rows of the others' skipped), or pair by pair from the row. */
+static void mfm__stream_r_sums(const mfm__trainer *tr, mfm__worker *wk, int me) {
+    const mfm_model *m = tr->m;
+    const uint64_t C = m->n_classes, n = tr->n_batch;
+    uint64_t q, f;
+    uint32_t c, a;
+    for (f = 0; f < m->n_fields && tr->pair_owner[f * m->n_fields + f] != me; f++) {}
+    if (f == m->n_fields) return; /* more workers than R has rows */
+    for (q = 0; q < n; q++) {
+        mfm__row row;
+        if (q + 1 < n && tr->kept[q + 1]) mfm__prefetch_r_terms(tr, q + 1, me);
+        row = mfm__get_row(m, tr->d, tr->rows[q], tr->ones, tr->kept[q] ? NULL : wk->scaled); /* kept: its length is all it takes */
+        if (!mfm__coords_room(&wk->own[MFM_TENSOR_R], (uint64_t)row.z * (row.z - (row.z > 0)) / 2, C, tr->stamp_batch)) {
+            wk->failed = 1;
+            return;
+        }
+        for (c = 0; c < C; c++) {
+            if (tr->kept[q]) {
+                mfm__fwfm_kept_r_gradients(tr, wk, me, c, &row, tr->terms + (q * C + c) * tr->terms_row);
+                continue;
+            }
+            for (a = 0; a < row.z; a++) wk->row_v[a] = mfm__block(m, MFM_TENSOR_V, c, row.feat[a]);
+            mfm__fwfm_pair_gradients(tr, wk, me, c, &row, tr->dlds[q * C + c]);
+        }
+    }
+}
+
+/* Step 2, several workers: the streams (above), or else every row of the batch, in order, for
+   the coordinates this worker owns: an FFM slot's terms read its partners' frozen vectors, which
+   no scorer could leave for less than reading them. The next row's owned w and (FM, FwFM) v, unless it left terms, and the table slots their
    first probes read are asked for while this row's are summed: the batch's rows touch more
    lines than L2 holds, and another worker scored the row. Only the owned ones, for the lines of
    the others are the other workers' to write. */
@@ -6359,6 +6499,11 @@ static void mfm__gradient_task(void *ctx, int index) {
     uint64_t q;
     uint32_t c, a;
     mfm__gradient_start(wk);
+    if (tr->stream_width) {
+        mfm__stream_sums(tr, wk, index);
+        if (tr->pair_owner && !wk->failed) mfm__stream_r_sums(tr, wk, index);
+        return;
+    }
     for (q = 0; q < n && !wk->failed; q++) {
         const uint32_t *owned;
         const uint32_t n_owned = mfm__owned_of(tr, q, index, &owned);
@@ -6498,17 +6643,20 @@ static void mfm__line_task(void *ctx, int index) {
     const uint32_t C = tr->m->n_classes;
     const float *step_w0 = tr->workers[0].own[MFM_TENSOR_W0].g; /* one entry, w0 of every class */
     double *delta = wk->prob + C; /* C doubles after the scratch of mfm__curvature */
-    uint64_t q, lo, hi;
+    const int one = tr->n_workers == 1;
+    uint64_t q, lo, hi, at = 0; /* one worker: the row's first entry in walk_entry */
     uint32_t a, c;
     mfm__share(tr->n_batch, tr->n_workers, index, &lo, &hi);
     for (q = lo; q < hi; q++) {
         const mfm__row row = mfm__get_row(tr->m, tr->d, tr->rows[q], tr->ones, wk->scaled);
         double slope = 0;
         for (c = 0; c < C; c++) delta[c] = step_w0[c];
-        for (a = 0; a < row.z; a++) { /* every non-zero's w was touched, its entry kept (tr->w_entry) */
-            const float *step = tr->workers[mfm__owner(row.feat[a], tr->n_workers)].own[MFM_TENSOR_W].g + (uint64_t)tr->w_entry[tr->nnz_at[q] + a] * 2 * C;
+        for (a = 0; a < row.z; a++) { /* every non-zero's w was touched, its entry kept (one worker's walk_entry, else tr->w_entry) */
+            const mfm__coords *const w = &tr->workers[one ? 0 : mfm__owner(row.feat[a], tr->n_workers)].own[MFM_TENSOR_W];
+            const float *step = w->g + (uint64_t)(one ? wk->walk_entry[at + a] : tr->w_entry[tr->nnz_at[q] + a]) * 2 * C;
             for (c = 0; c < C; c++) delta[c] += (double)row.x[a] * step[c];
         }
+        at += row.z;
         for (c = 0; c < C; c++) slope += (double)tr->dlds[q * C + c] * delta[c];
         tr->along[2 * q] = slope;
         tr->along[2 * q + 1] = mfm__curvature(tr->m, tr->scores + q * C, delta, wk->prob, mfm__row_weight(tr, tr->rows[q]));
@@ -6596,16 +6744,19 @@ static void mfm__trainer_free(mfm__trainer *tr) {
         MFM_FREE(wk->row_ut);
         MFM_FREE(wk->one_blk);
         MFM_FREE(wk->one_g);
+        for (t = 0; wk->streams && t < tr->n_workers; t++) MFM_FREE(wk->streams[t].ids), MFM_FREE(wk->streams[t].at), MFM_FREE(wk->streams[t].terms);
+        MFM_FREE(wk->streams);
+        MFM_FREE(wk->row_terms);
     }
     MFM_FREE(tr->workers);
     MFM_FREE(tr->dlds);
     MFM_FREE(tr->scores);
     MFM_FREE(tr->along);
-    MFM_FREE(tr->nnz_at);
-    MFM_FREE(tr->w_entry);
     MFM_FREE(tr->sums);
     MFM_FREE(tr->terms);
     MFM_FREE(tr->kept);
+    MFM_FREE(tr->nnz_at);
+    MFM_FREE(tr->w_entry);
     MFM_FREE(tr->factor);
     MFM_FREE(tr->field_stamp);
     MFM_FREE(tr->pair_owner);
@@ -6656,8 +6807,11 @@ static int mfm__trainer_init(mfm__trainer *tr, mfm_model *m, const mfm_csr *d, c
     tr->ones = ones = (float *)mfm__alloc(info->max_row_nnz, sizeof(float));
     if (!ones || !mfm__class_weights_of(m, d, rows, n_rows, &tr->class_weights)) return 0;
     for (r = 0; r < info->max_row_nnz; r++) ones[r] = 1.0f;
+    tr->n_workers = n_threads < p->batch_size ? n_threads : p->batch_size;
     { /* per-row results of a batch; a pass never has more rows than the data */
         const uint64_t rows = n_rows < (uint64_t)p->batch_size ? n_rows : (uint64_t)p->batch_size;
+        const uint64_t width = C + (p->linear_only ? 0 : C * (uint64_t)m->k);
+        if (tr->n_workers > 1 && p->batch_size > 1 && (p->model != MFM_MODEL_FFM || p->linear_only) && rows * info->max_row_nnz * width <= MFM__TERMS_FLOATS) tr->stream_width = width;
         tr->dlds = (float *)mfm__alloc(rows * C, sizeof(float));
         tr->kept = (unsigned char *)mfm__alloc(rows, 1);
         if (!tr->dlds || !tr->kept) return 0;
@@ -6666,14 +6820,14 @@ static int mfm__trainer_init(mfm__trainer *tr, mfm_model *m, const mfm_csr *d, c
         if (tr->line) {
             tr->scores = (float *)mfm__alloc(rows * C, sizeof(float));
             tr->along = (double *)mfm__alloc(rows * 2, sizeof(double));
-            tr->nnz_at = (uint64_t *)mfm__alloc(rows + 1, sizeof(uint64_t));
-            if (!tr->scores || !tr->along || !tr->nnz_at) return 0;
+            if (!tr->scores || !tr->along) return 0;
+            if (tr->n_workers > 1 && !(tr->nnz_at = (uint64_t *)mfm__alloc(rows + 1, sizeof(uint64_t)))) return 0;
         }
-        if (p->model == MFM_MODEL_FM && !p->linear_only && p->batch_size > 1) { /* mfm__fm_keep_terms, or else each row's sums */
+        if (p->model == MFM_MODEL_FM && !p->linear_only && p->batch_size > 1 && !tr->stream_width) { /* mfm__fm_keep_terms, or else each row's sums */
             tr->terms_row = info->max_row_nnz * (uint64_t)m->k;
             if (rows * C * tr->terms_row <= MFM__TERMS_FLOATS) tr->terms = (float *)mfm__alloc(rows * C * tr->terms_row, sizeof(float));
         }
-        if (p->model == MFM_MODEL_FM && !p->linear_only && !tr->terms && !(tr->sums = (float *)mfm__alloc(rows * C * (uint64_t)m->k, sizeof(float)))) return 0;
+        if (p->model == MFM_MODEL_FM && !p->linear_only && !tr->terms && !tr->stream_width && !(tr->sums = (float *)mfm__alloc(rows * C * (uint64_t)m->k, sizeof(float)))) return 0;
         if (p->model == MFM_MODEL_FWFM && !p->linear_only && p->batch_size > 1 && m->wide && m->k % 4 == 0 && m->n_fields <= MFM__FWFM_DENSE_MAX &&
             m->n_fields <= MFM__MAX_SIMPLE_NNZ) { /* mfm__fwfm_keeps; without room (MFM__TERMS_FLOATS, or memory) rows go pair by pair */
             const uint64_t F = m->n_fields;
@@ -6682,7 +6836,6 @@ static int mfm__trainer_init(mfm__trainer *tr, mfm_model *m, const mfm_csr *d, c
         }
     }
     if (p->batch_size == 1 && !(tr->field_stamp = (uint32_t *)mfm__calloc(m->n_fields, sizeof(uint32_t)))) return 0;
-    tr->n_workers = n_threads < p->batch_size ? n_threads : p->batch_size;
     tr->max_row_nnz = (uint32_t)info->max_row_nnz;
     tr->step_early = p->batch_size > 1 && tr->n_workers == 1 && !p->linear_only && p->model == MFM_MODEL_FFM &&
                      (uint64_t)m->n_fields * C * m->k <= MFM__FFM_DENSE_FLOATS; /* FFM's v keyed by feature (624 bytes a feature at 39 fields and k = 4) */
@@ -6732,6 +6885,8 @@ static int mfm__trainer_init(mfm__trainer *tr, mfm_model *m, const mfm_csr *d, c
         wk->entry = (uint32_t *)mfm__alloc(info->max_row_nnz, sizeof(uint32_t));
         wk->ending = (uint32_t *)mfm__alloc(info->max_row_nnz, sizeof(uint32_t));
         wk->ffm_row = (mfm__ffm_nonzero *)mfm__alloc(info->max_row_nnz, sizeof(mfm__ffm_nonzero));
+        if (tr->stream_width && !(wk->streams = (mfm__stream *)mfm__calloc((uint64_t)tr->n_workers, sizeof(mfm__stream)))) return 0;
+        if (tr->stream_width && !p->linear_only && !(wk->row_terms = (float *)mfm__alloc((uint64_t)C * info->max_row_nnz * m->k, sizeof(float)))) return 0;
         if (!wk->dlds || !wk->sum || !wk->score || !wk->prob || !wk->scaled || !wk->row_g || !wk->one_blk || !wk->one_g || !wk->owned || !wk->entry ||
             !wk->ending || !wk->ffm_row)
             return 0;
@@ -6929,7 +7084,7 @@ static mfm_status mfm__pass(mfm__trainer *tr, mfm__pool *pool, const uint64_t *r
                     if (tr->workers[w].own[t].slots) memset(tr->workers[w].own[t].slots, 0, (tr->workers[w].own[t].mask + 1) * sizeof(mfm__coord_slot));
             tr->stamp_batch = 1;
         }
-        if (tr->line) { /* where the batch's rows' non-zeros start, for tr->w_entry */
+        if (tr->nnz_at) { /* where the batch's rows' non-zeros start, for tr->w_entry */
             uint64_t q;
             for (tr->nnz_at[0] = q = 0; q < tr->n_batch; q++) tr->nnz_at[q + 1] = tr->nnz_at[q] + tr->d->row_offsets[tr->rows[q] + 1] - tr->d->row_offsets[tr->rows[q]];
             if (!mfm__reserve((void **)&tr->w_entry, &tr->cap_w_entry, tr->nnz_at[tr->n_batch], sizeof(uint32_t)))

@@ -446,7 +446,8 @@ void test_determinism_fixed_threads(void) {
    n_threads 2, 3 and 5 give the bits of 1: AdaGrad and FTRL, batch 64 and 7, 2 epochs over
    1000 rows, every model and task, and FwFM on dense rows (every field once, in order), where a
    worker takes a's pairs whole or not at all: k = 4 (summed pair by pair), and k = 8 and 16
-   (multiclass), summed from the terms their scores left where the CPU has AVX. Quick runs (the
+   (multiclass), summed from the terms their scores left where the CPU has AVX; and FM with
+   pairs_only and FFM with linear_only (the owners' streams carry no v terms, or leave w at 0). Quick runs (the
    sanitizers', which look for races, not for other bits) take 300 rows and 2 and 3 threads. */
 void test_threads_bit_identical(void) {
     static const mfm_optimizer optimizers[2] = {MFM_OPTIMIZER_ADAGRAD, MFM_OPTIMIZER_FTRL};
@@ -454,7 +455,7 @@ void test_threads_bit_identical(void) {
     const int n_counts = runner_quick() ? 2 : 3;
     const uint64_t n_rows = runner_quick() ? 300 : 1000;
     int which, i;
-    for (which = 0; which < 7; which++)
+    for (which = 0; which < 9; which++)
         for (i = 0; i < 2; i++) {
             mfm_params p;
             mfm_task task;
@@ -462,12 +463,14 @@ void test_threads_bit_identical(void) {
             data_spec spec;
             snapshot one, many;
             int ti;
-            determinism_params(which == 6 ? 3 : which >= 4 ? 2 : which, &p, &task);
-            if (which >= 5) p.model = MFM_MODEL_FWFM, p.k = which == 5 ? 8 : 16;
+            const int dense = which >= 4 && which <= 6;
+            determinism_params(which == 6 ? 3 : dense ? 2 : which == 7 ? 0 : which == 8 ? 1 : which, &p, &task);
+            if (which == 5 || which == 6) p.model = MFM_MODEL_FWFM, p.k = which == 5 ? 8 : 16;
+            p.pairs_only = which == 7, p.linear_only = which == 8;
             spec = train_data(task, 3, n_rows, 113);
-            if (which >= 4) spec.min_nnz = spec.max_nnz = (int)spec.n_fields;
+            if (dense) spec.min_nnz = spec.max_nnz = (int)spec.n_fields;
             data_random(&td, &spec);
-            if (which >= 4) data_fields_in_order(&td);
+            if (dense) data_fields_in_order(&td);
             p.optimizer = optimizers[i];
             p.batch_size = batches[i];
             p.n_threads = 1;
