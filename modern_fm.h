@@ -4773,7 +4773,7 @@ MFM__INLINE static void mfm__ffm_pair_adagrad(float lr, float *va, float *vb, fl
 
 #define MFM__MAX_SIMPLE_NNZ 256 /* longer rows take the batched path at batch 1 */
 #ifndef MFM__TERMS_FLOATS
-#define MFM__TERMS_FLOATS ((uint64_t)1 << 24) /* at most 64 MB for a batch's terms (mfm__fm_keep_terms, mfm__fwfm_keep_terms) */
+#define MFM__TERMS_FLOATS ((uint64_t)1 << 24) /* at most 64 MB for a batch's terms (mfm__stream, mfm__fwfm_keep_terms) */
 #endif
 
 /* Every pair of an FFM row that is a batch of its own, under AdaGrad (dlds: the row's weighted
@@ -5106,8 +5106,7 @@ typedef struct mfm__trainer {
     double *along;        /* with line: batch x 2, each row's loss's slope and curvature along the linear terms' steps */
     double alpha;         /* with line: the fraction of the linear terms' steps the batch takes */
     float *sums;          /* batch x C x k: FM's per-row sums, where it keeps no terms */
-    float *terms;         /* batch x C x terms_row: what each row's score left for the owners to add up (FM: mfm__fm_keep_terms;
-                             FwFM's dense rows: mfm__fwfm_keep_terms), or NULL */
+    float *terms;         /* batch x C x terms_row: what FwFM's dense rows' scores left to add up (mfm__fwfm_keep_terms), or NULL */
     uint64_t terms_row;
     unsigned char *kept;  /* batch: whether the row's score left terms (mfm__keeps_terms), for the owners */
     float *factor;        /* several workers, params.normalize_rows: batch, what each row's values were scaled by (mfm__owner_row) */
@@ -5534,9 +5533,9 @@ MFM__NOINLINE static void mfm__fwfm_pair_gradients(const mfm__trainer *tr, mfm__
     }
 }
 
-/* Whether the row's score leaves terms for the owners (tr->terms): FM's rows, FwFM's dense ones. */
+/* Whether the row's score leaves terms (tr->terms): FwFM's dense rows. */
 static int mfm__keeps_terms(const mfm__trainer *tr, const mfm__row *row) {
-    return tr->terms && (tr->m->params.model == MFM_MODEL_FM || mfm__fwfm_dense(tr->m, row));
+    return tr->terms && mfm__fwfm_dense(tr->m, row);
 }
 
 /* FM: what v_a receives from a row, g ds/dv_a = g x_a (sum - v_a x_a), k floats into out. */
@@ -5546,20 +5545,6 @@ static void mfm__fm_vector_term(const float *v, const float *sum, float g, float
     uint64_t t;
     for (t = 0; t + 4 <= k; t += 4) mfm__f4_store(out + t, mfm__f4_mul(gx4, mfm__f4_sub(mfm__f4_load(sum + t), mfm__f4_mul(mfm__f4_load(v + t), xa4))));
     for (; t < k; t++) out[t] = gx * (sum[t] - v[t] * xa);
-}
-
-/* FM's batch rows: the worker that scores a row leaves, per class, the term each v_a receives
-   (z x k), while the row's v are in its cache; the owners only add them up (mfm__gradient_row)
-   and read no v. */
-static void mfm__fm_keep_terms(const mfm__trainer *tr, uint64_t q, const mfm__row *row, const float *sums) {
-    const mfm_model *m = tr->m;
-    const uint64_t C = m->n_classes, k = (uint64_t)m->k;
-    uint64_t a;
-    uint32_t c;
-    for (c = 0; c < C; c++)
-        for (a = 0; a < row->z; a++)
-            mfm__fm_vector_term(mfm__block(m, MFM_TENSOR_V, c, row->feat[a]), sums + c * k, tr->dlds[q * C + c], row->x[a], k,
-                                tr->terms + (q * C + c) * tr->terms_row + a * k);
 }
 
 /* FwFM's dense batch rows (mfm__fwfm_dense) where the CPU has AVX and k is a multiple of 4:
@@ -6146,18 +6131,17 @@ static void mfm__vector_terms(const mfm__trainer *tr, mfm__worker *wk, uint64_t 
    parameters, its loss and dL/ds, and what the owners read of it. 0 when memory is short. */
 static int mfm__score_batch_row(const mfm__trainer *tr, mfm__worker *wk, uint64_t q, uint64_t hi, const mfm__row *row) {
     const uint64_t C = tr->m->n_classes, k = (uint64_t)tr->m->k;
-    const int keeps = tr->kept[q] = (unsigned char)mfm__keeps_terms(tr, row), fwfm_keeps = keeps && tr->m->params.model == MFM_MODEL_FWFM;
+    const int keeps = tr->kept[q] = (unsigned char)mfm__keeps_terms(tr, row); /* FwFM only */
     mfm__prefetch_ahead(tr, tr->rows, q, hi);
     if (tr->n_workers > 1 && !tr->stream_width && (wk->failed = !mfm__group_by_owner(tr, wk, q, row)) != 0) return 0;
-    mfm__row_loss(tr, wk, tr->rows[q], row, tr->dlds + q * C, tr->sums ? tr->sums + q * C * k : wk->sum, fwfm_keeps ? wk->pair_keep : NULL);
+    mfm__row_loss(tr, wk, tr->rows[q], row, tr->dlds + q * C, tr->sums ? tr->sums + q * C * k : wk->sum, keeps ? wk->pair_keep : NULL);
     if (tr->line) memcpy(tr->scores + q * C, wk->score, C * sizeof(float));
-    if (keeps && !fwfm_keeps) mfm__fm_keep_terms(tr, q, row, wk->sum);
 #if defined(MFM__AVX)
-    if (fwfm_keeps) mfm__fwfm_keep_terms(tr, wk, q, row);
+    if (keeps) mfm__fwfm_keep_terms(tr, wk, q, row);
 #endif
     if (!tr->stream_width) return 1;
     if (tr->m->params.linear_only) return wk->failed = !mfm__stream_row(tr, wk, q, row, NULL, 0), !wk->failed;
-    if (fwfm_keeps) return wk->failed = !mfm__stream_row(tr, wk, q, row, tr->terms + q * C * tr->terms_row, tr->terms_row), !wk->failed;
+    if (keeps) return wk->failed = !mfm__stream_row(tr, wk, q, row, tr->terms + q * C * tr->terms_row, tr->terms_row), !wk->failed;
     mfm__vector_terms(tr, wk, q, row, wk->sum);
     return wk->failed = !mfm__stream_row(tr, wk, q, row, wk->row_terms, row->z * k), !wk->failed;
 }
@@ -6823,11 +6807,7 @@ static int mfm__trainer_init(mfm__trainer *tr, mfm_model *m, const mfm_csr *d, c
             if (!tr->scores || !tr->along) return 0;
             if (tr->n_workers > 1 && !(tr->nnz_at = (uint64_t *)mfm__alloc(rows + 1, sizeof(uint64_t)))) return 0;
         }
-        if (p->model == MFM_MODEL_FM && !p->linear_only && p->batch_size > 1 && !tr->stream_width) { /* mfm__fm_keep_terms, or else each row's sums */
-            tr->terms_row = info->max_row_nnz * (uint64_t)m->k;
-            if (rows * C * tr->terms_row <= MFM__TERMS_FLOATS) tr->terms = (float *)mfm__alloc(rows * C * tr->terms_row, sizeof(float));
-        }
-        if (p->model == MFM_MODEL_FM && !p->linear_only && !tr->terms && !tr->stream_width && !(tr->sums = (float *)mfm__alloc(rows * C * (uint64_t)m->k, sizeof(float)))) return 0;
+        if (p->model == MFM_MODEL_FM && !p->linear_only && !tr->stream_width && !(tr->sums = (float *)mfm__alloc(rows * C * (uint64_t)m->k, sizeof(float)))) return 0;
         if (p->model == MFM_MODEL_FWFM && !p->linear_only && p->batch_size > 1 && m->wide && m->k % 4 == 0 && m->n_fields <= MFM__FWFM_DENSE_MAX &&
             m->n_fields <= MFM__MAX_SIMPLE_NNZ) { /* mfm__fwfm_keeps; without room (MFM__TERMS_FLOATS, or memory) rows go pair by pair */
             const uint64_t F = m->n_fields;
