@@ -6571,6 +6571,7 @@ static void mfm__apply_linear(const mfm__trainer *tr, const mfm__coords *o, mfm_
     for (j = 0; j < o->n; j++)
         for (c = 0; c < C; c++) {
             float *blk = mfm__block(tr->m, t, c, o->ids[j]), *sums = o->g + j * 2 * C; /* [theta, G]; sums, then squares */
+            if (c == 0 && j + 16 < o->n) MFM__PREFETCH(mfm__block(tr->m, t, 0, o->ids[j + 16]));
             const float reg = l2 * blk[0], g = sums[c] + reg, floor = sums[c] * sums[c] * (1.0f / MFM__LINEAR_ROWS);
             blk[1] += (sums[C + c] > floor ? sums[C + c] : floor) + reg * reg;
             sums[c] = -tr->opt.lr * g / sqrtf(blk[1] + 1e-10f);
@@ -6668,8 +6669,10 @@ static void mfm__settle_task(void *ctx, int index) {
     for (t = MFM_TENSOR_W0; t <= MFM_TENSOR_W; t++) {
         const mfm__coords *o = &wk->own[t];
         if (!o->n) continue; /* w0 is worker 0's; a worker may own no w of a small batch */
-        for (j = 0; j < o->n; j++)
+        for (j = 0; j < o->n; j++) {
+            if (j + 16 < o->n) MFM__PREFETCH(mfm__block(tr->m, (mfm_tensor)t, 0, o->ids[j + 16])); /* a batch's w lie far apart */
             for (c = 0; c < C; c++) mfm__block(tr->m, (mfm_tensor)t, c, o->ids[j])[0] += alpha * o->g[j * 2 * C + c];
+        }
         mfm__coords_zero(o, 0, o->n, 2 * (uint64_t)C);
     }
 }
