@@ -5033,10 +5033,9 @@ typedef struct mfm__ffm_nonzero {
    its w's term g x_a and its v's k terms (FM: g x_a (sum - v_a x_a)). The owner adds them up and
    reads no row for them (mfm__stream_sums). */
 typedef struct mfm__stream {
-    uint32_t *ids;
-    uint32_t *at; /* with line: each non-zero's place among the batch's (tr->w_entry) */
+    uint32_t *ids; /* with line, the owner leaves in their place the features' w entries, for mfm__line_task */
     float *terms; /* per record: C w terms, then C x k v terms (none for linear models) */
-    uint64_t n, cap_ids, cap_at, cap_terms;
+    uint64_t n, cap; /* records, and room for them in both arrays */
 } mfm__stream;
 
 typedef struct mfm__worker {
@@ -5115,9 +5114,6 @@ typedef struct mfm__trainer {
     uint32_t max_row_nnz;
     uint16_t *pair_owner; /* several workers, FwFM: the owner of each field pair (at lo * F + hi and hi * F + lo) */
     uint32_t *owned_at;   /* several workers: batch x (workers + 1), where each owner's non-zeros of the row start in the scorer's by_owner, and the end */
-    uint64_t *nnz_at;     /* several workers with line: batch + 1, where each row's non-zeros start among the batch's */
-    uint32_t *w_entry;    /* several workers with line: per non-zero of the batch, its w's entry in its owner's table (step 2) */
-    uint64_t cap_w_entry;
     uint64_t stream_width; /* several workers but FFM's: floats of terms per record (mfm__stream); 0 without streams */
     mfm__worker *workers;
     int n_workers;
@@ -6086,6 +6082,15 @@ static int mfm__group_by_owner(const mfm__trainer *tr, mfm__worker *wk, uint64_t
     return 1;
 }
 
+/* Room for twice as many records (64 at first), in the ids and the terms alike. */
+static int mfm__stream_grow(mfm__stream *st, uint64_t width) {
+    uint64_t cap_ids = st->cap, cap_terms = st->cap * width, cap = st->cap ? 2 * st->cap : 64;
+    if (!mfm__reserve((void **)&st->ids, &cap_ids, cap, sizeof(uint32_t)) || !mfm__reserve((void **)&st->terms, &cap_terms, cap * width, sizeof(float)))
+        return 0;
+    st->cap = cap;
+    return 1;
+}
+
 /* Step 1, several workers with streams (tr->stream_width): the batch's row q leaves each of its
    non-zeros' terms in the stream of the non-zero's owner, while the row's v are in this core's
    cache. Its vectors' terms: class c's vector a at vterms[c vstride + a k]. 0 when memory is short. */
@@ -6096,15 +6101,17 @@ static int mfm__stream_row(const mfm__trainer *tr, mfm__worker *wk, uint64_t q, 
     for (a = 0; a < row->z; a++) {
         mfm__stream *const st = &wk->streams[mfm__owner(row->feat[a], tr->n_workers)];
         float *t;
-        if (!mfm__reserve((void **)&st->ids, &st->cap_ids, st->n + 1, sizeof(uint32_t)) ||
-            !mfm__reserve((void **)&st->terms, &st->cap_terms, (st->n + 1) * width, sizeof(float)) ||
-            (tr->w_entry && !mfm__reserve((void **)&st->at, &st->cap_at, st->n + 1, sizeof(uint32_t))))
-            return 0;
+        uint64_t i;
+        if (st->n == st->cap && !mfm__stream_grow(st, width)) return 0;
         st->ids[st->n] = row->feat[a];
-        if (tr->w_entry) st->at[st->n] = (uint32_t)(tr->nnz_at[q] + a);
         t = st->terms + st->n++ * width;
         for (c = 0; c < C; c++) t[c] = tr->dlds[q * C + c] * row->x[a];
-        for (c = 0; vterms && c < C; c++) memcpy(t + C + c * k, vterms + c * vstride + a * k, k * sizeof(float));
+        for (c = 0; vterms && c < C; c++) { /* k floats, without a call to memcpy */
+            const float *const from = vterms + c * vstride + a * k;
+            float *const to = t + C + c * k;
+            for (i = 0; i + 4 <= k; i += 4) mfm__f4_store(to + i, mfm__f4_load(from + i));
+            for (; i < k; i++) to[i] = from[i];
+        }
     }
     return 1;
 }
@@ -6187,7 +6194,7 @@ static int mfm__gradient_room(const mfm__trainer *tr, mfm__worker *wk, const mfm
 
 /* The non-zeros of the batch's row q that worker `me` owns: all of them for one worker, else
    the group its scorer listed (mfm__group_by_owner); returns how many. */
-static uint32_t mfm__owned_of(const mfm__trainer *tr, uint64_t q, int me, const uint32_t **owned) {
+static uint32_t mfm__owned_of(const mfm__trainer *tr, uint64_t q, int me, uint32_t **owned) {
     const uint64_t W = (uint64_t)tr->n_workers, per = (tr->n_batch + W - 1) / W; /* q's scorer: q / per (mfm__share) */
     const uint32_t *at;
     if (W == 1) {
@@ -6350,8 +6357,9 @@ static void mfm__gradient_start(mfm__worker *wk) {
 }
 
 /* Step 2 for the batch's row q: what worker `me` owns of its gradients (owned, mfm__owned_of),
-   added to its sums; *at: the row's first entry in walk_entry (one worker; NULL for several). */
-static void mfm__sum_batch_row(const mfm__trainer *tr, mfm__worker *wk, int me, uint64_t q, const mfm__row *row, const uint32_t *owned, uint32_t n_owned,
+   added to its sums; *at: the row's first entry in walk_entry (one worker; NULL for several,
+   who then leave, with line, each non-zero's w entry in the list's place for mfm__line_task). */
+static void mfm__sum_batch_row(const mfm__trainer *tr, mfm__worker *wk, int me, uint64_t q, const mfm__row *row, uint32_t *owned, uint32_t n_owned,
                                uint64_t *at) {
     const uint64_t C = tr->m->n_classes, k = (uint64_t)tr->m->k;
     uint32_t c, a;
@@ -6360,11 +6368,11 @@ static void mfm__sum_batch_row(const mfm__trainer *tr, mfm__worker *wk, int me, 
         memcpy(wk->entry, wk->walk_entry + *at, n_owned * sizeof(uint32_t)), *at += n_owned;
     else
         mfm__look_up_entries(tr, wk, row, owned, n_owned);
-    for (a = 0; tr->w_entry && a < n_owned; a++) tr->w_entry[tr->nnz_at[q] + owned[a]] = wk->entry[a]; /* for mfm__line_task */
     for (c = 0; c < C; c++)
         mfm__gradient_row(tr, wk, me, c, row, owned, n_owned, tr->dlds[q * C + c], tr->sums ? tr->sums + (q * C + c) * k : NULL,
                           tr->kept[q] ? tr->terms + (q * C + c) * tr->terms_row : NULL);
     if (tr->step_early) mfm__step_ending(tr, wk, q, n_owned);
+    for (a = 0; tr->line && tr->n_workers > 1 && a < n_owned; a++) owned[a] = wk->entry[a];
 }
 
 /* FwFM, several workers: the terms of R that the batch's row q left (a dense row, laid out as
@@ -6419,23 +6427,24 @@ static void mfm__stream_sums(const mfm__trainer *tr, mfm__worker *wk, int me) {
             if (tr->line) g0[C + c] += g * g;
         }
     for (s = 0; s < tr->n_workers; s++) {
-        const mfm__stream *const st = &tr->workers[s].streams[me];
+        mfm__stream *const st = &tr->workers[s].streams[me]; /* this worker's to read and (ids, with line) to write */
         if (!mfm__coords_room(w, st->n, L, stamp) || (vectors && !mfm__coords_room(v, st->n, C * k, stamp))) {
             wk->failed = 1;
             return;
         }
         for (i = 0; i < st->n; i++) {
             const float *const t = st->terms + i * width;
+            const uint32_t id = st->ids[i];
             float *gw, *gv;
             if (i + 8 < st->n) MFM__PREFETCH(w->slots + (mfm__mix(st->ids[i + 8]) & w->mask)); /* the probe's slot, ahead */
-            gw = mfm__own(w, st->ids[i], stamp, L);
-            if (tr->w_entry) tr->w_entry[st->at[i]] = (uint32_t)w->last; /* for mfm__line_task */
+            gw = mfm__own(w, id, stamp, L);
+            if (tr->line) st->ids[i] = (uint32_t)w->last; /* for mfm__line_task */
             for (c = 0; c < C; c++) {
                 if (sums) gw[c] += t[c];
                 if (tr->line) gw[C + c] += t[c] * t[c];
             }
             if (!vectors) continue;
-            gv = mfm__own_like_w(v, (uint32_t)w->last, st->ids[i], C * k);
+            gv = mfm__own_like_w(v, (uint32_t)w->last, id, C * k);
             for (c = 0; c < C; c++) mfm__axpy(gv + c * k, 1.0f, t + C + c * k, (int)k);
         }
     }
@@ -6489,12 +6498,13 @@ static void mfm__gradient_task(void *ctx, int index) {
         return;
     }
     for (q = 0; q < n && !wk->failed; q++) {
-        const uint32_t *owned;
+        uint32_t *owned;
         const uint32_t n_owned = mfm__owned_of(tr, q, index, &owned);
         mfm__row row;
         mfm__prefetch_data_ahead(tr, tr->rows, q, n);
         if (q + 1 < n) {
-            const uint32_t *next, *const feat = tr->d->features + tr->d->row_offsets[tr->rows[q + 1]];
+            uint32_t *next;
+            const uint32_t *const feat = tr->d->features + tr->d->row_offsets[tr->rows[q + 1]];
             const uint32_t n_next = mfm__owned_of(tr, q + 1, index, &next);
             const mfm__coords *const w = &wk->own[MFM_TENSOR_W];
             for (c = 0; c < C; c++) /* a row that left terms: its owned terms, which its scorer's core wrote, and no parameter */
@@ -6628,17 +6638,23 @@ static void mfm__line_task(void *ctx, int index) {
     const uint32_t C = tr->m->n_classes;
     const float *step_w0 = tr->workers[0].own[MFM_TENSOR_W0].g; /* one entry, w0 of every class */
     double *delta = wk->prob + C; /* C doubles after the scratch of mfm__curvature */
-    const int one = tr->n_workers == 1;
-    uint64_t q, lo, hi, at = 0; /* one worker: the row's first entry in walk_entry */
+    const int W = tr->n_workers;
+    uint32_t *const next = wk->cursor; /* several workers: per owner, its next entry among what it left */
+    uint64_t q, lo, hi, at = 0;        /* one worker: the row's first entry in walk_entry */
     uint32_t a, c;
-    mfm__share(tr->n_batch, tr->n_workers, index, &lo, &hi);
+    int o;
+    mfm__share(tr->n_batch, W, index, &lo, &hi);
+    for (o = 0; W > 1 && o < W; o++) next[o] = 0;
     for (q = lo; q < hi; q++) {
         const mfm__row row = mfm__get_row(tr->m, tr->d, tr->rows[q], tr->ones, wk->scaled);
         double slope = 0;
         for (c = 0; c < C; c++) delta[c] = step_w0[c];
-        for (a = 0; a < row.z; a++) { /* every non-zero's w was touched, its entry kept (one worker's walk_entry, else tr->w_entry) */
-            const mfm__coords *const w = &tr->workers[one ? 0 : mfm__owner(row.feat[a], tr->n_workers)].own[MFM_TENSOR_W];
-            const float *step = w->g + (uint64_t)(one ? wk->walk_entry[at + a] : tr->w_entry[tr->nnz_at[q] + a]) * 2 * C;
+        for (o = 0; W > 1 && !wk->streams && o < W; o++) next[o] = tr->owned_at[q * ((uint64_t)W + 1) + (uint64_t)o]; /* the row's groups */
+        for (a = 0; a < row.z; a++) { /* every non-zero's w was touched: one worker listed its entry, several owners left it in the
+                                         place of what this worker gave them, its stream's record or its row's group's member */
+            const int owner = W == 1 ? 0 : mfm__owner(row.feat[a], W);
+            const uint32_t entry = W == 1 ? wk->walk_entry[at + a] : wk->streams ? wk->streams[owner].ids[next[owner]++] : wk->by_owner[next[owner]++];
+            const float *step = tr->workers[owner].own[MFM_TENSOR_W].g + (uint64_t)entry * 2 * C;
             for (c = 0; c < C; c++) delta[c] += (double)row.x[a] * step[c];
         }
         at += row.z;
@@ -6731,7 +6747,7 @@ static void mfm__trainer_free(mfm__trainer *tr) {
         MFM_FREE(wk->row_ut);
         MFM_FREE(wk->one_blk);
         MFM_FREE(wk->one_g);
-        for (t = 0; wk->streams && t < tr->n_workers; t++) MFM_FREE(wk->streams[t].ids), MFM_FREE(wk->streams[t].at), MFM_FREE(wk->streams[t].terms);
+        for (t = 0; wk->streams && t < tr->n_workers; t++) MFM_FREE(wk->streams[t].ids), MFM_FREE(wk->streams[t].terms);
         MFM_FREE(wk->streams);
         MFM_FREE(wk->row_terms);
     }
@@ -6742,8 +6758,6 @@ static void mfm__trainer_free(mfm__trainer *tr) {
     MFM_FREE(tr->sums);
     MFM_FREE(tr->terms);
     MFM_FREE(tr->kept);
-    MFM_FREE(tr->nnz_at);
-    MFM_FREE(tr->w_entry);
     MFM_FREE(tr->factor);
     MFM_FREE(tr->field_stamp);
     MFM_FREE(tr->pair_owner);
@@ -6808,7 +6822,6 @@ static int mfm__trainer_init(mfm__trainer *tr, mfm_model *m, const mfm_csr *d, c
             tr->scores = (float *)mfm__alloc(rows * C, sizeof(float));
             tr->along = (double *)mfm__alloc(rows * 2, sizeof(double));
             if (!tr->scores || !tr->along) return 0;
-            if (tr->n_workers > 1 && !(tr->nnz_at = (uint64_t *)mfm__alloc(rows + 1, sizeof(uint64_t)))) return 0;
         }
         if (p->model == MFM_MODEL_FM && !p->linear_only && !tr->stream_width && !(tr->sums = (float *)mfm__alloc(rows * C * (uint64_t)m->k, sizeof(float)))) return 0;
         if (p->model == MFM_MODEL_FWFM && !p->linear_only && p->batch_size > 1 && m->wide && m->k % 4 == 0 && m->n_fields <= MFM__FWFM_DENSE_MAX &&
@@ -7066,12 +7079,6 @@ static mfm_status mfm__pass(mfm__trainer *tr, mfm__pool *pool, const uint64_t *r
                 for (t = 0; t < MFM_TENSOR_COUNT; t++)
                     if (tr->workers[w].own[t].slots) memset(tr->workers[w].own[t].slots, 0, (tr->workers[w].own[t].mask + 1) * sizeof(mfm__coord_slot));
             tr->stamp_batch = 1;
-        }
-        if (tr->nnz_at) { /* where the batch's rows' non-zeros start, for tr->w_entry */
-            uint64_t q;
-            for (tr->nnz_at[0] = q = 0; q < tr->n_batch; q++) tr->nnz_at[q + 1] = tr->nnz_at[q] + tr->d->row_offsets[tr->rows[q] + 1] - tr->d->row_offsets[tr->rows[q]];
-            if (!mfm__reserve((void **)&tr->w_entry, &tr->cap_w_entry, tr->nnz_at[tr->n_batch], sizeof(uint32_t)))
-                return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for the batch's line search; the model holds the updates of the batches before it");
         }
         mfm__pool_run(pool, tr->n_workers == 1 ? mfm__score_and_sum_task : mfm__score_task, tr);
         for (w = 0; w < tr->n_workers; w++)
