@@ -4773,7 +4773,7 @@ MFM__INLINE static void mfm__ffm_pair_adagrad(float lr, float *va, float *vb, fl
 
 #define MFM__MAX_SIMPLE_NNZ 256 /* longer rows take the batched path at batch 1 */
 #ifndef MFM__TERMS_FLOATS
-#define MFM__TERMS_FLOATS ((uint64_t)1 << 24) /* at most 64 MB for a batch's terms (mfm__stream, mfm__fwfm_keep_terms) */
+#define MFM__TERMS_FLOATS ((uint64_t)1 << 24) /* 64 MB for a batch's streams' records (mfm__stream; doubling may take twice that), and as much for FwFM's kept terms (mfm__fwfm_keep_terms); past it, the owners walk the rows */
 #endif
 
 /* Every pair of an FFM row that is a batch of its own, under AdaGrad (dlds: the row's weighted
@@ -5104,7 +5104,7 @@ typedef struct mfm__trainer {
     float *scores;        /* with line: batch x C, each row's scores against the frozen parameters */
     double *along;        /* with line: batch x 2, each row's loss's slope and curvature along the linear terms' steps */
     double alpha;         /* with line: the fraction of the linear terms' steps the batch takes */
-    float *sums;          /* batch x C x k: FM's per-row sums, where it keeps no terms */
+    float *sums;          /* batch x C x k: FM's per-row sums, for one worker and the owners' row walk (no streams) */
     float *terms;         /* batch x C x terms_row: what FwFM's dense rows' scores left to add up (mfm__fwfm_keep_terms), or NULL */
     uint64_t terms_row;
     unsigned char *kept;  /* batch: whether the row's score left terms (mfm__keeps_terms), for the owners */
@@ -5113,7 +5113,7 @@ typedef struct mfm__trainer {
     int step_early;       /* V's entries step as soon as the last row that touches them is summed (mfm__gradient_task) */
     uint32_t max_row_nnz;
     uint16_t *pair_owner; /* several workers, FwFM: the owner of each field pair (at lo * F + hi and hi * F + lo) */
-    uint32_t *owned_at;   /* several workers: batch x (workers + 1), where each owner's non-zeros of the row start in the scorer's by_owner, and the end */
+    uint32_t *owned_at;   /* several workers without streams: batch x (workers + 1), where each owner's non-zeros of the row start in the scorer's by_owner, and the end */
     uint64_t stream_width; /* several workers but FFM's: floats of terms per record (mfm__stream); 0 without streams */
     mfm__worker *workers;
     int n_workers;
@@ -6372,7 +6372,7 @@ static void mfm__sum_batch_row(const mfm__trainer *tr, mfm__worker *wk, int me, 
         mfm__gradient_row(tr, wk, me, c, row, owned, n_owned, tr->dlds[q * C + c], tr->sums ? tr->sums + (q * C + c) * k : NULL,
                           tr->kept[q] ? tr->terms + (q * C + c) * tr->terms_row : NULL);
     if (tr->step_early) mfm__step_ending(tr, wk, q, n_owned);
-    for (a = 0; tr->line && tr->n_workers > 1 && a < n_owned; a++) owned[a] = wk->entry[a];
+    for (a = 0; tr->line && tr->n_workers > 1 && a < n_owned; a++) owned[a] = wk->entry[a]; /* several: the scorer's by_owner (one worker's is 0, 1, 2 ..., kept) */
 }
 
 /* FwFM, several workers: the terms of R that the batch's row q left (a dense row, laid out as
@@ -6480,8 +6480,9 @@ static void mfm__stream_r_sums(const mfm__trainer *tr, mfm__worker *wk, int me) 
 }
 
 /* Step 2, several workers: the streams (above), or else every row of the batch, in order, for
-   the coordinates this worker owns: an FFM slot's terms read its partners' frozen vectors, which
-   no scorer could leave for less than reading them. The next row's owned w and (FM, FwFM) v, unless it left terms, and the table slots their
+   the coordinates this worker owns: FFM (a slot's terms read its partners' frozen vectors, which
+   no scorer could leave for less than reading them), and batches whose streams would pass
+   MFM__TERMS_FLOATS. The next row's owned w and (FM, FwFM) v, unless it left terms, and the table slots their
    first probes read are asked for while this row's are summed: the batch's rows touch more
    lines than L2 holds, and another worker scored the row. Only the owned ones, for the lines of
    the others are the other workers' to write. */
@@ -6812,7 +6813,8 @@ static int mfm__trainer_init(mfm__trainer *tr, mfm_model *m, const mfm_csr *d, c
     { /* per-row results of a batch; a pass never has more rows than the data */
         const uint64_t rows = n_rows < (uint64_t)p->batch_size ? n_rows : (uint64_t)p->batch_size;
         const uint64_t width = C + (p->linear_only ? 0 : C * (uint64_t)m->k);
-        if (tr->n_workers > 1 && p->batch_size > 1 && (p->model != MFM_MODEL_FFM || p->linear_only) && rows * info->max_row_nnz * width <= MFM__TERMS_FLOATS) tr->stream_width = width;
+        if (tr->n_workers > 1 && p->batch_size > 1 && (p->model != MFM_MODEL_FFM || p->linear_only) && rows * info->max_row_nnz * (width + 1) <= MFM__TERMS_FLOATS)
+            tr->stream_width = width; /* the records with their ids; their arrays grow by doubling, so they may take twice that */
         tr->dlds = (float *)mfm__alloc(rows * C, sizeof(float));
         tr->kept = (unsigned char *)mfm__alloc(rows, 1);
         if (!tr->dlds || !tr->kept) return 0;
@@ -6835,7 +6837,7 @@ static int mfm__trainer_init(mfm__trainer *tr, mfm_model *m, const mfm_csr *d, c
     tr->max_row_nnz = (uint32_t)info->max_row_nnz;
     tr->step_early = p->batch_size > 1 && tr->n_workers == 1 && !p->linear_only && p->model == MFM_MODEL_FFM &&
                      (uint64_t)m->n_fields * C * m->k <= MFM__FFM_DENSE_FLOATS; /* FFM's v keyed by feature (624 bytes a feature at 39 fields and k = 4) */
-    if (tr->n_workers > 1) {
+    if (tr->n_workers > 1 && !tr->stream_width) { /* the owners' row walk */
         const uint64_t rows = n_rows < (uint64_t)p->batch_size ? n_rows : (uint64_t)p->batch_size;
         if (!(tr->owned_at = (uint32_t *)mfm__alloc(rows * ((uint64_t)tr->n_workers + 1), sizeof(uint32_t)))) return 0;
     }
@@ -7082,7 +7084,7 @@ static mfm_status mfm__pass(mfm__trainer *tr, mfm__pool *pool, const uint64_t *r
         }
         mfm__pool_run(pool, tr->n_workers == 1 ? mfm__score_and_sum_task : mfm__score_task, tr);
         for (w = 0; w < tr->n_workers; w++)
-            if (tr->workers[w].failed && tr->n_workers > 1) return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for the batch's lists of owned non-zeros; the model holds the updates of the batches before it");
+            if (tr->workers[w].failed && tr->n_workers > 1) return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for the batch's lists of owned non-zeros or the owners' streams; the model holds the updates of the batches before it");
         for (w = 0; w < tr->n_workers; w++) loss += tr->workers[w].loss;
         if (!mfm__finite(loss)) /* before its steps, but for FFM's v that one worker stepped early */
             return mfm__diverged_at(tr, tr->rows, tr->n_batch, start / batch + 1, tr->step_early ? tr->workers[0].diverged : 0, err);

@@ -447,7 +447,7 @@ void test_determinism_fixed_threads(void) {
    1000 rows, every model and task, and FwFM on dense rows (every field once, in order), where a
    worker takes a's pairs whole or not at all: k = 4 (summed pair by pair), and k = 8 and 16
    (multiclass), summed from the terms their scores left where the CPU has AVX; and FM with
-   pairs_only and FFM with linear_only (the owners' streams carry no v terms, or leave w at 0). Quick runs (the
+   pairs_only and FFM with linear_only (the owners' streams leave w at 0, or carry no v terms). Quick runs (the
    sanitizers', which look for races, not for other bits) take 300 rows and 2 and 3 threads. */
 void test_threads_bit_identical(void) {
     static const mfm_optimizer optimizers[2] = {MFM_OPTIMIZER_ADAGRAD, MFM_OPTIMIZER_FTRL};

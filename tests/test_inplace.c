@@ -5,9 +5,11 @@
    both copies train every model, task and optimizer to the same bits, on rows that take the
    shortcut and rows that do not (repeated features or fields). The copy also keys FFM's
    gradients by slot where the library keys them by feature (MFM__FFM_DENSE_FLOATS 0), so batch
-   7 compares those two ways of summing, which must agree to the bit as well; and it sums FM's
-   batch rows and FwFM's dense ones from the parameters, where the library adds up the terms
-   their scores left (MFM__TERMS_FLOATS 0; FM in batch 7, FwFM in test_fwfm_kept_terms_equal_pairs).
+   7 compares those two ways of summing, which must agree to the bit as well; and with no room
+   for terms (MFM__TERMS_FLOATS 0) its owners walk the batch's rows where the library's add up
+   the streams the scorers left them (FM and FwFM, batch 7 on 3 threads), and it sums FwFM's
+   dense rows pair by pair where the library adds up the terms their scores left
+   (test_fwfm_kept_terms_equal_pairs).
    Its W is a table of its own (MFM__W_GUEST 0) where the library's lies in V's blocks (FM and
    FwFM under SGD and AdaGrad at this k), so every comparison also checks the two layouts.
    Its allocations are counted (test_inplace_few_rows_allocate_nothing). */
@@ -176,6 +178,7 @@ void test_inplace_equals_batched(void) {
                     p.k = 6; /* a group of four and a rest of two */
                     p.n_epochs = 2;
                     p.batch_size = bi ? 7 : 1;
+                    p.n_threads = 3; /* several workers, on any machine (batch 1: one) */
                     p.l2_linear = 1e-3;
                     p.l2_factors = 2e-3;
                     if (optimizers[oi] == MFM_OPTIMIZER_FTRL) p.l1_linear = p.l1_factors = 1e-3;
