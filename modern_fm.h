@@ -6139,6 +6139,8 @@ static void mfm__vector_terms(const mfm__trainer *tr, mfm__worker *wk, uint64_t 
 static int mfm__score_batch_row(const mfm__trainer *tr, mfm__worker *wk, uint64_t q, uint64_t hi, const mfm__row *row) {
     const uint64_t C = tr->m->n_classes, k = (uint64_t)tr->m->k;
     const int keeps = tr->kept[q] = (unsigned char)mfm__keeps_terms(tr, row); /* FwFM only */
+    const float *vterms = NULL; /* what the streams take of the row's vectors (below) */
+    uint64_t vstride = 0;
     mfm__prefetch_ahead(tr, tr->rows, q, hi);
     if (tr->n_workers > 1 && !tr->stream_width && (wk->failed = !mfm__group_by_owner(tr, wk, q, row)) != 0) return 0;
     mfm__row_loss(tr, wk, tr->rows[q], row, tr->dlds + q * C, tr->sums ? tr->sums + q * C * k : wk->sum, keeps ? wk->pair_keep : NULL);
@@ -6147,10 +6149,13 @@ static int mfm__score_batch_row(const mfm__trainer *tr, mfm__worker *wk, uint64_
     if (keeps) mfm__fwfm_keep_terms(tr, wk, q, row);
 #endif
     if (!tr->stream_width) return 1;
-    if (tr->m->params.linear_only) return wk->failed = !mfm__stream_row(tr, wk, q, row, NULL, 0), !wk->failed;
-    if (keeps) return wk->failed = !mfm__stream_row(tr, wk, q, row, tr->terms + q * C * tr->terms_row, tr->terms_row), !wk->failed;
-    mfm__vector_terms(tr, wk, q, row, wk->sum);
-    return wk->failed = !mfm__stream_row(tr, wk, q, row, wk->row_terms, row->z * k), !wk->failed;
+    if (keeps) {
+        vterms = tr->terms + q * C * tr->terms_row, vstride = tr->terms_row;
+    } else if (!tr->m->params.linear_only) {
+        mfm__vector_terms(tr, wk, q, row, wk->sum);
+        vterms = wk->row_terms, vstride = row->z * k;
+    }
+    return !(wk->failed = !mfm__stream_row(tr, wk, q, row, vterms, vstride));
 }
 
 /* Step 1, several workers: the worker's share of the batch's rows, scored against the frozen
@@ -6415,17 +6420,20 @@ static void mfm__stream_sums(const mfm__trainer *tr, mfm__worker *wk, int me) {
     uint64_t q, i;
     uint32_t c;
     int s;
-    if (me == 0 && !mfm__coords_room(&wk->own[MFM_TENSOR_W0], 1, L, stamp)) {
-        wk->failed = 1;
-        return;
-    }
-    for (q = 0; me == 0 && q < tr->n_batch; q++) /* w0, worker 0's (pairs_only: touched with zero gradients) */
-        for (c = 0; c < C; c++) {
-            const float g = tr->dlds[q * C + c];
-            float *const g0 = mfm__own(&wk->own[MFM_TENSOR_W0], 0, stamp, L);
-            if (sums) g0[c] += g;
-            if (tr->line) g0[C + c] += g * g;
+    if (me == 0) { /* w0, worker 0's (pairs_only: touched with zero gradients) */
+        float *g0;
+        if (!mfm__coords_room(&wk->own[MFM_TENSOR_W0], 1, L, stamp)) {
+            wk->failed = 1;
+            return;
         }
+        g0 = mfm__own(&wk->own[MFM_TENSOR_W0], 0, stamp, L);
+        for (q = 0; q < tr->n_batch; q++)
+            for (c = 0; c < C; c++) {
+                const float g = tr->dlds[q * C + c];
+                if (sums) g0[c] += g;
+                if (tr->line) g0[C + c] += g * g;
+            }
+    }
     for (s = 0; s < tr->n_workers; s++) {
         mfm__stream *const st = &tr->workers[s].streams[me]; /* this worker's to read and (ids, with line) to write */
         if (!mfm__coords_room(w, st->n, L, stamp) || (vectors && !mfm__coords_room(v, st->n, C * k, stamp))) {
@@ -6579,15 +6587,16 @@ static void mfm__apply_linear(const mfm__trainer *tr, const mfm__coords *o, mfm_
     const uint32_t C = tr->m->n_classes;
     uint64_t j;
     uint32_t c;
-    for (j = 0; j < o->n; j++)
+    for (j = 0; j < o->n; j++) {
+        if (j + 16 < o->n) MFM__PREFETCH(mfm__block(tr->m, t, 0, o->ids[j + 16])); /* a batch's w lie far apart */
         for (c = 0; c < C; c++) {
             float *blk = mfm__block(tr->m, t, c, o->ids[j]), *sums = o->g + j * 2 * C; /* [theta, G]; sums, then squares */
-            if (c == 0 && j + 16 < o->n) MFM__PREFETCH(mfm__block(tr->m, t, 0, o->ids[j + 16]));
             const float reg = l2 * blk[0], g = sums[c] + reg, floor = sums[c] * sums[c] * (1.0f / MFM__LINEAR_ROWS);
             blk[1] += (sums[C + c] > floor ? sums[C + c] : floor) + reg * reg;
             sums[c] = -tr->opt.lr * g / sqrtf(blk[1] + 1e-10f);
             sums[C + c] = 0;
         }
+    }
 }
 
 /* Step 3: one step per owned coordinate not stepped yet (FFM's v with tr->step_early stepped in
