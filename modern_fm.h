@@ -1169,6 +1169,14 @@ static void mfm__static_lock_give(mfm__static_lock *l) { pthread_mutex_unlock(l)
 
 typedef void (*mfm__task_fn)(void *ctx, int worker);
 
+/* The [lo, hi) share of `count` items that worker `index` of `n` takes. */
+static void mfm__share(uint64_t count, int n, int index, uint64_t *lo, uint64_t *hi) {
+    uint64_t per = (count + (uint64_t)n - 1) / (uint64_t)n;
+    *lo = per * (uint64_t)index;
+    if (*lo > count) *lo = count;
+    *hi = *lo + per < count ? *lo + per : count;
+}
+
 typedef struct mfm__pool mfm__pool;
 
 typedef struct mfm__pool_worker {
@@ -2376,14 +2384,29 @@ MFMDEF void mfm_model_free(mfm_model *model) {
     MFM_FREE(model);
 }
 
-/* Draws the initial V (and sets R to one) for every class, in block order. */
-static void mfm__init_parameters(mfm_model *m) {
-    mfm__rng rng = mfm__rng_seed(m->params.seed, MFM__STREAM_INIT, 0);
+/* ---- A model's first values: zeros, V's draws, R's ones, the optimizer's start ----
+   The pool's threads fill the tables, each a run of whole chunks of MFM__DRAW_CHUNK blocks:
+   one thread took 3 s to create FFM over 10^6 features and 39 fields (1.2 GB, most of it the
+   kernel zeroing pages), and on a machine of several NUMA nodes the pages of one thread's
+   writes all lie on its node, where training then reads them from every core. V's chunk c is
+   drawn from the generator's stream (seed, c), so the values do not depend on the threads. */
+#define MFM__DRAW_CHUNK 4096
+
+enum { MFM__FILL_ZERO = 1, MFM__FILL_DRAW = 2, MFM__FILL_STATE = 4 };
+
+typedef struct mfm__fill_job {
+    mfm_model *m;
+    int what; /* MFM__FILL_* */
+    int n_workers;
+} mfm__fill_job;
+
+/* V's parameters of blocks [b, end), the chunk b / MFM__DRAW_CHUNK starts at b. */
+static void mfm__draw_chunk(mfm_model *m, uint64_t b, uint64_t end) {
+    mfm__rng rng = mfm__rng_seed(m->params.seed, MFM__STREAM_INIT, b / MFM__DRAW_CHUNK);
     const mfm__table *v = &m->t[MFM_TENSOR_V];
-    double scale = m->params.init_scale, high = scale / sqrt((double)m->k);
-    uint64_t b, nb = v->n_blocks * m->n_classes;
+    const double scale = m->params.init_scale, high = scale / sqrt((double)m->k);
     uint32_t t;
-    for (b = 0; b < nb; b++) {
+    for (; b < end; b++) {
         float *blk = v->data + b * v->stride;
         for (t = 0; t < v->len; t++) {
             if (m->params.model == MFM_MODEL_FFM) {
@@ -2394,31 +2417,59 @@ static void mfm__init_parameters(mfm_model *m) {
             }
         }
     }
-    if (m->params.model == MFM_MODEL_FWFM) {
-        const mfm__table *r = &m->t[MFM_TENSOR_R];
-        for (b = 0; b < r->n_blocks * m->n_classes; b++) r->data[b * r->stride] = 1.0f;
-    }
 }
 
-/* Optimizer state at its start: zero, AdaGrad's accumulator at adagrad_init. */
-static void mfm__init_state(mfm_model *m) {
-    int t;
-    for (t = 0; t < MFM_TENSOR_COUNT; t++) {
-        const mfm__table *tab = &m->t[t];
-        uint64_t b, nb = tab->n_blocks * m->n_classes;
-        uint32_t i;
-        for (b = 0; b < nb; b++) {
-            float *state = tab->data + b * tab->stride + tab->len;
-            memset(state, 0, (size_t)tab->state_len * (size_t)(m->n_slots - 1) * sizeof(float));
-            if (mfm__adagrad_kind(m->params.optimizer))
-                for (i = 0; i < tab->state_len; i++) state[i] = (float)m->params.adagrad_init;
+/* Worker `index`'s chunks of every table: zeroed and drawn first, then the state, so that a
+   guest's state (W's in V's blocks, the same worker's blocks) is not zeroed after it is set. */
+static void mfm__fill_task(void *ctx, int index) {
+    const mfm__fill_job *j = (const mfm__fill_job *)ctx;
+    mfm_model *m = j->m;
+    int pass, t;
+    for (pass = 0; pass < 2; pass++)
+        for (t = 0; t < MFM_TENSOR_COUNT; t++) {
+            const mfm__table *tab = &m->t[t];
+            const uint64_t nb = tab->n_blocks * m->n_classes;
+            uint64_t lo, hi, b;
+            uint32_t i;
+            mfm__share((nb + MFM__DRAW_CHUNK - 1) / MFM__DRAW_CHUNK, j->n_workers, index, &lo, &hi);
+            lo *= MFM__DRAW_CHUNK, hi = hi * MFM__DRAW_CHUNK < nb ? hi * MFM__DRAW_CHUNK : nb;
+            if (hi <= lo) continue;
+            if (pass == 0) {
+                if ((j->what & MFM__FILL_ZERO) && !tab->guest) memset(tab->data + lo * tab->stride, 0, (size_t)((hi - lo) * tab->stride) * sizeof(float));
+                for (b = lo; (j->what & MFM__FILL_DRAW) && t == MFM_TENSOR_V && b < hi; b += MFM__DRAW_CHUNK) mfm__draw_chunk(m, b, b + MFM__DRAW_CHUNK < hi ? b + MFM__DRAW_CHUNK : hi);
+                for (b = lo; (j->what & MFM__FILL_DRAW) && t == MFM_TENSOR_R && b < hi; b++) tab->data[b * tab->stride] = 1.0f; /* FwFM's R starts at one */
+                continue;
+            }
+            for (b = lo; (j->what & MFM__FILL_STATE) && b < hi; b++) { /* zero, AdaGrad's accumulator at adagrad_init */
+                float *state = tab->data + b * tab->stride + tab->len;
+                memset(state, 0, (size_t)tab->state_len * (size_t)(m->n_slots - 1) * sizeof(float));
+                if (mfm__adagrad_kind(m->params.optimizer))
+                    for (i = 0; i < tab->state_len; i++) state[i] = (float)m->params.adagrad_init;
+            }
         }
+}
+
+/* Fills what `what` asks of the tables, on up to params.n_threads threads (none for less than
+   4 MB a thread); on one where the threads do not start. */
+static void mfm__fill_tables(mfm_model *m, int what) {
+    mfm__fill_job j;
+    mfm__pool pool;
+    uint64_t bytes = 0;
+    int t, most = mfm__threads(m->params.n_threads);
+    for (t = 0; t < MFM_TENSOR_COUNT; t++) bytes += mfm__table_floats(&m->t[t], m->n_classes) * sizeof(float);
+    j.m = m, j.what = what, j.n_workers = mfm__cores_for_bytes(bytes) < most ? mfm__cores_for_bytes(bytes) : most;
+    if (mfm__pool_start(&pool, j.n_workers, NULL) != MFM_OK) {
+        j.n_workers = 1;
+        mfm__fill_task(&j, 0);
+        return;
     }
+    mfm__pool_run(&pool, mfm__fill_task, &j);
+    mfm__pool_stop(&pool);
 }
 
 MFMDEF void mfm_model_reset_state(mfm_model *m) {
     if (!m || m->for_prediction) return; /* no state to reset (mfm_model_map) */
-    mfm__init_state(m);
+    mfm__fill_tables(m, MFM__FILL_STATE);
     m->has_state = 1;
 }
 
@@ -2508,8 +2559,9 @@ static void mfm__place_guest(mfm_model *m) {
 
 /* A model of a checked shape (p resolved and validated) whose tables hold n_slots slots a block:
    1 + the optimizer's for training, 1 for a model opened for prediction (parameters only).
-   With `allocate`, the tables get zeroed memory of their own; without, a mapped file gives it
-   (mfm_model_map). Parameters and state are not drawn: the caller fills them. */
+   With `allocate`, the tables get memory of their own, zeroed (MFM__TABLES_ZEROED) or left for
+   mfm__fill_tables (MFM__TABLES_UNFILLED); without, a mapped file gives it (mfm_model_map).
+   Parameters and state are not drawn: the caller fills them. */
 /* The model keeps its own list of the GPUs it trains on (validated already); p->devices then
    points at it. */
 static void mfm__adopt_devices(mfm_model *m, mfm_params *p) {
@@ -2521,6 +2573,8 @@ static void mfm__adopt_devices(mfm_model *m, mfm_params *p) {
     for (i = 0; i < p->n_devices; i++) m->device_list[i] = p->devices ? p->devices[i] : i;
     p->devices = m->device_list;
 }
+
+enum { MFM__TABLES_MAPPED, MFM__TABLES_ZEROED, MFM__TABLES_UNFILLED };
 
 static mfm_status mfm__model_new(const mfm_params *params, uint32_t n_features, uint32_t n_fields, uint32_t n_classes, int n_slots, int allocate,
                                  mfm_model **out, mfm_error *err) {
@@ -2540,7 +2594,7 @@ static mfm_status mfm__model_new(const mfm_params *params, uint32_t n_features, 
         mfm__table *tab = &m->t[t];
         const uint64_t floats = mfm__table_floats(tab, n_classes);
         if (tab->guest) continue; /* placed in V's blocks, below */
-        tab->data = mfm__table_alloc(floats, 1, &tab->allocation);
+        tab->data = mfm__table_alloc(floats, allocate == MFM__TABLES_ZEROED, &tab->allocation);
         if (!tab->allocation) {
             mfm_model_free(m);
             return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for the %s tensor of a %s model (%" PRIu64 " floats)",
@@ -2590,9 +2644,8 @@ MFMDEF mfm_status mfm_model_create(const mfm_params *params, uint32_t n_features
     if (p.model == MFM_MODEL_FM) n_fields = 0;
     if (p.model != MFM_MODEL_FM && n_fields == 0)
         return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "a %s model needs at least one field, got n_fields = 0", mfm__model_names[p.model]);
-    if ((st = mfm__model_new(&p, n_features, n_fields, n_classes, 1 + mfm__state_slots(p.optimizer), 1, out, err)) != MFM_OK) return st;
-    mfm__init_parameters(*out);
-    if (p.adagrad_init != 0) mfm__init_state(*out);
+    if ((st = mfm__model_new(&p, n_features, n_fields, n_classes, 1 + mfm__state_slots(p.optimizer), MFM__TABLES_UNFILLED, out, err)) != MFM_OK) return st;
+    mfm__fill_tables(*out, MFM__FILL_ZERO | MFM__FILL_DRAW | MFM__FILL_STATE);
     return mfm__ok(err);
 }
 
@@ -2643,8 +2696,8 @@ MFMDEF mfm_status mfm_model_clone(const mfm_model *m, mfm_model **out, mfm_error
     *out = NULL;
     /* tables of the same shape, not drawn: every parameter is copied (a model opened for
        prediction gives its parameters; the state starts as mfm_model_create's) */
-    if ((st = mfm__model_new(&m->params, m->n_features, m->n_fields, m->n_classes, 1 + mfm__state_slots(m->params.optimizer), 1, &c, err)) != MFM_OK) return st;
-    if (m->for_prediction && m->params.adagrad_init != 0) mfm__init_state(c);
+    if ((st = mfm__model_new(&m->params, m->n_features, m->n_fields, m->n_classes, 1 + mfm__state_slots(m->params.optimizer), MFM__TABLES_ZEROED, &c, err)) != MFM_OK) return st;
+    if (m->for_prediction) mfm__fill_tables(c, MFM__FILL_STATE);
     for (t = 0; t < MFM_TENSOR_COUNT; t++) {
         uint64_t b, nb = m->t[t].n_blocks * m->n_classes;
         if (!m->for_prediction) {
@@ -6051,14 +6104,6 @@ static void mfm__train_row(const mfm__trainer *tr, mfm__worker *wk, uint64_t r) 
     for (c = 0; c < tr->m->n_classes; c++) mfm__update_row(tr, wk, c, &row, wk->dlds[c], wk->sum + (uint64_t)c * tr->m->k, wk->pair_keep ? wk->pair_keep + c * kept : NULL);
 }
 
-/* The [lo, hi) share of `count` items that worker `index` of `n` takes. */
-static void mfm__share(uint64_t count, int n, int index, uint64_t *lo, uint64_t *hi) {
-    uint64_t per = (count + (uint64_t)n - 1) / (uint64_t)n;
-    *lo = per * (uint64_t)index;
-    if (*lo > count) *lo = count;
-    *hi = *lo + per < count ? *lo + per : count;
-}
-
 /* Several workers without streams (FFM, and batches whose streams would pass MFM__TERMS_FLOATS):
    lists the non-zeros of the batch's row q, which this worker scores, grouped by the worker that
    owns each (in order within a group) at the end of wk->by_owner, and where each group starts in
@@ -8961,7 +9006,7 @@ static mfm_status mfm__model_from_bytes(const unsigned char *b, uint64_t size, c
     *out = NULL;
     if ((st = mfm__model_decode(b, size, name, 1, &h, floats, &L, err)) != MFM_OK) return st;
     if ((st = mfm__model_for_file(b, &h, 0, 1, name, out, err)) != MFM_OK) return st;
-    if (!(h.flags & MFM__MODEL_STATE)) mfm__init_state(*out);
+    if (!(h.flags & MFM__MODEL_STATE)) mfm__fill_tables(*out, MFM__FILL_STATE);
     if ((st = mfm__fill_from_file(*out, b, &h, &L, (h.flags & MFM__MODEL_STATE) != 0, err)) != MFM_OK) {
         mfm_model_free(*out);
         *out = NULL;

@@ -21,6 +21,7 @@
     X(test_score_linear_only)               \
     X(test_score_fwfm_unit_r_is_fm)         \
     X(test_initialization)                  \
+    X(test_initialization_chunks)           \
     X(test_predict_probabilities)           \
     X(test_predict_labels)                  \
     X(test_gradients_finite_differences)    \

@@ -420,6 +420,68 @@ void test_initialization(void) {
     }
 }
 
+/* Section 2's generator, written out here: xoshiro256** seeded through splitmix64 from
+   (seed, stream 1, chunk). */
+static uint64_t init_splitmix(uint64_t *x) {
+    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t init_xoshiro(uint64_t s[4]) {
+    const uint64_t result = (((s[1] * 5) << 7) | ((s[1] * 5) >> 57)) * 9, t = s[1] << 17;
+    s[2] ^= s[0], s[3] ^= s[1], s[1] ^= s[2], s[0] ^= s[3], s[2] ^= t;
+    s[3] = (s[3] << 45) | (s[3] >> 19);
+    return result;
+}
+
+/* Section 2: V is drawn in chunks of 4096 blocks, chunk c from its own stream, by the threads
+   of params.n_threads: an FFM model of 50000 features x 4 fields (200000 blocks, 49 chunks,
+   13 MB: as many threads as the machine has, up to 3) against one thread, bit for bit, and its
+   first values of chunks 0, 1 and 48 against the generator written out above. */
+void test_initialization_chunks(void) {
+    const uint32_t n_features = 50000, n_fields = 4, k = 4;
+    const uint64_t chunks[] = {0, 1, 48};
+    const double scale = 0.3, high = scale / sqrt((double)k);
+    mfm_params p;
+    mfm_model *one, *three;
+    snapshot a, b;
+    ref_model r;
+    size_t i;
+    memset(&p, 0, sizeof p);
+    p.model = MFM_MODEL_FFM;
+    p.k = (int)k;
+    p.init_scale = scale;
+    p.seed = 7;
+    p.n_threads = 1;
+    one = make_model(&p, n_features, n_fields, 1);
+    p.n_threads = 3;
+    three = make_model(&p, n_features, n_fields, 1);
+    if (!one || !three) {
+        mfm_model_free(one), mfm_model_free(three);
+        return;
+    }
+    snapshot_take(&a, one);
+    snapshot_take(&b, three);
+    CHECK(snapshot_equal(&a, &b), "FFM's first values differ between 1 and 3 threads");
+    snapshot_free(&a), snapshot_free(&b);
+    ref_load(&r, three);
+    for (i = 0; i < sizeof chunks / sizeof chunks[0]; i++) {
+        uint64_t x = 7 ^ (1 * 0xD1B54A32D192ED03ull) ^ (chunks[i] * 0x8CB92BA72F3D8DD7ull), s[4], at = chunks[i] * 4096 * k, j;
+        int n;
+        for (n = 0; n < 4; n++) s[n] = init_splitmix(&x);
+        for (j = 0; j < 3 * k && at + j < r.size[MFM_TENSOR_V]; j++) {
+            const float u = (float)((double)(init_xoshiro(s) >> 11) * (1.0 / 9007199254740992.0) * high), want = u < (float)high ? u : 0.0f;
+            if (!CHECK(r.t[0][MFM_TENSOR_V][at + j] == want, "chunk %llu value %llu: %.9g, the generator gives %.9g", (unsigned long long)chunks[i],
+                       (unsigned long long)j, r.t[0][MFM_TENSOR_V][at + j], (double)want))
+                break;
+        }
+    }
+    ref_free(&r);
+    mfm_model_free(one), mfm_model_free(three);
+}
+
 /* Binary probabilities are sigmoid(score) of the reference score (1e-5 relative + 1e-7
    absolute: float rounding); extreme scores (+-1000) give 1 and 0,
    never NaN; mfm_predict writes nothing past n_rows * width. Multiclass probabilities are the
