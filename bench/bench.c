@@ -285,6 +285,7 @@ static void run_once(const options *o, const mfm_csr *train, const mfm_csr *test
     mfm_model_info info;
     mfm_error e;
     double t0, t1, t2, tp, t3, peak;
+    int i;
     p.model = (mfm_model_type)model;
     p.optimizer = (mfm_optimizer)o->optimizer;
     p.k = k;
@@ -302,13 +303,15 @@ static void run_once(const options *o, const mfm_csr *train, const mfm_csr *test
     t2 = bench_now();
     peak = peak_rss_mb();
     bench_check(mfm_model_set_threads(m, threads & ~HOGWILD, &e), &e, "mfm_model_set_threads"); /* prediction on as many threads */
-    tp = bench_now();
-    bench_check(mfm_predict(m, test, MFM_OUTPUT_PROBABILITY, prob, test->n_rows, &e), &e, "mfm_predict");
-    t3 = bench_now();
+    for (i = 0; i < 3; i++) { /* the fastest of three: one pass over a quarter of the rows on 16 cores takes a few ms */
+        tp = bench_now();
+        bench_check(mfm_predict(m, test, MFM_OUTPUT_PROBABILITY, prob, test->n_rows, &e), &e, "mfm_predict");
+        t3 = bench_now();
+        if ((double)test->n_rows / (t3 - tp) > best->predict) best->predict = (double)test->n_rows / (t3 - tp);
+    }
     bench_check(mfm_evaluate(m, test, &best->met, &e), &e, "mfm_evaluate");
     mfm_model_get_info(m, &info);
     if ((double)train->n_rows * o->epochs / (t2 - t1) > best->train) best->train = (double)train->n_rows * o->epochs / (t2 - t1);
-    if ((double)test->n_rows / (t3 - tp) > best->predict) best->predict = (double)test->n_rows / (t3 - tp);
     if (best->init == 0 || t1 - t0 < best->init) best->init = t1 - t0;
     if (peak > best->peak) best->peak = peak;
     best->model_mb = (double)info.memory_bytes / 1048576.0;
@@ -463,7 +466,7 @@ int main(int argc, char **argv) {
     printf("\n          (vs_1thr: train_rows/s against the same model, k and batch on one thread;\n"
            "          thr 2h: two Hogwild threads, lock-free on shared parameters, not reproducible)\n");
     printf("          (init_s: mfm_model_create, i.e. allocating and seeding parameters and state, timed apart)\n");
-    printf("predict   probabilities for the test rows on the row's thread count (2h: 2 threads); logloss and AUC on them\n");
+    printf("predict   probabilities for the test rows on the row's thread count (2h: 2 threads), the fastest of three passes;\n          logloss and AUC on them\n");
     printf("memory    model_MB: parameters + optimizer state + padding; peak_MB: the process's peak resident memory from creating\n"
            "          the model to the end of training (Linux: reset per row), which also holds the data: %.1f MB of\n"
            "          training rows and %.1f MB of test rows\n\n",
