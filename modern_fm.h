@@ -2848,29 +2848,85 @@ typedef struct mfm__data_info {
     uint64_t feature_row, field_row; /* a row where that largest id occurs */
 } mfm__data_info;
 
-/* The largest of n ids, and the row that holds its first occurrence. */
-static uint32_t mfm__largest_id(const uint32_t *ids, const mfm_csr *d, uint64_t n, uint64_t *row) {
-    uint64_t j, lo = 0, hi = d->n_rows;
+/* The largest of ids [lo, hi) (hi > lo), and where it first occurs. */
+static uint32_t mfm__largest_id(const uint32_t *ids, uint64_t lo, uint64_t hi, uint64_t *first) {
+    uint64_t j;
     uint32_t top = 0, t[4] = {0, 0, 0, 0};
-    for (j = 0; j + 4 <= n; j += 4) { /* four independent branch-free maxima */
+    for (j = lo; j + 4 <= hi; j += 4) { /* four independent branch-free maxima */
         t[0] = ids[j] > t[0] ? ids[j] : t[0];
         t[1] = ids[j + 1] > t[1] ? ids[j + 1] : t[1];
         t[2] = ids[j + 2] > t[2] ? ids[j + 2] : t[2];
         t[3] = ids[j + 3] > t[3] ? ids[j + 3] : t[3];
     }
-    for (; j < n; j++) top = ids[j] > top ? ids[j] : top;
+    for (; j < hi; j++) top = ids[j] > top ? ids[j] : top;
     for (j = 0; j < 4; j++) top = t[j] > top ? t[j] : top;
-    for (j = 0; ids[j] != top; j++) {
+    for (j = lo; ids[j] != top; j++) {
     }
-    while (lo + 1 < hi) { /* the last row starting at or before j (empty rows start there too, earlier) */
+    *first = j;
+    return top;
+}
+
+/* The row that holds non-zero j: the last row starting at or before j (empty rows start there
+   too, earlier). */
+static uint64_t mfm__row_of(const mfm_csr *d, uint64_t j) {
+    uint64_t lo = 0, hi = d->n_rows;
+    while (lo + 1 < hi) {
         const uint64_t mid = lo + (hi - lo) / 2;
         if (d->row_offsets[mid] <= j)
             lo = mid;
         else
             hi = mid;
     }
-    *row = lo;
-    return top;
+    return lo;
+}
+
+/* mfm__check_csr's passes, on every core for data of more than 4 MB a core (prediction on 16
+   cores spent a fifth of its time in them on one): first each worker's share of the rows'
+   offsets, then its share of the non-zeros. */
+typedef struct mfm__scan_part {
+    uint64_t bad;         /* rows: 1 + the share's first row whose offsets are wrong; 0 if none */
+    uint32_t widest;      /* rows: the share's most non-zeros in a row */
+    uint32_t top[2];      /* non-zeros: the share's largest feature and field ids */
+    uint64_t top_at[2];   /* where each first occurs */
+    int special;          /* non-zeros: an infinite or NaN value */
+} mfm__scan_part;       /* written once, at the end of the share's pass */
+
+typedef struct mfm__scan_job {
+    const mfm_csr *d;
+    int need_fields, n_workers, rows; /* rows: the offsets' pass, else the non-zeros' */
+    mfm__scan_part *part;
+} mfm__scan_job;
+
+static void mfm__scan_task(void *ctx, int index) {
+    const mfm__scan_job *j = (const mfm__scan_job *)ctx;
+    const mfm_csr *d = j->d;
+    mfm__scan_part *part = &j->part[index];
+    uint64_t lo, hi, r, widest = 0;
+    if (j->rows) {
+        mfm__share(d->n_rows, j->n_workers, index, &lo, &hi);
+        for (r = lo; r < hi; r++) {
+            const uint64_t a = d->row_offsets[r], b = d->row_offsets[r + 1];
+            if (b < a || b - a > UINT32_MAX) {
+                part->bad = r + 1;
+                return;
+            }
+            widest = b - a > widest ? b - a : widest;
+        }
+        part->widest = (uint32_t)widest;
+        return;
+    }
+    mfm__share(d->row_offsets[d->n_rows], j->n_workers, index, &lo, &hi);
+    if (hi <= lo) return;
+    part->top[0] = mfm__largest_id(d->features, lo, hi, &part->top_at[0]);
+    if (j->need_fields) part->top[1] = mfm__largest_id(d->fields, lo, hi, &part->top_at[1]);
+    if (d->values) {
+        uint32_t special = 0, bits;
+        for (r = lo; r < hi; r++) { /* exponent all ones: infinite or NaN */
+            memcpy(&bits, d->values + r, 4);
+            special |= (bits & 0x7f800000u) == 0x7f800000u;
+        }
+        part->special = special != 0;
+    }
 }
 
 /* Where a check of the non-zeros failed: walks them in order and names the first bad one. */
@@ -2900,48 +2956,78 @@ static mfm_status mfm__csr_error(const mfm_csr *d, int need_fields, mfm_error *e
 
 /* Structure, ids and values; labels and weights are checked by mfm__check_targets. The
    non-zeros are checked by whole-array passes that the compiler vectorizes (largest id, any
-   infinite or NaN value): prediction on a GPU runs faster than a per-row walk would. */
-static mfm_status mfm__check_csr(const mfm_csr *d, int need_fields, mfm__data_info *info, mfm_error *err) {
-    uint64_t r, j;
-    uint32_t top;
+   infinite or NaN value), on up to n_threads threads (mfm__scan_task; 0: every core):
+   prediction on a GPU runs faster than a per-row walk would. */
+static mfm_status mfm__check_csr(const mfm_csr *d, int need_fields, int n_threads, mfm__data_info *info, mfm_error *err) {
+    mfm__scan_part one_part, *part = &one_part;
+    mfm__scan_job job;
+    mfm__pool pool;
+    uint64_t bytes;
+    int w, t, most = mfm__threads(n_threads);
     memset(info, 0, sizeof *info);
     if (!d) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "the data pointer is NULL");
     if (d->n_rows == 0) return MFM_OK;
     if (!d->row_offsets) return mfm__fail(err, MFM_ERR_INVALID_DATA, "data.row_offsets is NULL but data.n_rows = %" PRIu64, d->n_rows);
     if (d->row_offsets[0] != 0)
         return mfm__fail(err, MFM_ERR_INVALID_DATA, "data.row_offsets[0] = %" PRIu64 " but CSR row offsets must start at 0", d->row_offsets[0]);
-    for (r = 0; r < d->n_rows; r++) {
-        uint64_t lo = d->row_offsets[r], hi = d->row_offsets[r + 1];
+    bytes = d->n_rows * sizeof(uint64_t) + (d->row_offsets[d->n_rows] < UINT64_MAX / 16 ? d->row_offsets[d->n_rows] * 12 : UINT64_MAX / 4); /* a guess until the offsets pass */
+    memset(&job, 0, sizeof job);
+    job.d = d, job.need_fields = need_fields;
+    job.n_workers = mfm__cores_for_bytes(bytes) < most ? mfm__cores_for_bytes(bytes) : most;
+    if (job.n_workers > 1 && (!(part = (mfm__scan_part *)mfm__calloc((uint64_t)job.n_workers, sizeof *part)) || mfm__pool_start(&pool, job.n_workers, NULL) != MFM_OK)) {
+        MFM_FREE(part); /* too short of memory or threads to go faster: one pass */
+        part = &one_part, job.n_workers = 1;
+    }
+    memset(part, 0, (size_t)job.n_workers * sizeof *part);
+    job.part = part;
+    for (job.rows = 1; job.rows >= 0; job.rows--) {
+        if (job.n_workers > 1)
+            mfm__pool_run(&pool, mfm__scan_task, &job);
+        else
+            mfm__scan_task(&job, 0);
+        for (w = 0; job.rows && w < job.n_workers && !part[w].bad; w++)
+            if (part[w].widest > info->max_row_nnz) info->max_row_nnz = part[w].widest;
+        if (job.rows && w < job.n_workers) break; /* the first share with a wrong row: its first is the data's first */
+        if (job.rows && (info->nnz = d->row_offsets[d->n_rows]) == 0) break;
+        if (job.rows && (!d->features || (need_fields && !d->fields))) break;
+    }
+    if (job.n_workers > 1) mfm__pool_stop(&pool);
+    for (w = 0; w < job.n_workers && !part[w].bad; w++) {
+    }
+    if (w < job.n_workers) { /* the offsets failed at row part[w].bad - 1 */
+        const uint64_t r = part[w].bad - 1, lo = d->row_offsets[r], hi = d->row_offsets[r + 1];
+        char at[600];
+        if (part != &one_part) MFM_FREE(part);
         if (hi < lo)
             return mfm__fail(err, MFM_ERR_INVALID_DATA, "data.row_offsets decreases at row %" PRIu64 " (1-based): %" PRIu64 " then %" PRIu64, r + 1, lo, hi);
-        if (hi - lo > UINT32_MAX) {
-            char at[600];
-            return mfm__fail(err, MFM_ERR_INVALID_DATA, "%s has %" PRIu64 " non-zeros, more than 2^32-1", mfm__row_at(d, r, at, sizeof at), hi - lo);
-        }
-        if (hi - lo > info->max_row_nnz) info->max_row_nnz = (uint32_t)(hi - lo);
+        return mfm__fail(err, MFM_ERR_INVALID_DATA, "%s has %" PRIu64 " non-zeros, more than 2^32-1", mfm__row_at(d, r, at, sizeof at), hi - lo);
     }
-    info->nnz = d->row_offsets[d->n_rows];
-    if (info->nnz == 0) return MFM_OK;
-    if (!d->features) return mfm__fail(err, MFM_ERR_INVALID_DATA, "data.features is NULL but the data has %" PRIu64 " non-zeros", info->nnz);
-    if (need_fields && !d->fields)
+    if (info->nnz == 0 || !d->features || (need_fields && !d->fields)) {
+        if (part != &one_part) MFM_FREE(part);
+        if (info->nnz == 0) return MFM_OK;
+        if (!d->features) return mfm__fail(err, MFM_ERR_INVALID_DATA, "data.features is NULL but the data has %" PRIu64 " non-zeros", info->nnz);
         return mfm__fail(err, MFM_ERR_INVALID_DATA, "data.fields is NULL, but FFM and FwFM need a field id for every non-zero");
-    top = mfm__largest_id(d->features, d, info->nnz, &info->feature_row);
-    if (top == UINT32_MAX || (d->n_features && top >= d->n_features)) return mfm__csr_error(d, need_fields, err);
-    info->n_features = top + 1;
-    if (need_fields) {
-        top = mfm__largest_id(d->fields, d, info->nnz, &info->field_row);
-        if (top == UINT32_MAX || (d->n_fields && top >= d->n_fields)) return mfm__csr_error(d, need_fields, err);
-        info->n_fields = top + 1;
     }
-    if (d->values) {
-        uint32_t special = 0, bits;
-        for (j = 0; j < info->nnz; j++) { /* exponent all ones: infinite or NaN */
-            memcpy(&bits, d->values + j, 4);
-            special |= (bits & 0x7f800000u) == 0x7f800000u;
+    for (t = 0; t < (need_fields ? 2 : 1); t++) { /* the largest id, and its first occurrence: the first share that holds it */
+        uint32_t top = 0;
+        uint64_t first = 0;
+        int seen = 0;
+        for (w = 0; w < job.n_workers; w++) {
+            uint64_t lo, hi;
+            mfm__share(info->nnz, job.n_workers, w, &lo, &hi);
+            if (hi > lo && (!seen || part[w].top[t] > top)) top = part[w].top[t], first = part[w].top_at[t], seen = 1;
         }
-        if (special) return mfm__csr_error(d, need_fields, err);
+        if (t == 0) info->n_features = top + 1, info->feature_row = mfm__row_of(d, first);
+        if (t == 1) info->n_fields = top + 1, info->field_row = mfm__row_of(d, first);
+        if (top == UINT32_MAX || (t == 0 && d->n_features && top >= d->n_features) || (t == 1 && d->n_fields && top >= d->n_fields)) {
+            if (part != &one_part) MFM_FREE(part);
+            return mfm__csr_error(d, need_fields, err);
+        }
     }
-    return MFM_OK;
+    for (w = 0; w < job.n_workers && !part[w].special; w++) {
+    }
+    if (part != &one_part) MFM_FREE(part);
+    return w < job.n_workers ? mfm__csr_error(d, need_fields, err) : MFM_OK;
 }
 
 /* The data's ids must fit the model's shape. */
@@ -3712,7 +3798,7 @@ static mfm_status mfm__data_from_binary(mfm_dataset *ds, const unsigned char *b,
     /* A checksum guards against accidents, not against a crafted file: check the structure too. */
     if (d->row_offsets[n_rows] != nnz)
         return mfm__fail(err, MFM_ERR_BAD_FILE, "%s: the last row offset is %" PRIu64 " but the header says %" PRIu64 " non-zeros", name, d->row_offsets[n_rows], nnz);
-    if ((st = mfm__check_csr(d, d->fields != NULL, &info, err)) != MFM_OK) return mfm__name_error(err, MFM_ERR_BAD_FILE, name);
+    if ((st = mfm__check_csr(d, d->fields != NULL, 0, &info, err)) != MFM_OK) return mfm__name_error(err, MFM_ERR_BAD_FILE, name);
     if (d->n_features == 0) d->n_features = info.n_features; /* a header may leave the counts to the ids */
     if (d->n_fields == 0) d->n_fields = info.n_fields;
     if (d->labels) {
@@ -3771,7 +3857,7 @@ static mfm_status mfm__write_binary(const mfm_csr *d, const char *path, mfm_task
     mfm_status st;
     uint32_t flags = 0;
     int s;
-    if ((st = mfm__check_csr(d, d && d->fields != NULL, &info, err)) != MFM_OK) return st;
+    if ((st = mfm__check_csr(d, d && d->fields != NULL, 0, &info, err)) != MFM_OK) return st;
     nnz = info.nnz;
     flags |= d->labels ? MFM__HAS_LABELS : 0;
     flags |= d->weights ? MFM__HAS_WEIGHTS : 0;
@@ -3991,7 +4077,7 @@ static mfm_status mfm__write_text(const mfm_csr *d, const char *path, int ffm, m
     size_t used = 0;
     if (ffm && d && !d->fields && d->n_rows && d->row_offsets && d->row_offsets[d->n_rows])
         return mfm__fail(err, MFM_ERR_INVALID_DATA, "libffm text needs a field for every non-zero, but the data has none (data.fields is NULL): write libsvm");
-    if ((st = mfm__check_csr(d, ffm, &info, err)) != MFM_OK) return st;
+    if ((st = mfm__check_csr(d, ffm, 0, &info, err)) != MFM_OK) return st;
     for (r = 0; r < d->n_rows; r++) {
         if (d->labels && !mfm__finite(d->labels[r])) return mfm__fail(err, MFM_ERR_INVALID_DATA, "the label of row %" PRIu64 " (1-based) is not a finite number", r + 1);
         if (!d->labels && d->row_offsets[r] == d->row_offsets[r + 1])
@@ -7380,7 +7466,7 @@ static mfm_status mfm__split(const mfm_model *m, const mfm_csr *d, double f, uin
 static mfm_status mfm__check_fit_data(const mfm_model *m, const mfm_csr *d, int check_weights, mfm__data_info *info, mfm_error *err) {
     uint32_t n_classes = m->n_classes;
     mfm_status st;
-    if ((st = mfm__check_csr(d, m->params.model != MFM_MODEL_FM, info, err)) != MFM_OK) return st;
+    if ((st = mfm__check_csr(d, m->params.model != MFM_MODEL_FM, m->params.n_threads, info, err)) != MFM_OK) return st;
     if ((st = mfm__check_shape(m, d, info, err)) != MFM_OK) return st;
     return mfm__check_targets(m->params.task, d, &n_classes, check_weights, err);
 }
@@ -7613,7 +7699,7 @@ MFMDEF mfm_status mfm_train(const mfm_params *params, const mfm_csr *d, mfm_mode
     *out = NULL;
     /* Parameters first (the class count is checked again once the data has told it). */
     if ((st = mfm__validate_params(&p, n_classes ? n_classes : 2, err)) != MFM_OK) return st;
-    if ((st = mfm__check_csr(d, p.model != MFM_MODEL_FM, &info, err)) != MFM_OK) return st;
+    if ((st = mfm__check_csr(d, p.model != MFM_MODEL_FM, p.n_threads, &info, err)) != MFM_OK) return st;
     if ((st = mfm__check_targets(p.task, d, &n_classes, 1, err)) != MFM_OK) return st;
     st = mfm_model_create(&p, d->n_features ? d->n_features : info.n_features, d->n_fields ? d->n_fields : info.n_fields, n_classes, out, err);
     if (st != MFM_OK) return st;
@@ -7782,7 +7868,7 @@ static mfm_status mfm__predict_check(const mfm_model *m, const mfm_csr *d, mfm_o
                                      mfm__data_info *info, const char *fn, mfm_error *err) {
     mfm_status st;
     if ((st = mfm__check_kind(m, kind, fn, err)) != MFM_OK) return st;
-    if ((st = mfm__check_csr(d, m->params.model != MFM_MODEL_FM, info, err)) != MFM_OK) return st;
+    if ((st = mfm__check_csr(d, m->params.model != MFM_MODEL_FM, m->params.n_threads, info, err)) != MFM_OK) return st;
     if ((st = mfm__check_shape(m, d, info, err)) != MFM_OK) return st;
     return mfm__check_room(m, d->n_rows, *kind, out, capacity, fn, err);
 }
@@ -8048,7 +8134,7 @@ static mfm_status mfm__predict_evaluate(const mfm_model *shape, const mfm_model 
     metrics->n_rows = 0;
     metrics->logloss = metrics->auc = metrics->accuracy = metrics->rmse = NAN;
     if (outputs && (st = mfm__check_kind(shape, &kind, fn, err)) != MFM_OK) return st;
-    if ((st = mfm__check_csr(d, shape->params.model != MFM_MODEL_FM, &info, err)) != MFM_OK) return st;
+    if ((st = mfm__check_csr(d, shape->params.model != MFM_MODEL_FM, shape->params.n_threads, &info, err)) != MFM_OK) return st;
     if ((st = mfm__check_shape(shape, d, &info, err)) != MFM_OK) return st;
     if (outputs && (st = mfm__check_room(shape, d->n_rows, kind, out, capacity, fn, err)) != MFM_OK) return st;
     if ((st = mfm__check_targets(shape->params.task, d, &n_classes, 0, err)) != MFM_OK) return st;
@@ -8146,7 +8232,7 @@ MFMDEF mfm_status mfm_top_interactions(const mfm_model *m, const mfm_csr *d, uin
     if (!d && !fm)
         return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_top_interactions: a %s model needs data to know which field each feature belongs to",
                          mfm__model_names[m->params.model]);
-    if (d && ((st = mfm__check_csr(d, !fm, &info, err)) != MFM_OK || (st = mfm__check_shape(m, d, &info, err)) != MFM_OK)) return st;
+    if (d && ((st = mfm__check_csr(d, !fm, m->params.n_threads, &info, err)) != MFM_OK || (st = mfm__check_shape(m, d, &info, err)) != MFM_OK)) return st;
     slots = (mfm__slot *)mfm__alloc(d ? info.nnz : m->n_features, sizeof(mfm__slot));
     if (!slots) return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for the features to scan");
     if (!d) {
@@ -8189,7 +8275,7 @@ MFMDEF mfm_status mfm_bi_interaction(const mfm_model *m, const mfm_csr *d, float
         return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_bi_interaction: the bi-interaction vector belongs to FM models with pairs, not to a%s %s",
                          m->params.linear_only ? " linear" : "n", m->params.linear_only ? "model" : mfm__model_names[m->params.model]);
     if (m->t[MFM_TENSOR_V].halves) return mfm__half_refused("mfm_bi_interaction", err);
-    if ((st = mfm__check_csr(d, 0, &info, err)) != MFM_OK || (st = mfm__check_shape(m, d, &info, err)) != MFM_OK) return st;
+    if ((st = mfm__check_csr(d, 0, m->params.n_threads, &info, err)) != MFM_OK || (st = mfm__check_shape(m, d, &info, err)) != MFM_OK) return st;
     need = d->n_rows * m->n_classes * (uint64_t)m->k;
     if ((uint64_t)capacity < need || (need && !out))
         return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_bi_interaction: the output holds %" PRIu64 " values but %" PRIu64 " rows need %" PRIu64,
@@ -10874,7 +10960,7 @@ MFMDEF mfm_status mfm_gpu_data_upload(mfm_gpu_model *gm, const mfm_csr *d, mfm_g
     const int fields = gm && gm->shape.params.model != MFM_MODEL_FM;
     if (!gm || !out) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "mfm_gpu_data_upload: the GPU model or the output pointer is NULL");
     *out = NULL;
-    if ((st = mfm__check_csr(d, fields, &info, err)) != MFM_OK) return st;
+    if ((st = mfm__check_csr(d, fields, 0, &info, err)) != MFM_OK) return st;
     if ((st = mfm__check_shape(&gm->shape, d, &info, err)) != MFM_OK) return st;
     if (!(gd = (mfm_gpu_data *)mfm__calloc(1, sizeof *gd))) return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for GPU data");
     if ((st = mfm__gpu_enter(gm->device, &dev, &saved, err)) != MFM_OK) {

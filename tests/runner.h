@@ -59,6 +59,7 @@
     X(test_invalid_params)                  \
     X(test_invalid_data_at_fit)             \
     X(test_invalid_data_at_predict)         \
+    X(test_invalid_data_on_threads)         \
     X(test_invalid_data_at_train)           \
     X(test_create_impossible_size)          \
     X(test_learn_binary_interactions)       \

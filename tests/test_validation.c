@@ -6,6 +6,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* The status, the error record and its message. `words`: '|'-separated names one of which
@@ -331,6 +332,65 @@ void test_invalid_data_at_predict(void) {
     CHECK(mfm_predict(m, &f.csr, MFM_OUTPUT_SCORE, out, 4, NULL) == MFM_OK, "predict refused data with a NaN label (labels are not read)");
     f.csr.labels = NULL;
     CHECK(mfm_predict(m, &f.csr, MFM_OUTPUT_SCORE, out, 4, NULL) == MFM_OK, "predict refused data without labels");
+    mfm_model_free(m);
+}
+
+/* mfm_predict's checks of a large CSR (600000 rows of 4 non-zeros, 19 MB: on up to 3 threads,
+   each a share of the rows and of the non-zeros) name the data's first bad row, in the first
+   share or a later one, as one thread does: the largest feature id's first row (it occurs in
+   two shares), a field id beyond the model, a decreasing offset, a NaN value. */
+void test_invalid_data_on_threads(void) {
+    enum { ROWS = 600000, Z = 4 };
+    static const struct {
+        uint64_t row, row_too;   /* where the change is made (row_too: again, later; 0: nowhere) */
+        int what;                /* 0: feature 9, 1: field 5, 2: offset, 3: NaN */
+        const char *words;
+    } cases[] = {
+        {412345, 555555, 0, "feature|features"}, {17, 412345, 0, "feature|features"}, {299999, 0, 1, "field|fields"},
+        {500001, 0, 2, "row_offsets"},          {3, 0, 2, "row_offsets"},            {450000, 0, 3, "value|values"},
+    };
+    mfm_params p = valid_params();
+    mfm_model *m = make_model(&p, 8, 3, 1);
+    uint64_t *offsets = (uint64_t *)malloc((ROWS + 1) * sizeof(uint64_t)), r;
+    uint32_t *features = (uint32_t *)malloc((size_t)ROWS * Z * sizeof(uint32_t)), *fields = (uint32_t *)malloc((size_t)ROWS * Z * sizeof(uint32_t));
+    float *values = (float *)malloc((size_t)ROWS * Z * sizeof(float)), *out = (float *)malloc(ROWS * sizeof(float));
+    mfm_csr d;
+    size_t i;
+    if (!m || !offsets || !features || !fields || !values || !out) {
+        CHECK(m != NULL, "no model");
+        free(offsets), free(features), free(fields), free(values), free(out), mfm_model_free(m);
+        return;
+    }
+    memset(&d, 0, sizeof d);
+    d.n_rows = ROWS, d.row_offsets = offsets, d.features = features, d.fields = fields, d.values = values;
+    for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char first[600], row_name[64];
+        mfm_error e;
+        int threads;
+        for (r = 0; r <= ROWS; r++) offsets[r] = r * Z;
+        for (r = 0; r < (uint64_t)ROWS * Z; r++) features[r] = (uint32_t)(r % 8), fields[r] = (uint32_t)(r % 3), values[r] = 1;
+        for (r = cases[i].row; r; r = r == cases[i].row_too ? 0 : cases[i].row_too) {
+            if (cases[i].what == 0) features[r * Z + 2] = 9;
+            if (cases[i].what == 1) fields[r * Z + 1] = 5;
+            if (cases[i].what == 2) offsets[r] = offsets[r - 1] - 1; /* row r - 1 ends before it starts: 0-based row r - 1 decreases */
+            if (cases[i].what == 3) values[r * Z + 3] = NAN;
+        }
+        snprintf(row_name, sizeof row_name, cases[i].what == 2 ? "row %llu" : "row %llu (1-based)",
+                 (unsigned long long)(cases[i].what == 2 ? cases[i].row : cases[i].row + 1));
+        for (threads = 1; threads <= 3; threads += 2) {
+            mfm_model_set_threads(m, threads, NULL);
+            memset(&e, 0, sizeof e);
+            expect_failure(mfm_predict(m, &d, MFM_OUTPUT_SCORE, out, ROWS, &e), &e, cases[i].what < 2 ? MFM_ERR_SHAPE_MISMATCH : MFM_ERR_INVALID_DATA, cases[i].words,
+                           row_name);
+            CHECK(strstr(e.message, row_name) != NULL, "case %zu, %d threads: \"%s\" does not name %s", i, threads, e.message, row_name);
+            if (threads == 1) snprintf(first, sizeof first, "%s", e.message);
+            else CHECK(strcmp(first, e.message) == 0, "case %zu: 1 thread said \"%s\", 3 threads \"%s\"", i, first, e.message);
+        }
+    }
+    for (r = 0; r <= ROWS; r++) offsets[r] = r * Z;
+    for (r = 0; r < (uint64_t)ROWS * Z; r++) features[r] = (uint32_t)(r % 8), fields[r] = (uint32_t)(r % 3), values[r] = 1;
+    CHECK(mfm_predict(m, &d, MFM_OUTPUT_SCORE, out, ROWS, NULL) == MFM_OK, "the large valid data was refused");
+    free(offsets), free(features), free(fields), free(values), free(out);
     mfm_model_free(m);
 }
 
