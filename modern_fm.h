@@ -1383,6 +1383,20 @@ static void mfm__pool_run(mfm__pool *p, mfm__task_fn fn, void *ctx) {
 
 #endif /* MFM_NO_THREADS */
 
+/* One pass of work in n shares: fn(ctx, 0 .. n-1) on a pool started for it, or one share after
+   another on the caller where the threads do not start. A share's work and result do not
+   depend on the thread that runs it, so the pass gives the same either way. */
+static void mfm__run_shares(mfm__task_fn fn, void *ctx, int n) {
+    mfm__pool pool;
+    int i;
+    if (n > 1 && mfm__pool_start(&pool, n, NULL) == MFM_OK) {
+        mfm__pool_run(&pool, fn, ctx);
+        mfm__pool_stop(&pool);
+        return;
+    }
+    for (i = 0; i < n; i++) fn(ctx, i);
+}
+
 /* ============================================================================================
    >>files  Files: checksums, little-endian bytes, read-only mappings, write-then-rename
    ============================================================================================ */
@@ -2450,21 +2464,14 @@ static void mfm__fill_task(void *ctx, int index) {
 }
 
 /* Fills what `what` asks of the tables, on up to params.n_threads threads (none for less than
-   4 MB a thread); on one where the threads do not start. */
+   4 MB a thread). */
 static void mfm__fill_tables(mfm_model *m, int what) {
     mfm__fill_job j;
-    mfm__pool pool;
     uint64_t bytes = 0;
     int t, most = mfm__threads(m->params.n_threads);
     for (t = 0; t < MFM_TENSOR_COUNT; t++) bytes += mfm__table_floats(&m->t[t], m->n_classes) * sizeof(float);
     j.m = m, j.what = what, j.n_workers = mfm__cores_for_bytes(bytes) < most ? mfm__cores_for_bytes(bytes) : most;
-    if (mfm__pool_start(&pool, j.n_workers, NULL) != MFM_OK) {
-        j.n_workers = 1;
-        mfm__fill_task(&j, 0);
-        return;
-    }
-    mfm__pool_run(&pool, mfm__fill_task, &j);
-    mfm__pool_stop(&pool);
+    mfm__run_shares(mfm__fill_task, &j, j.n_workers);
 }
 
 MFMDEF void mfm_model_reset_state(mfm_model *m) {
@@ -2961,7 +2968,6 @@ static mfm_status mfm__csr_error(const mfm_csr *d, int need_fields, mfm_error *e
 static mfm_status mfm__check_csr(const mfm_csr *d, int need_fields, int n_threads, mfm__data_info *info, mfm_error *err) {
     mfm__scan_part one_part, *part = &one_part;
     mfm__scan_job job;
-    mfm__pool pool;
     uint64_t bytes;
     int w, t, most = mfm__threads(n_threads);
     memset(info, 0, sizeof *info);
@@ -2974,24 +2980,18 @@ static mfm_status mfm__check_csr(const mfm_csr *d, int need_fields, int n_thread
     memset(&job, 0, sizeof job);
     job.d = d, job.need_fields = need_fields;
     job.n_workers = mfm__cores_for_bytes(bytes) < most ? mfm__cores_for_bytes(bytes) : most;
-    if (job.n_workers > 1 && (!(part = (mfm__scan_part *)mfm__calloc((uint64_t)job.n_workers, sizeof *part)) || mfm__pool_start(&pool, job.n_workers, NULL) != MFM_OK)) {
-        MFM_FREE(part); /* too short of memory or threads to go faster: one pass */
-        part = &one_part, job.n_workers = 1;
-    }
+    if (job.n_workers > 1 && !(part = (mfm__scan_part *)mfm__calloc((uint64_t)job.n_workers, sizeof *part)))
+        part = &one_part, job.n_workers = 1; /* too short of memory to go faster: one pass */
     memset(part, 0, (size_t)job.n_workers * sizeof *part);
     job.part = part;
     for (job.rows = 1; job.rows >= 0; job.rows--) {
-        if (job.n_workers > 1)
-            mfm__pool_run(&pool, mfm__scan_task, &job);
-        else
-            mfm__scan_task(&job, 0);
+        mfm__run_shares(mfm__scan_task, &job, job.n_workers);
         for (w = 0; job.rows && w < job.n_workers && !part[w].bad; w++)
             if (part[w].widest > info->max_row_nnz) info->max_row_nnz = part[w].widest;
         if (job.rows && w < job.n_workers) break; /* the first share with a wrong row: its first is the data's first */
         if (job.rows && (info->nnz = d->row_offsets[d->n_rows]) == 0) break;
         if (job.rows && (!d->features || (need_fields && !d->fields))) break;
     }
-    if (job.n_workers > 1) mfm__pool_stop(&pool);
     for (w = 0; w < job.n_workers && !part[w].bad; w++) {
     }
     if (w < job.n_workers) { /* the offsets failed at row part[w].bad - 1 */
@@ -9152,16 +9152,11 @@ static void mfm__copy_task(void *ctx, int index) {
     if (hi > lo) memcpy(j->to + lo, j->from + lo, (size_t)(hi - lo));
 }
 
-static mfm_status mfm__copy_on_cores(void *to, const void *from, uint64_t bytes, mfm_error *err) {
+static void mfm__copy_on_cores(void *to, const void *from, uint64_t bytes) {
     mfm__copy_job j;
-    mfm__pool pool;
-    mfm_status st;
     j.to = (unsigned char *)to, j.from = (const unsigned char *)from, j.bytes = bytes;
     j.n_workers = mfm__cores_for_bytes(bytes);
-    if ((st = mfm__pool_start(&pool, j.n_workers, err)) != MFM_OK) return st;
-    mfm__pool_run(&pool, mfm__copy_task, &j);
-    mfm__pool_stop(&pool);
-    return MFM_OK;
+    mfm__run_shares(mfm__copy_task, &j, j.n_workers);
 }
 
 /* A model for prediction from a checked file (mfm_model_map, mfm_model_load_parameters): the
@@ -9194,7 +9189,7 @@ static mfm_status mfm__open_for_prediction(const char *fn, const char *path, int
                                    path);
                     break;
                 }
-                if ((st = mfm__copy_on_cores(own, at, L.sec[s].bytes, err)) != MFM_OK) break;
+                mfm__copy_on_cores(own, at, L.sec[s].bytes);
                 memset((unsigned char *)own + L.sec[s].bytes, 0, (size_t)((0 - L.sec[s].bytes) % sizeof(float))); /* a last float's tail */
                 at = (const unsigned char *)own;
             }
