@@ -6367,6 +6367,8 @@ static void mfm__apply_adagrad(const mfm__trainer *tr, const mfm__coords *o, mfm
         j = MFM__ENTRY(list, i);
         if (!o->parts && i % per == 0) /* the next `per` entries' blocks, while these step */
             for (f = 0; i + per + f < n_entries && f < per; f++) mfm__prefetch_range(mfm__block(tr->m, t, 0, o->ids[MFM__ENTRY(list, i + per + f)]), 0, bytes, 1);
+        if (o->parts && i + 2 < n_entries) /* FFM by feature: the record two entries on (F blocks, 1248 bytes at 39 fields and k = 4) */
+            mfm__prefetch_range(mfm__block(tr->m, t, 0, o->ids[MFM__ENTRY(list, i + 2)] * parts), 0, bytes * parts, 1);
         for (f = 0; f < parts; f++) {
             const uint64_t slot = j * parts + f;
             if (o->parts && !o->flags[slot]) continue;
