@@ -2652,7 +2652,7 @@ MFMDEF mfm_status mfm_model_create(const mfm_params *params, uint32_t n_features
     if (p.model != MFM_MODEL_FM && n_fields == 0)
         return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "a %s model needs at least one field, got n_fields = 0", mfm__model_names[p.model]);
     if ((st = mfm__model_new(&p, n_features, n_fields, n_classes, 1 + mfm__state_slots(p.optimizer), MFM__TABLES_UNFILLED, out, err)) != MFM_OK) return st;
-    mfm__fill_tables(*out, MFM__FILL_ZERO | MFM__FILL_DRAW | MFM__FILL_STATE);
+    mfm__fill_tables(*out, MFM__FILL_ZERO | MFM__FILL_DRAW | (p.adagrad_init != 0 ? MFM__FILL_STATE : 0)); /* MFM_ZERO (-0) keeps the zeros' +0 */
     return mfm__ok(err);
 }
 
@@ -2704,7 +2704,7 @@ MFMDEF mfm_status mfm_model_clone(const mfm_model *m, mfm_model **out, mfm_error
     /* tables of the same shape, not drawn: every parameter is copied (a model opened for
        prediction gives its parameters; the state starts as mfm_model_create's) */
     if ((st = mfm__model_new(&m->params, m->n_features, m->n_fields, m->n_classes, 1 + mfm__state_slots(m->params.optimizer), MFM__TABLES_ZEROED, &c, err)) != MFM_OK) return st;
-    if (m->for_prediction) mfm__fill_tables(c, MFM__FILL_STATE);
+    if (m->for_prediction && m->params.adagrad_init != 0) mfm__fill_tables(c, MFM__FILL_STATE);
     for (t = 0; t < MFM_TENSOR_COUNT; t++) {
         uint64_t b, nb = m->t[t].n_blocks * m->n_classes;
         if (!m->for_prediction) {

@@ -439,7 +439,8 @@ static uint64_t init_xoshiro(uint64_t s[4]) {
 /* Section 2: V is drawn in chunks of 4096 blocks, chunk c from its own stream, by the threads
    of params.n_threads: an FFM model of 50000 features x 4 fields (200000 blocks, 49 chunks,
    13 MB: as many threads as the machine has, up to 3) against one thread, bit for bit, and its
-   first values of chunks 0, 1 and 48 against the generator written out above. */
+   first values of chunks 0, 1 and 48 against the generator written out above; and an FM model
+   whose accumulators start at MFM_ZERO holds +0 in them. */
 void test_initialization_chunks(void) {
     const uint32_t n_features = 50000, n_fields = 4, k = 4;
     const uint64_t chunks[] = {0, 1, 48};
@@ -480,6 +481,18 @@ void test_initialization_chunks(void) {
     }
     ref_free(&r);
     mfm_model_free(one), mfm_model_free(three);
+    /* adagrad_init = MFM_ZERO (-0): the accumulators start at the zeros' +0, as files written
+       before the fill went to threads hold them */
+    memset(&p, 0, sizeof p);
+    p.k = 4;
+    p.adagrad_init = MFM_ZERO;
+    p.n_threads = 3;
+    if (!(one = make_model(&p, 300000, 0, 1))) return;
+    ref_load(&r, one);
+    for (i = 0; i < r.size[MFM_TENSOR_V]; i++)
+        if (!CHECK(r.t[1][MFM_TENSOR_V][i] == 0 && !signbit(r.t[1][MFM_TENSOR_V][i]), "FM's V accumulator %zu starts at %g", i, r.t[1][MFM_TENSOR_V][i])) break;
+    ref_free(&r);
+    mfm_model_free(one);
 }
 
 /* Binary probabilities are sigmoid(score) of the reference score (1e-5 relative + 1e-7
