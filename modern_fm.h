@@ -2968,6 +2968,7 @@ static mfm_status mfm__csr_error(const mfm_csr *d, int need_fields, mfm_error *e
 static mfm_status mfm__check_csr(const mfm_csr *d, int need_fields, int n_threads, mfm__data_info *info, mfm_error *err) {
     mfm__scan_part one_part, *part = &one_part;
     mfm__scan_job job;
+    mfm_status st = MFM_OK;
     uint64_t bytes;
     int w, t, most = mfm__threads(n_threads);
     memset(info, 0, sizeof *info);
@@ -2978,56 +2979,43 @@ static mfm_status mfm__check_csr(const mfm_csr *d, int need_fields, int n_thread
         return mfm__fail(err, MFM_ERR_INVALID_DATA, "data.row_offsets[0] = %" PRIu64 " but CSR row offsets must start at 0", d->row_offsets[0]);
     bytes = d->n_rows * sizeof(uint64_t) + (d->row_offsets[d->n_rows] < UINT64_MAX / 16 ? d->row_offsets[d->n_rows] * 12 : UINT64_MAX / 4); /* a guess until the offsets pass */
     memset(&job, 0, sizeof job);
-    job.d = d, job.need_fields = need_fields;
+    job.d = d, job.need_fields = need_fields, job.rows = 1;
     job.n_workers = mfm__cores_for_bytes(bytes) < most ? mfm__cores_for_bytes(bytes) : most;
     if (job.n_workers > 1 && !(part = (mfm__scan_part *)mfm__calloc((uint64_t)job.n_workers, sizeof *part)))
         part = &one_part, job.n_workers = 1; /* too short of memory to go faster: one pass */
     memset(part, 0, (size_t)job.n_workers * sizeof *part);
     job.part = part;
-    for (job.rows = 1; job.rows >= 0; job.rows--) {
-        mfm__run_shares(mfm__scan_task, &job, job.n_workers);
-        for (w = 0; job.rows && w < job.n_workers && !part[w].bad; w++)
-            if (part[w].widest > info->max_row_nnz) info->max_row_nnz = part[w].widest;
-        if (job.rows && w < job.n_workers) break; /* the first share with a wrong row: its first is the data's first */
-        if (job.rows && (info->nnz = d->row_offsets[d->n_rows]) == 0) break;
-        if (job.rows && (!d->features || (need_fields && !d->fields))) break;
-    }
-    for (w = 0; w < job.n_workers && !part[w].bad; w++) {
-    }
-    if (w < job.n_workers) { /* the offsets failed at row part[w].bad - 1 */
+    mfm__run_shares(mfm__scan_task, &job, job.n_workers);
+    for (w = 0; w < job.n_workers && !part[w].bad; w++)
+        if (part[w].widest > info->max_row_nnz) info->max_row_nnz = part[w].widest;
+    info->nnz = d->row_offsets[d->n_rows];
+    if (w < job.n_workers) { /* the first share with a wrong row: its first is the data's first */
         const uint64_t r = part[w].bad - 1, lo = d->row_offsets[r], hi = d->row_offsets[r + 1];
         char at[600];
-        if (part != &one_part) MFM_FREE(part);
-        if (hi < lo)
-            return mfm__fail(err, MFM_ERR_INVALID_DATA, "data.row_offsets decreases at row %" PRIu64 " (1-based): %" PRIu64 " then %" PRIu64, r + 1, lo, hi);
-        return mfm__fail(err, MFM_ERR_INVALID_DATA, "%s has %" PRIu64 " non-zeros, more than 2^32-1", mfm__row_at(d, r, at, sizeof at), hi - lo);
-    }
-    if (info->nnz == 0 || !d->features || (need_fields && !d->fields)) {
-        if (part != &one_part) MFM_FREE(part);
-        if (info->nnz == 0) return MFM_OK;
-        if (!d->features) return mfm__fail(err, MFM_ERR_INVALID_DATA, "data.features is NULL but the data has %" PRIu64 " non-zeros", info->nnz);
-        return mfm__fail(err, MFM_ERR_INVALID_DATA, "data.fields is NULL, but FFM and FwFM need a field id for every non-zero");
-    }
-    for (t = 0; t < (need_fields ? 2 : 1); t++) { /* the largest id, and its first occurrence: the first share that holds it */
-        uint32_t top = 0;
-        uint64_t first = 0;
-        int seen = 0;
-        for (w = 0; w < job.n_workers; w++) {
-            uint64_t lo, hi;
-            mfm__share(info->nnz, job.n_workers, w, &lo, &hi);
-            if (hi > lo && (!seen || part[w].top[t] > top)) top = part[w].top[t], first = part[w].top_at[t], seen = 1;
+        st = hi < lo ? mfm__fail(err, MFM_ERR_INVALID_DATA, "data.row_offsets decreases at row %" PRIu64 " (1-based): %" PRIu64 " then %" PRIu64, r + 1, lo, hi)
+                     : mfm__fail(err, MFM_ERR_INVALID_DATA, "%s has %" PRIu64 " non-zeros, more than 2^32-1", mfm__row_at(d, r, at, sizeof at), hi - lo);
+    } else if (info->nnz && !d->features) {
+        st = mfm__fail(err, MFM_ERR_INVALID_DATA, "data.features is NULL but the data has %" PRIu64 " non-zeros", info->nnz);
+    } else if (info->nnz && need_fields && !d->fields) {
+        st = mfm__fail(err, MFM_ERR_INVALID_DATA, "data.fields is NULL, but FFM and FwFM need a field id for every non-zero");
+    } else if (info->nnz) {
+        job.rows = 0;
+        mfm__run_shares(mfm__scan_task, &job, job.n_workers);
+        for (t = 0; t < (need_fields ? 2 : 1); t++) { /* the largest id, and its first occurrence: the first share that holds it (empty shares hold 0) */
+            uint32_t top = part[0].top[t];
+            uint64_t first = part[0].top_at[t];
+            for (w = 1; w < job.n_workers; w++)
+                if (part[w].top[t] > top) top = part[w].top[t], first = part[w].top_at[t];
+            if (t == 0) info->n_features = top + 1, info->feature_row = mfm__row_of(d, first);
+            if (t == 1) info->n_fields = top + 1, info->field_row = mfm__row_of(d, first);
+            if (top == UINT32_MAX || (t == 0 && d->n_features && info->n_features > d->n_features) || (t == 1 && d->n_fields && info->n_fields > d->n_fields)) break;
         }
-        if (t == 0) info->n_features = top + 1, info->feature_row = mfm__row_of(d, first);
-        if (t == 1) info->n_fields = top + 1, info->field_row = mfm__row_of(d, first);
-        if (top == UINT32_MAX || (t == 0 && d->n_features && top >= d->n_features) || (t == 1 && d->n_fields && top >= d->n_fields)) {
-            if (part != &one_part) MFM_FREE(part);
-            return mfm__csr_error(d, need_fields, err);
+        for (w = 0; w < job.n_workers && !part[w].special; w++) {
         }
-    }
-    for (w = 0; w < job.n_workers && !part[w].special; w++) {
+        if (t < (need_fields ? 2 : 1) || w < job.n_workers) st = mfm__csr_error(d, need_fields, err);
     }
     if (part != &one_part) MFM_FREE(part);
-    return w < job.n_workers ? mfm__csr_error(d, need_fields, err) : MFM_OK;
+    return st;
 }
 
 /* The data's ids must fit the model's shape. */
