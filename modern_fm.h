@@ -267,6 +267,13 @@ typedef struct mfm_params {
                                    so batch_size 1 uses every thread too, and results vary from
                                    run to run; FwFM's threads step R every 32 rows (docs/DESIGN.md).
                                    CPU training only; one thread trains as 0 does */
+    int thread_chunks;          /* 0: as hogwild 0; 1: each of the n_threads threads sums the
+                                   gradients of its contiguous chunk of every batch, and the
+                                   chunks' sums are added in chunk order before the one step
+                                   (faster on many cores: docs/PERFORMANCE.md). Runs with the
+                                   same n_threads give the same bits; other thread counts differ
+                                   in rounding only. CPU training; at batch_size 1 a batch is one
+                                   chunk, trained as 0 trains it */
     mfm_backend backend;        /* CPU: where mfm_fit, mfm_predict and mfm_evaluate run */
     int device;                 /* 0: the CUDA device (ordinal) for backend CUDA or AUTO */
     int n_devices;              /* 0 or 1: training on one GPU, params.device; 2 to MFM_MAX_DEVICES
@@ -2124,6 +2131,14 @@ static mfm_status mfm__validate_params(const mfm_params *p, uint32_t n_classes, 
     if (p->hogwild && p->backend == MFM_BACKEND_CUDA)
         return mfm__fail(err, MFM_ERR_INVALID_PARAM,
                          "params.hogwild = 1 is a schedule of CPU threads and the backend is CUDA; the GPU's choice is params.deterministic");
+    if (p->thread_chunks != 0 && p->thread_chunks != 1)
+        return mfm__fail(err, MFM_ERR_INVALID_PARAM, "params.thread_chunks = %d must be 0 (bits independent of the threads) or 1 (a chunk of each batch per thread)",
+                         p->thread_chunks);
+    if (p->thread_chunks && p->hogwild)
+        return mfm__fail(err, MFM_ERR_INVALID_PARAM, "params.thread_chunks = 1 and params.hogwild = 1 are two schedules of the threads; choose one");
+    if (p->thread_chunks && p->backend == MFM_BACKEND_CUDA)
+        return mfm__fail(err, MFM_ERR_INVALID_PARAM,
+                         "params.thread_chunks = 1 is a schedule of CPU threads and the backend is CUDA; the GPU's choice is params.deterministic");
     if (p->k < 1 || p->k > 4096)
         return mfm__fail(err, MFM_ERR_INVALID_PARAM, "params.k = %d is out of range: it must be between 1 and 4096 (0 means 4)", p->k);
     if (p->n_epochs < 1)
@@ -5244,6 +5259,7 @@ typedef struct mfm__trainer {
     uint64_t stream_width; /* several workers but FFM's: floats of terms per record (mfm__stream); 0 without streams */
     mfm__worker *workers;
     int n_workers;
+    struct mfm__chunk *chunks; /* params.thread_chunks: one per worker, whose rows it scores and sums (mfm__chunk_sum_task) */
     /* batch 1: which rows may update in place (see mfm__row_is_simple) */
     uint32_t *field_stamp, stamp;
     uint32_t feature_set[2 * MFM__MAX_SIMPLE_NNZ][2]; /* open addressing: id, and the row's stamp when live */
@@ -5253,6 +5269,22 @@ typedef struct mfm__trainer {
     char apart[128];         /* Hogwild's trainers lie side by side (mfm__fit): keeps the next one's fields, read every row,
                                 off the lines this one writes every row (stamp, feature_set, next_span) */
 } mfm__trainer;
+
+/* params.thread_chunks: worker i of a batch's trainer scores and sums the rows of chunk i, a
+   contiguous share of the batch, by the one-worker path of a trainer of its own (tr), which
+   takes no step. Then each worker, as owner, adds up its coordinates' sums chunk after chunk
+   (mfm__merge_task) and steps them as the shared batch does. `order` lists the chunk's entries
+   of w, of v where v keeps a table of its own, and of r, grouped by owner, owner o's from
+   start[t][o]; merged_at gives each w entry's place in its owner's table, where the line search
+   finds its step. */
+typedef struct mfm__chunk {
+    mfm__trainer tr;
+    uint32_t *order[MFM_TENSOR_COUNT];
+    uint64_t cap_order[MFM_TENSOR_COUNT];
+    uint32_t *start;     /* [tensor][owners + 1] */
+    uint32_t *merged_at; /* per w entry */
+    uint64_t cap_merged_at;
+} mfm__chunk;
 
 static uint64_t mfm__mix(uint64_t id) { return (id * 0x9E3779B97F4A7C15ull) >> 24; }
 
@@ -6795,12 +6827,17 @@ static void mfm__line_task(void *ctx, int index) {
     }
 }
 
-/* The fraction alpha from the rows' slopes and curvatures, added up in the batch's order: 1
-   where the loss does not fall along the steps (they are L2's) or is flat in them. */
+/* The fraction alpha from the rows' slopes and curvatures, added up in the batch's order (with
+   params.thread_chunks, chunk after chunk): 1 where the loss does not fall along the steps (they
+   are L2's) or is flat in them. */
 static double mfm__line_alpha(const mfm__trainer *tr) {
     double slope = 0, curvature = 0;
     uint64_t q;
-    for (q = 0; q < tr->n_batch; q++) slope += tr->along[2 * q], curvature += tr->along[2 * q + 1];
+    int i;
+    for (i = 0; i < (tr->chunks ? tr->n_workers : 1); i++) {
+        const mfm__trainer *rows = tr->chunks ? &tr->chunks[i].tr : tr;
+        for (q = 0; q < rows->n_batch; q++) slope += rows->along[2 * q], curvature += rows->along[2 * q + 1];
+    }
     return slope < 0 && curvature > 0 && -slope < curvature ? -slope / curvature : 1;
 }
 
@@ -6822,6 +6859,129 @@ static void mfm__settle_task(void *ctx, int index) {
         }
         mfm__coords_zero(o, 0, o->n, 2 * (uint64_t)C);
     }
+}
+
+/* ---- params.thread_chunks: each worker sums a chunk of the batch; the owners add the chunks up ----
+
+   Each worker scores and sums its chunk by the one-worker path, into tables of its own
+   (mfm__chunk), with no early steps: a step must wait for every chunk's sums. Then each owner
+   adds what the chunks hold of its coordinates, chunk 0's first (mfm__merge_task), into its
+   worker's tables, where steps 3 to 5 find them as the shared batch leaves them. A coordinate's
+   sum is thus chunk 0's sum in row order, plus chunk 1's, and so on: the bits depend on the
+   number of chunks, n_threads, and on nothing else. Against the shared batch, no owner walks
+   the batch's rows (for FFM, reading again the partner slots another core scored): each row is
+   read by one core, once. */
+
+/* The tables of the chunk's scorer that the owners add up entry by entry: w's, v's where v keeps
+   a table of its own (FFM by slot; else v's entries are w's), FwFM's r. */
+static int mfm__chunk_keyed(const mfm__trainer *chunk, int t) {
+    const mfm_params *p = &chunk->m->params;
+    if (t == MFM_TENSOR_W) return 1;
+    if (p->linear_only) return 0;
+    return t == MFM_TENSOR_V ? !chunk->workers[0].own[MFM_TENSOR_V].like_w : t == MFM_TENSOR_R && p->model == MFM_MODEL_FWFM;
+}
+
+/* The chunk's entries of tensor t grouped by owner, in entry order within a group (a counting
+   sort). 0 when memory is short. */
+static int mfm__chunk_split(mfm__chunk *ch, int t, int owners) {
+    const mfm__coords *o = &ch->tr.workers[0].own[t];
+    uint32_t *const start = ch->start + (uint64_t)t * (uint64_t)(owners + 1);
+    uint64_t j;
+    int w;
+    if (!mfm__reserve((void **)&ch->order[t], &ch->cap_order[t], o->n, sizeof(uint32_t))) return 0;
+    memset(start, 0, (size_t)(owners + 1) * sizeof(uint32_t));
+    for (j = 0; j < o->n; j++) start[mfm__owner(o->ids[j], owners) + 1]++;
+    for (w = 0; w < owners; w++) start[w + 1] += start[w];
+    for (j = 0; j < o->n; j++) ch->order[t][start[mfm__owner(o->ids[j], owners)]++] = (uint32_t)j; /* start[w]: then w's end */
+    for (w = owners; w > 0; w--) start[w] = start[w - 1];
+    start[0] = 0;
+    return 1;
+}
+
+/* Steps 1 and 2 for chunk `index` of the batch (mfm__share's rows), then its entries grouped by
+   owner. The chunk's running loss is its worker's. */
+static void mfm__chunk_sum_task(void *ctx, int index) {
+    const mfm__trainer *tr = (const mfm__trainer *)ctx;
+    mfm__chunk *ch = &tr->chunks[index];
+    mfm__worker *mine = &tr->workers[index], *wk = &ch->tr.workers[0];
+    uint64_t lo, hi;
+    int t;
+    mfm__share(tr->n_batch, tr->n_workers, index, &lo, &hi);
+    ch->tr.rows = tr->rows + lo, ch->tr.n_batch = hi - lo, ch->tr.stamp_batch = tr->stamp_batch;
+    wk->loss = mine->loss, wk->weight = mine->weight;
+    mfm__score_and_sum_task(&ch->tr, 0);
+    mine->loss = wk->loss, mine->weight = wk->weight, mine->failed = wk->failed;
+    if (!mine->failed && !mfm__reserve((void **)&ch->merged_at, &ch->cap_merged_at, wk->own[MFM_TENSOR_W].n, sizeof(uint32_t))) mine->failed = 1;
+    for (t = MFM_TENSOR_W; t < MFM_TENSOR_COUNT && !mine->failed; t++)
+        if (mfm__chunk_keyed(&ch->tr, t) && !mfm__chunk_split(ch, t, tr->n_workers)) mine->failed = 1;
+}
+
+/* Owner `me` adds up its coordinates' sums, chunk after chunk, into its tables (zero where the
+   batch touches them first); the chunks' sums go back to zero as they are read. */
+static void mfm__merge_task(void *ctx, int me) {
+    const mfm__trainer *tr = (const mfm__trainer *)ctx;
+    const mfm_model *m = tr->m;
+    const int T = tr->n_workers, with_v = !m->params.linear_only;
+    const uint64_t C = m->n_classes, k = (uint64_t)m->k, L = tr->line ? 2 * C : C;
+    const uint32_t stamp = tr->stamp_batch;
+    mfm__worker *wk = &tr->workers[me];
+    mfm__coords *const w = &wk->own[MFM_TENSOR_W], *const v = &wk->own[MFM_TENSOR_V];
+    const uint64_t v_width = (v->parts ? v->parts : 1) * C * k, width[MFM_TENSOR_COUNT] = {L, L, v_width, C}; /* by tensor, as the sums lie */
+    uint64_t need[MFM_TENSOR_COUNT] = {0, 0, 0, 0};
+    int c, t;
+    mfm__gradient_start(wk);
+    for (c = 0; c < T; c++)
+        for (t = MFM_TENSOR_W; t < MFM_TENSOR_COUNT; t++) need[t] += tr->chunks[c].start[t * (T + 1) + me + 1] - tr->chunks[c].start[t * (T + 1) + me];
+    if (!mfm__coords_room(&wk->own[MFM_TENSOR_W0], 1, L, stamp) || !mfm__coords_room(w, need[MFM_TENSOR_W], L, stamp) ||
+        (with_v && !mfm__coords_room(v, v->like_w ? need[MFM_TENSOR_W] : need[MFM_TENSOR_V], v_width, stamp)) ||
+        !mfm__coords_room(&wk->own[MFM_TENSOR_R], need[MFM_TENSOR_R], C, stamp)) {
+        wk->failed = 1;
+        return;
+    }
+    for (c = 0; c < T; c++) {
+        mfm__chunk *ch = &tr->chunks[c];
+        mfm__coords *const from = ch->tr.workers[0].own;
+        if (me == 0 && from[MFM_TENSOR_W0].n) { /* w0: owner 0's */
+            mfm__axpy(mfm__own(&wk->own[MFM_TENSOR_W0], 0, stamp, L), 1.0f, from[MFM_TENSOR_W0].g, (int)L);
+            mfm__coords_zero(&from[MFM_TENSOR_W0], 0, 1, L);
+        }
+        for (t = MFM_TENSOR_W; t < MFM_TENSOR_COUNT; t++) {
+            const uint32_t *const start = ch->start + t * (T + 1) + me;
+            uint32_t i;
+            for (i = start[0]; i < start[1]; i++) {
+                const uint32_t j = ch->order[t][i];
+                const uint64_t id = from[t].ids[j];
+                mfm__axpy(mfm__own(&wk->own[t], id, stamp, width[t]), 1.0f, from[t].g + j * width[t], (int)width[t]);
+                mfm__coords_zero(&from[t], j, 1, width[t]);
+                if (t != MFM_TENSOR_W) continue;
+                ch->merged_at[j] = (uint32_t)w->last;
+                if (!with_v || !v->like_w) continue; /* else v keyed by feature: its entry is w's, here and in the chunk */
+                mfm__axpy(mfm__own_like_w(v, (uint32_t)w->last, id, v_width), 1.0f, from[MFM_TENSOR_V].g + j * v_width, (int)v_width);
+                if (v->parts) {
+                    uint32_t f;
+                    for (f = 0; f < v->parts; f++) v->flags[w->last * v->parts + f] |= from[MFM_TENSOR_V].flags[(uint64_t)j * v->parts + f];
+                }
+                mfm__coords_zero(&from[MFM_TENSOR_V], j, 1, v_width);
+            }
+        }
+    }
+}
+
+/* Step 4 for chunk `index` (tr->line): the owners' linear steps back in the chunk's w entries,
+   where mfm__line_task reads them, its rows' slopes and curvatures, and the entries emptied. */
+static void mfm__chunk_line_task(void *ctx, int index) {
+    const mfm__trainer *tr = (const mfm__trainer *)ctx;
+    mfm__chunk *ch = &tr->chunks[index];
+    mfm__coords *const w0 = &ch->tr.workers[0].own[MFM_TENSOR_W0], *const w = &ch->tr.workers[0].own[MFM_TENSOR_W];
+    const uint64_t C = tr->m->n_classes;
+    uint64_t j;
+    if (!ch->tr.n_batch) return;
+    memcpy(w0->g, tr->workers[0].own[MFM_TENSOR_W0].g, C * sizeof(float));
+    for (j = 0; j < w->n; j++)
+        memcpy(w->g + j * 2 * C, tr->workers[mfm__owner(w->ids[j], tr->n_workers)].own[MFM_TENSOR_W].g + (uint64_t)ch->merged_at[j] * 2 * C, C * sizeof(float));
+    mfm__line_task(&ch->tr, 0);
+    mfm__coords_zero(w0, 0, w0->n, 2 * C);
+    mfm__coords_zero(w, 0, w->n, 2 * C);
 }
 
 static void mfm__log(const mfm_params *p, mfm_log_level level, const char *fmt, ...) {
@@ -6848,6 +7008,14 @@ static int mfm__r_pending_init(mfm__trainer *tr) {
 
 static void mfm__trainer_free(mfm__trainer *tr) {
     int t, w;
+    for (w = 0; tr->chunks && w < tr->n_workers; w++) {
+        mfm__chunk *ch = &tr->chunks[w];
+        mfm__trainer_free(&ch->tr);
+        for (t = 0; t < MFM_TENSOR_COUNT; t++) MFM_FREE(ch->order[t]);
+        MFM_FREE(ch->start);
+        MFM_FREE(ch->merged_at);
+    }
+    MFM_FREE(tr->chunks);
     if (tr->r_pending) {
         MFM_FREE(tr->r_pending->sums);
         MFM_FREE(tr->r_pending->seen);
@@ -6918,8 +7086,11 @@ static int mfm__class_weights_of(const mfm_model *m, const mfm_csr *d, const uin
     return 1;
 }
 
-/* Everything a fit needs besides the model: maps, workers, class weights. 0 when memory is short. */
-static int mfm__trainer_init(mfm__trainer *tr, mfm_model *m, const mfm_csr *d, const uint64_t *rows, uint64_t n_rows, const mfm__data_info *info, int n_threads) {
+/* Everything a fit needs besides the model: maps, workers, class weights; room for the rows of
+   a batch that the trainer scores, at most batch_rows (none: the owners of params.thread_chunks,
+   whose chunks score the rows). 0 when memory is short. */
+static int mfm__trainer_init(mfm__trainer *tr, mfm_model *m, const mfm_csr *d, const uint64_t *rows, uint64_t n_rows, const mfm__data_info *info, int n_threads,
+                             uint64_t batch_rows) {
     const mfm_params *p = &m->params;
     const uint32_t C = m->n_classes;
     float *ones;
@@ -6940,10 +7111,10 @@ static int mfm__trainer_init(mfm__trainer *tr, mfm_model *m, const mfm_csr *d, c
     if (!ones || !mfm__class_weights_of(m, d, rows, n_rows, &tr->class_weights)) return 0;
     for (r = 0; r < info->max_row_nnz; r++) ones[r] = 1.0f;
     tr->n_workers = n_threads < p->batch_size ? n_threads : p->batch_size;
-    { /* per-row results of a batch; a pass never has more rows than the data */
-        const uint64_t rows = n_rows < (uint64_t)p->batch_size ? n_rows : (uint64_t)p->batch_size;
+    { /* per-row results of a batch */
+        const uint64_t rows = batch_rows;
         const uint64_t width = C + (p->linear_only ? 0 : C * (uint64_t)m->k);
-        if (tr->n_workers > 1 && p->batch_size > 1 && (p->model != MFM_MODEL_FFM || p->linear_only) && rows * info->max_row_nnz * (width + 1) <= MFM__TERMS_FLOATS)
+        if (tr->n_workers > 1 && p->batch_size > 1 && rows && (p->model != MFM_MODEL_FFM || p->linear_only) && rows * info->max_row_nnz * (width + 1) <= MFM__TERMS_FLOATS)
             tr->stream_width = width; /* the records with their ids; their arrays grow by doubling, so they may take twice that */
         tr->dlds = (float *)mfm__alloc(rows * C, sizeof(float));
         tr->kept = (unsigned char *)mfm__alloc(rows, 1);
@@ -6967,11 +7138,9 @@ static int mfm__trainer_init(mfm__trainer *tr, mfm_model *m, const mfm_csr *d, c
     tr->max_row_nnz = (uint32_t)info->max_row_nnz;
     tr->step_early = p->batch_size > 1 && tr->n_workers == 1 && !p->linear_only && p->model == MFM_MODEL_FFM &&
                      (uint64_t)m->n_fields * C * m->k <= MFM__FFM_DENSE_FLOATS; /* FFM's v keyed by feature (624 bytes a feature at 39 fields and k = 4) */
-    if (tr->n_workers > 1 && !tr->stream_width) { /* the owners' row walk */
-        const uint64_t rows = n_rows < (uint64_t)p->batch_size ? n_rows : (uint64_t)p->batch_size;
-        if (!(tr->owned_at = (uint32_t *)mfm__alloc(rows * ((uint64_t)tr->n_workers + 1), sizeof(uint32_t)))) return 0;
-    }
-    if (tr->n_workers > 1 && p->model == MFM_MODEL_FWFM && !p->linear_only) {
+    if (tr->n_workers > 1 && !tr->stream_width && batch_rows && !(tr->owned_at = (uint32_t *)mfm__alloc(batch_rows * ((uint64_t)tr->n_workers + 1), sizeof(uint32_t))))
+        return 0; /* the owners' row walk */
+    if (tr->n_workers > 1 && batch_rows && p->model == MFM_MODEL_FWFM && !p->linear_only) {
         const uint64_t F = m->n_fields;
         const uint64_t total = F * (F + 1) / 2;
         uint64_t lo, hi, before = 0;
@@ -7022,6 +7191,22 @@ static int mfm__trainer_init(mfm__trainer *tr, mfm_model *m, const mfm_csr *d, c
         wk->partner = wk->owned + 2 * (uint64_t)info->max_row_nnz;
         wk->cursor = wk->owned + 3 * (uint64_t)info->max_row_nnz;
         for (r = 0; r < info->max_row_nnz; r++) wk->owned[r] = (uint32_t)r;
+    }
+    return 1;
+}
+
+/* params.thread_chunks: a trainer of one worker per chunk, for the chunk's share of a batch of
+   the pass's rows. 0 when memory is short. */
+static int mfm__chunks_init(mfm__trainer *tr, mfm_model *m, const mfm_csr *d, const uint64_t *rows, uint64_t n_rows, const mfm__data_info *info) {
+    const uint64_t T = (uint64_t)tr->n_workers, batch = n_rows < (uint64_t)m->params.batch_size ? n_rows : (uint64_t)m->params.batch_size;
+    uint64_t i;
+    if (!(tr->chunks = (mfm__chunk *)mfm__calloc(T, sizeof(mfm__chunk)))) return 0;
+    for (i = 0; i < T; i++) {
+        mfm__chunk *ch = &tr->chunks[i];
+        if (!mfm__trainer_init(&ch->tr, m, d, rows, n_rows, info, 1, (batch + T - 1) / T) ||
+            !(ch->start = (uint32_t *)mfm__calloc(MFM_TENSOR_COUNT * (T + 1), sizeof(uint32_t))))
+            return 0;
+        ch->tr.step_early = 0; /* a step waits for every chunk's sums */
     }
     return 1;
 }
@@ -7206,25 +7391,30 @@ static mfm_status mfm__pass(mfm__trainer *tr, mfm__pool *pool, const uint64_t *r
         tr->rows = rows + start;
         tr->n_batch = n - start < batch ? n - start : batch;
         if (++tr->stamp_batch == 0) { /* wrapped: every table entry must read as stale again */
-            int w, t;
-            for (w = 0; w < tr->n_workers; w++)
-                for (t = 0; t < MFM_TENSOR_COUNT; t++)
-                    if (tr->workers[w].own[t].slots) memset(tr->workers[w].own[t].slots, 0, (tr->workers[w].own[t].mask + 1) * sizeof(mfm__coord_slot));
+            int c, t;
+            for (c = 0; c <= (tr->chunks ? tr->n_workers : 0); c++) { /* the workers', then the chunks' */
+                const mfm__trainer *of = c ? &tr->chunks[c - 1].tr : tr;
+                for (w = 0; w < of->n_workers; w++)
+                    for (t = 0; t < MFM_TENSOR_COUNT; t++)
+                        if (of->workers[w].own[t].slots) memset(of->workers[w].own[t].slots, 0, (of->workers[w].own[t].mask + 1) * sizeof(mfm__coord_slot));
+            }
             tr->stamp_batch = 1;
         }
-        mfm__pool_run(pool, tr->n_workers == 1 ? mfm__score_and_sum_task : mfm__score_task, tr);
+        mfm__pool_run(pool, tr->chunks ? mfm__chunk_sum_task : tr->n_workers == 1 ? mfm__score_and_sum_task : mfm__score_task, tr);
         for (w = 0; w < tr->n_workers; w++)
-            if (tr->workers[w].failed && tr->n_workers > 1) return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for the batch's lists of owned non-zeros or the owners' streams; the model holds the updates of the batches before it");
+            if (tr->workers[w].failed && tr->n_workers > 1)
+                return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for %s; the model holds the updates of the batches before it",
+                                 tr->chunks ? "a chunk's gradient buffers" : "the batch's lists of owned non-zeros or the owners' streams");
         for (w = 0; w < tr->n_workers; w++) loss += tr->workers[w].loss;
         if (!mfm__finite(loss)) /* before its steps, but for FFM's v that one worker stepped early */
             return mfm__diverged_at(tr, tr->rows, tr->n_batch, start / batch + 1, tr->step_early ? tr->workers[0].diverged : 0, err);
-        if (tr->n_workers > 1) mfm__pool_run(pool, mfm__gradient_task, tr);
+        if (tr->n_workers > 1) mfm__pool_run(pool, tr->chunks ? mfm__merge_task : mfm__gradient_task, tr);
         for (w = 0; w < tr->n_workers; w++)
             if (tr->workers[w].failed)
                 return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for the gradient buffers; the model holds the updates of the batches before it");
         mfm__pool_run(pool, mfm__apply_task, tr);
         if (tr->line) {
-            mfm__pool_run(pool, mfm__line_task, tr);
+            mfm__pool_run(pool, tr->chunks ? mfm__chunk_line_task : mfm__line_task, tr);
             tr->alpha = mfm__line_alpha(tr);
             mfm__pool_run(pool, mfm__settle_task, tr);
         }
@@ -7537,11 +7727,14 @@ static mfm_status mfm__fit(mfm_model *m, const mfm_csr *d, const mfm_csr *valida
     if (split.offsets) valid = &split.csr;
     if (st == MFM_OK && !on_gpu && m->params.hogwild) n_shares = (uint64_t)mfm__threads(m->params.n_threads) < n ? mfm__threads(m->params.n_threads) : (int)n;
     if (st == MFM_OK) {
+        const int threads = n_shares > 1 ? 1 : mfm__threads(m->params.n_threads); /* a Hogwild share's trainer has one worker */
+        const uint64_t batch_rows = n < (uint64_t)m->params.batch_size ? n : (uint64_t)m->params.batch_size;
+        const int chunked = m->params.thread_chunks && (threads < m->params.batch_size ? threads : m->params.batch_size) > 1; /* its workers */
         int trainers_ok = 1;
         if (!on_gpu && (tr = (mfm__trainer *)mfm__calloc((uint64_t)n_shares, sizeof(mfm__trainer))) != NULL)
-            for (s = 0; s < n_shares && trainers_ok; s++) /* a Hogwild share's trainer has one worker */
-                trainers_ok = mfm__trainer_init(&tr[s], m, d, rows, n, &info, n_shares > 1 ? 1 : mfm__threads(m->params.n_threads)) &&
-                              (n_shares == 1 || mfm__r_pending_init(&tr[s]));
+            for (s = 0; s < n_shares && trainers_ok; s++)
+                trainers_ok = mfm__trainer_init(&tr[s], m, d, rows, n, &info, threads, chunked ? 0 : batch_rows) &&
+                              (n_shares == 1 || mfm__r_pending_init(&tr[s])) && (!chunked || mfm__chunks_init(&tr[s], m, d, rows, n, &info));
         order = (uint64_t *)mfm__alloc(n, sizeof(uint64_t));
         if (on_gpu && n_epochs > 1) order_next = (uint64_t *)mfm__alloc(n, sizeof(uint64_t)); /* the next epoch's order, made during this one */
         for (e = 0; valid && !on_gpu && e < MFM_TENSOR_COUNT; e++) best.t[e] = (float *)mfm__alloc(mfm__table_bytes(m, e) / sizeof(float), sizeof(float));
@@ -7559,7 +7752,10 @@ static mfm_status mfm__fit(mfm_model *m, const mfm_csr *d, const mfm_csr *valida
                  "training %s %s on %" PRIu64 " rows (%" PRIu64 " non-zeros), %u features, %u fields, k=%d, %s, batch %d, %d thread(s)%s%s, %d epoch(s)%s",
                  mfm__model_names[m->params.model], mfm_task_name(m->params.task), n, info.nnz, (unsigned)m->n_features, (unsigned)m->n_fields, m->k,
                  mfm__optimizer_names[m->params.optimizer], m->params.batch_size, on_gpu ? 0 : n_shares > 1 ? n_shares : tr->n_workers,
-                 n_shares > 1 ? " (Hogwild)" : m->params.hogwild && on_gpu ? " (Hogwild is for CPU threads: not used)" : "",
+                 n_shares > 1                 ? " (Hogwild)"
+                 : m->params.hogwild && on_gpu ? " (Hogwild is for CPU threads: not used)"
+                 : tr && tr->chunks            ? " (a chunk of each batch per thread)"
+                                               : "",
                  !on_gpu ? "" : m->params.n_devices > 1 ? (m->params.deterministic ? " on several GPUs (deterministic)" : " on several GPUs")
                            : (m->params.deterministic ? " on the GPU (deterministic)" : " on the GPU"), n_epochs, valid ? ", early stopping" : "");
     for (e = 0; e < n_epochs && st == MFM_OK; e++) {

@@ -3,7 +3,8 @@
 
    First a data-file table: the rows written as libffm text, parsed back with one thread and
    with every core, written as a binary dataset file and loaded back (mmap + checksum). Then
-   one table row per (model, k, batch size, threads; "2h": two Hogwild threads, params.hogwild):
+   one table row per (model, k, batch size, threads; "2h": two Hogwild threads, params.hogwild;
+   "2c": two threads each summing a chunk of every batch, params.thread_chunks):
    one run of the optimizer (--optimizer, AdaGrad unless named) over the training rows, then prediction (probabilities) and metrics on
    held-out rows on as many threads; with --repeat N, N runs of each, the thread counts of a (model, k, batch)
    taking turns, and the fastest of each reported, so that a noisy machine's slow spells fall
@@ -20,7 +21,7 @@
 #include <string.h>
 #include <sys/resource.h>
 
-enum { MAX_LIST = 8, HOGWILD = 1 << 20 }; /* a thread count | HOGWILD: that many Hogwild threads */
+enum { MAX_LIST = 8, HOGWILD = 1 << 20, CHUNKS = 1 << 21, SCHEDULE = HOGWILD | CHUNKS }; /* a thread count | its schedule (Hogwild, chunks) */
 
 typedef struct list {
     int n, v[MAX_LIST];
@@ -58,16 +59,17 @@ static int parse_list(const char *arg, int (*parse)(const char *), list *out) {
     return out->n > 0;
 }
 
-/* A thread count, or one followed by 'h' for Hogwild threads ("2h"). */
+/* A thread count, or one followed by 'h' for Hogwild threads ("2h") or by 'c' for threads that
+   sum a chunk each ("2c"). */
 static int parse_threads(const char *s) {
     char digits[16];
     const size_t n = strlen(s);
     int threads;
-    if (n < 2 || n >= sizeof digits || s[n - 1] != 'h') return parse_number(s);
+    if (n < 2 || n >= sizeof digits || (s[n - 1] != 'h' && s[n - 1] != 'c')) return parse_number(s);
     memcpy(digits, s, n - 1);
     digits[n - 1] = '\0';
     threads = parse_number(digits);
-    return threads > 1 ? threads | HOGWILD : -1; /* one Hogwild thread is one thread */
+    return threads > 1 ? threads | (s[n - 1] == 'h' ? HOGWILD : CHUNKS) : -1; /* one thread is one thread */
 }
 
 static void set_list(list *l, int n, const int *v) {
@@ -85,7 +87,7 @@ static void usage(int code) {
            "  --models LIST  e.g. fm,ffm,fwfm, any case (default all three)\n"
            "  --k LIST       factors, e.g. 4,8,16 (default)\n"
            "  --batch LIST   batch sizes, e.g. 1,256 (default)\n"
-           "  --threads LIST e.g. 1,2,2h (default; 2h: two Hogwild threads)\n"
+           "  --threads LIST e.g. 1,2,2h (default; 2h: two Hogwild threads; 2c: two threads summing a chunk of each batch)\n"
            "  --repeat N     runs of each row, the thread counts taking turns; the fastest is reported (default 1)\n"
            "  --seed N       data seed (default 1)\n"
            "  --io-rows N    rows of the data-file table (default 500000, about 230 MB of text; 0 skips it)\n"
@@ -260,7 +262,7 @@ static void roofline_table(const options *o, int fields) {
     }
     printf("\n");
     for (d = 0; d < o->threads.n; d++) {
-        const int t = o->threads.v[d] & ~HOGWILD;
+        const int t = o->threads.v[d] & ~SCHEDULE;
         for (i = 0; i < n_threads && seen_threads[i] != t; i++) {}
         if (i < n_threads) continue;
         seen_threads[n_threads++] = t;
@@ -290,8 +292,9 @@ static void run_once(const options *o, const mfm_csr *train, const mfm_csr *test
     p.optimizer = (mfm_optimizer)o->optimizer;
     p.k = k;
     p.batch_size = batch;
-    p.n_threads = threads & ~HOGWILD;
+    p.n_threads = threads & ~SCHEDULE;
     p.hogwild = (threads & HOGWILD) != 0;
+    p.thread_chunks = (threads & CHUNKS) != 0;
     p.n_epochs = o->epochs;
     p.learning_rate = o->lr;
     p.seed = 7;
@@ -302,7 +305,7 @@ static void run_once(const options *o, const mfm_csr *train, const mfm_csr *test
     bench_check(mfm_fit(m, train, &e), &e, "mfm_fit");
     t2 = bench_now();
     peak = peak_rss_mb();
-    bench_check(mfm_model_set_threads(m, threads & ~HOGWILD, &e), &e, "mfm_model_set_threads"); /* prediction on as many threads */
+    bench_check(mfm_model_set_threads(m, threads & ~SCHEDULE, &e), &e, "mfm_model_set_threads"); /* prediction on as many threads */
     for (i = 0; i < 3; i++) { /* the fastest of three: one pass over a quarter of the rows on 16 cores takes a few ms */
         tp = bench_now();
         bench_check(mfm_predict(m, test, MFM_OUTPUT_PROBABILITY, prob, test->n_rows, &e), &e, "mfm_predict");
@@ -331,11 +334,11 @@ static void run_cells(const options *o, const mfm_csr *train, const mfm_csr *tes
     for (d = 0; d < o->threads.n; d++) {
         char ratio[16] = "-", thr[16], roof[64] = "";
         if (one >= 0) snprintf(ratio, sizeof ratio, "%.2fx", best[d].train / best[one].train);
-        snprintf(thr, sizeof thr, "%d%s", o->threads.v[d] & ~HOGWILD, o->threads.v[d] & HOGWILD ? "h" : "");
+        snprintf(thr, sizeof thr, "%d%s", o->threads.v[d] & ~SCHEDULE, o->threads.v[d] & HOGWILD ? "h" : o->threads.v[d] & CHUNKS ? "c" : "");
         if (o->roofline) { /* bytes per row; rows/s x bytes read and written over the random read-modify-write rate; the replay */
             const double z = (double)train->row_offsets[train->n_rows] / (double)train->n_rows, bytes = row_bytes(model, k, z);
-            const double gbps = rmw_gbps(o->threads.v[d] & ~HOGWILD, feature_block(model, k, (int)train->n_fields));
-            const double replay = ceiling(train, o->threads.v[d] & ~HOGWILD, model, k, 0);
+            const double gbps = rmw_gbps(o->threads.v[d] & ~SCHEDULE, feature_block(model, k, (int)train->n_fields));
+            const double replay = ceiling(train, o->threads.v[d] & ~SCHEDULE, model, k, 0);
             snprintf(roof, sizeof roof, " %8.0f %7.0f %12.0f %7.0f", bytes, 100 * best[d].train * 2 * bytes / (gbps * 1e9), replay, 100 * best[d].train / replay);
         }
         printf("%-5s %3d %6d %4s %13.0f %8s %15.0f %8.4f %7.4f %7.2f %9.0f %8.0f%s\n", mfm_model_type_name((mfm_model_type)model), k, batch, thr, best[d].train, ratio,
@@ -466,7 +469,7 @@ int main(int argc, char **argv) {
     printf("\n          (vs_1thr: train_rows/s against the same model, k and batch on one thread;\n"
            "          thr 2h: two Hogwild threads, lock-free on shared parameters, not reproducible)\n");
     printf("          (init_s: mfm_model_create, i.e. allocating and seeding parameters and state, timed apart)\n");
-    printf("predict   probabilities for the test rows on the row's thread count (2h: 2 threads), the fastest of three passes;\n          logloss and AUC on them\n");
+    printf("predict   probabilities for the test rows on the row's thread count (2h, 2c: 2 threads), the fastest of three passes;\n          logloss and AUC on them\n");
     printf("memory    model_MB: parameters + optimizer state + padding; peak_MB: the process's peak resident memory from creating\n"
            "          the model to the end of training (Linux: reset per row), which also holds the data: %.1f MB of\n"
            "          training rows and %.1f MB of test rows\n\n",

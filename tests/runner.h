@@ -48,6 +48,8 @@
     X(test_threads_bit_identical)           \
     X(test_batch_ffm_repeated_feature)      \
     X(test_hogwild_disjoint_shares_exact)   \
+    X(test_thread_chunks_exact)             \
+    X(test_thread_chunks_reproducible)      \
     X(test_hogwild_fwfm_holds_r_back)       \
     X(test_train_is_create_plus_fit)        \
     X(test_predict_from_many_threads)       \
@@ -129,6 +131,7 @@
     X(test_cli_convert_and_info)              \
     X(test_cli_errors)                        \
     X(test_cli_hogwild)                       \
+    X(test_cli_thread_chunks)                 \
     X(test_cli_resume)                        \
     X(test_cli_export)                        \
     X(test_cli_cache_and_backend)             \

@@ -18,8 +18,8 @@ static void preset_state(mfm_model *m, mfm_optimizer optimizer) {
 }
 
 /* Trains one epoch with batch_size = all rows from random parameters (and preset state), on one
-   thread (one worker: each row summed as it is scored) and on three (owners walking the rows),
-   and compares every slot with one batch of ref_apply_batch over all rows with the given row
+   thread (one worker: each row summed as it is scored), on three (owners walking the rows) and
+   on three with params.thread_chunks (three chunks' sums, added by their owners), and compares every slot with one batch of ref_apply_batch over all rows with the given row
    weights (NULL: from ref_row_weights). Tolerance: 1e-3 of the step + 2e-6 absolute (a mean of
    float gradients); untouched coordinates and their state must be bit-identical.
    Returns the number of untouched (W, V) coordinates through *untouched_w / *untouched_v. */
@@ -35,7 +35,7 @@ static void check_full_batch(const mfm_params *params, const mfm_csr *d, uint32_
     mfm_error e;
     mfm_status st;
     size_t i;
-    int threads;
+    int run;
     char on[160];
     p.n_epochs = 1;
     p.batch_size = (int)d->n_rows;
@@ -61,15 +61,16 @@ static void check_full_batch(const mfm_params *params, const mfm_csr *d, uint32_
         for (*untouched_w = 0, i = 0; i < before.size[MFM_TENSOR_W]; i++) *untouched_w += !mask[MFM_TENSOR_W][i];
     if (untouched_v)
         for (*untouched_v = 0, i = 0; i < before.size[MFM_TENSOR_V]; i++) *untouched_v += !mask[MFM_TENSOR_V][i];
-    for (threads = 1; threads <= 3; threads += 2) {
-        if (threads > 1) { /* the same start again */
+    for (run = 0; run < 3; run++) {
+        if (run) { /* the same start again */
             mfm_model_free(m);
-            p.n_threads = threads;
+            p.n_threads = 3;
+            p.thread_chunks = run == 2;
             if (!(m = make_model(&p, n_features, n_fields, n_classes))) break;
             model_randomize(m, seed, 0.5);
             preset_state(m, opt.kind);
         }
-        snprintf(on, sizeof on, "%s, %d thread%s", what, threads, threads > 1 ? "s" : "");
+        snprintf(on, sizeof on, "%s, %s", what, run == 0 ? "1 thread" : run == 1 ? "3 threads" : "3 threads' chunks");
         st = mfm_fit(m, d, &e);
         if (CHECK(st == MFM_OK, "%s: mfm_fit failed with %d: %s", on, (int)st, st ? e.message : "")) check_model(m, &expected, &before, mask, 1e-3, 2e-6, on);
     }
@@ -527,6 +528,112 @@ void test_batch_ffm_repeated_feature(void) {
     }
     mfm_dataset_free(ds);
     free(text);
+}
+
+/* params.thread_chunks, checked exactly: the batch's rows in T blocks, block b of every batch
+   with features (ids 20 b ..) and fields (3 b ..) of its own, and pairs_only, so that w0 and w
+   take zero steps. Then chunk b of a batch is block b, every coordinate's sum is one chunk's,
+   added to the owner's zero, and T threads' chunks must give one thread's bits: every sum,
+   FFM's touched slots (by feature, and by slot at k = 512) and FwFM's r must reach their owner
+   once. FM, FFM and FwFM; AdaGrad, SGD and Adam; 2 and 3 threads; three batches in one
+   mfm_partial_fit (rows in order), the last of them short. And the chunks follow the rows: with
+   the rows of the blocks mixed, 3 threads differ from one; with 1 thread they give its bits. */
+void test_thread_chunks_exact(void) {
+    static const mfm_model_type models[4] = {MFM_MODEL_FM, MFM_MODEL_FFM, MFM_MODEL_FWFM, MFM_MODEL_FFM};
+    enum { BLOCK_ROWS = 40, BLOCK_FEATURES = 20, BLOCK_FIELDS = 3 };
+    int mi, T, opt;
+    for (mi = 0; mi < 4; mi++)
+        for (T = 2; T <= 3; T++)
+            for (opt = 0; opt < 3; opt++) {
+                const uint64_t n_rows = (uint64_t)BLOCK_ROWS * T * 3 - 7 * (uint64_t)T; /* the third batch has 33 rows a block */
+                data_spec spec = train_data(MFM_TASK_BINARY, 2, n_rows, 400 + (uint64_t)(mi * 10 + T));
+                mfm_params p;
+                test_data td;
+                snapshot one, chunks;
+                mfm_model *m[2] = {NULL, NULL};
+                uint64_t r, j;
+                int i;
+                spec.feature_range = BLOCK_FEATURES;
+                spec.n_fields = BLOCK_FIELDS;
+                spec.min_nnz = 2;
+                data_random(&td, &spec);
+                for (r = 0; r < td.csr.n_rows; r++) { /* row r of a batch lies in block (r mod batch) / block rows */
+                    const uint64_t in_batch = r % ((uint64_t)BLOCK_ROWS * T), last_batch = r >= (uint64_t)BLOCK_ROWS * T * 2;
+                    const uint32_t block = (uint32_t)(in_batch / (last_batch ? BLOCK_ROWS - 7 : BLOCK_ROWS));
+                    for (j = td.offsets[r]; j < td.offsets[r + 1]; j++) {
+                        td.features[j] += block * BLOCK_FEATURES;
+                        td.fields[j] += block * BLOCK_FIELDS;
+                    }
+                }
+                memset(&p, 0, sizeof p);
+                p.model = models[mi];
+                p.k = mi == 3 ? 512 : 4; /* FFM at k = 512: 3 T fields x 512 floats a feature, keyed by slot */
+                p.pairs_only = 1;
+                p.batch_size = BLOCK_ROWS * T;
+                p.optimizer = opt == 0 ? MFM_OPTIMIZER_ADAGRAD : opt == 1 ? MFM_OPTIMIZER_SGD : MFM_OPTIMIZER_ADAM;
+                p.seed = 9;
+                for (i = 0; i < 2; i++) {
+                    mfm_error e;
+                    p.n_threads = i ? T : 1;
+                    p.thread_chunks = i;
+                    m[i] = make_model(&p, (uint32_t)(BLOCK_FEATURES * T), (uint32_t)(BLOCK_FIELDS * T), 1);
+                    if (m[i]) CHECK(mfm_partial_fit(m[i], &td.csr, &e) == MFM_OK, "mfm_partial_fit: %s", e.message);
+                }
+                if (m[0] && m[1]) {
+                    snapshot_take(&one, m[0]);
+                    snapshot_take(&chunks, m[1]);
+                    CHECK(snapshot_equal(&one, &chunks), "%s k=%d, optimizer %d: the chunks of %d threads on disjoint blocks differ from one thread",
+                          model_name(p.model), p.k, opt, T);
+                    snapshot_free(&one);
+                    snapshot_free(&chunks);
+                }
+                mfm_model_free(m[0]);
+                mfm_model_free(m[1]);
+                data_free(&td);
+            }
+}
+
+/* params.thread_chunks: the same thread count gives the same bits run after run (3 threads,
+   batch 32 and a last batch of 24, twice, every model, multiclass FM, AdaGrad's line search);
+   one thread's chunk is the shared batch (its bits); 3 threads' chunks add the same gradients in
+   another order, so they differ from 1 thread's, in rounding only (test_validation.c refuses
+   2, Hogwild with them, and the GPU). */
+void test_thread_chunks_reproducible(void) {
+    int which;
+    for (which = 0; which < 4; which++) {
+        mfm_params p;
+        mfm_task task;
+        test_data td;
+        data_spec spec;
+        snapshot shared, a, b;
+        determinism_params(which, &p, &task);
+        spec = train_data(task, 3, 600, 117);
+        data_random(&td, &spec);
+        p.batch_size = 32;
+        p.n_threads = 1;
+        if (train_snapshot(&p, &td.csr, &shared)) {
+            p.thread_chunks = 1;
+            if (train_snapshot(&p, &td.csr, &a)) CHECK(snapshot_equal(&shared, &a), "case %d: one thread's chunks differ from the shared batch", which);
+            snapshot_free(&a);
+            p.n_threads = 3;
+            if (train_snapshot(&p, &td.csr, &a) && train_snapshot(&p, &td.csr, &b)) {
+                size_t i, differ = 0;
+                double worst = 0;
+                CHECK(snapshot_equal(&a, &b), "case %d: two runs of 3 threads' chunks differ", which);
+                CHECK(a.n == shared.n, "case %d: snapshots of different sizes", which);
+                for (i = 0; i < a.n && a.n == shared.n; i++) {
+                    const double d = fabs((double)a.data[i] - (double)shared.data[i]) / (1e-3 + fabs((double)shared.data[i]));
+                    differ += a.data[i] != shared.data[i];
+                    if (d > worst) worst = d;
+                }
+                CHECK(differ > 0, "case %d: 3 threads' chunks gave the bits of one thread: the sums should add in another order", which);
+                CHECK(worst < 1e-3, "case %d: 3 threads' chunks differ from one thread by %g (relative): more than rounding", which, worst);
+            }
+            snapshot_free(&a), snapshot_free(&b);
+        }
+        snapshot_free(&shared);
+        data_free(&td);
+    }
 }
 
 /* Hogwild's shares, checked exactly: rows in T blocks whose features (ids 20 b ..) and fields

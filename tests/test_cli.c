@@ -385,6 +385,55 @@ void test_cli_errors(void) {
     scratch_clean();
 }
 
+/* --thread-chunks: 3 threads summing a chunk of every batch of 64 give the bits of the API's
+   mfm_train with params.thread_chunks and the same threads; with --hogwild it is refused, naming
+   both, and no model file is written. */
+void test_cli_thread_chunks(void) {
+    char model_path[512], cmd[1600], out[4096], errs[4096];
+    mfm_dataset *train = NULL;
+    mfm_model *tool_model = NULL, *api_model = NULL;
+    mfm_params p;
+    mfm_error e;
+    mfm_csr tr;
+    snapshot a, b;
+    FILE *f;
+    int rc;
+    REQUIRE(cli_data(), "cannot write the data files");
+    if (!(train = tool_read_data(SVM_TRAIN, MFM_TASK_BINARY))) goto done;
+    tr = mfm_dataset_csr(train);
+    scratch_path(model_path, sizeof model_path, "chunks.model");
+    snprintf(cmd, sizeof cmd, "%s train --model fm -k 4 -t 3 --seed 5 --batch 64 --thread-chunks -s 3 --validation-fraction 0 --quiet %s %s", MFM_TOOL,
+             SVM_TRAIN, model_path);
+    rc = run_tool(cmd, out, sizeof out, errs, sizeof errs);
+    if (!CHECK(rc == 0, "'%s' exited with %d: %s", cmd, rc, errs)) goto done;
+    if (!CHECK(mfm_model_load(model_path, &tool_model, &e) == MFM_OK, "%s", e.message)) goto done;
+    memset(&p, 0, sizeof p);
+    p.model = MFM_MODEL_FM;
+    p.k = 4;
+    p.n_epochs = 3;
+    p.seed = 5;
+    p.batch_size = 64;
+    p.thread_chunks = 1;
+    p.n_threads = 3;
+    if (!CHECK(mfm_train(&p, &tr, &api_model, &e) == MFM_OK, "%s", e.message)) goto done;
+    snapshot_take(&a, tool_model);
+    snapshot_take(&b, api_model);
+    CHECK(snapshot_equal(&a, &b), "--thread-chunks -s 3 --batch 64 differs from mfm_train with params.thread_chunks on 3 threads");
+    snapshot_free(&a), snapshot_free(&b);
+    scratch_path(model_path, sizeof model_path, "chunks-hogwild.model");
+    snprintf(cmd, sizeof cmd, "%s train --model fm --batch 64 --thread-chunks --hogwild -s 2 --quiet %s %s", MFM_TOOL, SVM_TRAIN, model_path);
+    rc = run_tool(cmd, out, sizeof out, errs, sizeof errs);
+    CHECK(rc == 2 && strstr(errs, "--hogwild") && strstr(errs, "--thread-chunks"), "'%s' should fail naming both (exit %d): %s", cmd, rc, errs);
+    f = fopen(model_path, "rb");
+    CHECK(f == NULL, "a refused --thread-chunks --hogwild run wrote %s", model_path);
+    if (f) fclose(f);
+done:
+    mfm_model_free(tool_model);
+    mfm_model_free(api_model);
+    mfm_dataset_free(train);
+    scratch_clean();
+}
+
 /* --hogwild: two Hogwild threads train a model whose test AUC is within 0.02 of the API's
    one-thread model of the same settings (the bits vary from run to run); with --backend cuda it
    is refused by name, and no model file is written. */

@@ -24,7 +24,7 @@ static void expect_failure(mfm_status got, const mfm_error *e, mfm_status want, 
 typedef enum param_change {
     P_MODEL, P_TASK, P_OPTIMIZER, P_CLASS_WEIGHT, P_K, P_BATCH, P_LR_NEG, P_LR_NAN, P_LR_INF, P_L2_LIN_NEG, P_L2_LIN_NAN, P_L2_FAC_INF,
     P_L2_FAC_NEG, P_L1_SGD, P_L1_ADAGRAD, P_L1_ADAM, P_L1_FACTORS_DEFAULT_OPT, P_SMOOTH_ONE, P_SMOOTH_NEG, P_SMOOTH_NAN, P_CW_NEG, P_CW_NAN,
-    P_CW_ZERO, P_CW_NULL, P_HOGWILD_TWO, P_HOGWILD_CUDA
+    P_CW_ZERO, P_CW_NULL, P_HOGWILD_TWO, P_HOGWILD_CUDA, P_CHUNKS_TWO, P_CHUNKS_HOGWILD, P_CHUNKS_CUDA
 } param_change;
 
 typedef struct param_case {
@@ -64,6 +64,9 @@ static void change_params(mfm_params *p, param_change c) {
     case P_CW_NULL: p->class_weight = MFM_CLASS_WEIGHT_EXPLICIT, p->class_weights = NULL; break;
     case P_HOGWILD_TWO: p->hogwild = 2; break;
     case P_HOGWILD_CUDA: p->hogwild = 1, p->backend = MFM_BACKEND_CUDA, p->n_threads = 2; break;
+    case P_CHUNKS_TWO: p->thread_chunks = 2; break;
+    case P_CHUNKS_HOGWILD: p->thread_chunks = 1, p->hogwild = 1; break;
+    case P_CHUNKS_CUDA: p->thread_chunks = 1, p->backend = MFM_BACKEND_CUDA; break;
     }
 }
 
@@ -138,6 +141,9 @@ void test_invalid_params(void) {
         {P_CW_NULL, "class_weights", "class_weight explicit without class_weights"},
         {P_HOGWILD_TWO, "hogwild", "hogwild = 2"},
         {P_HOGWILD_CUDA, "hogwild", "hogwild with the CUDA backend"},
+        {P_CHUNKS_TWO, "thread_chunks = 2", "thread_chunks = 2"},
+        {P_CHUNKS_HOGWILD, "hogwild", "thread_chunks with hogwild"},
+        {P_CHUNKS_CUDA, "CUDA", "thread_chunks with the CUDA backend"},
     };
     fixture f;
     size_t i;

@@ -288,6 +288,8 @@ static const option options[] = {
     OPTION_NUMBER(CMD_TRAIN | CMD_PREDICT | CMD_EVAL, "-s", "--threads", OPT_INT, p.n_threads, 0, 1024, 0, "N",
                   "threads, 0 = every core; results do not depend on it, Hogwild aside (every core)"),
     OPTION_FLAG(CMD_TRAIN, NULL, "--hogwild", p.hogwild, "threads train their shares of the rows lock-free (LIBFFM's way; results vary run to run)"),
+    OPTION_FLAG(CMD_TRAIN, NULL, "--thread-chunks", p.thread_chunks,
+                "with --batch N: each thread sums a chunk of every batch (faster on many cores; the same bits for the same -s)"),
     OPTION_TEXT(CMD_TRAIN, "-p", "--validation", validation, "FILE", "validation metrics after every epoch, and early stopping on them"),
     OPTION_FLAG(CMD_TRAIN, NULL, "--auto-stop", auto_stop, "early stopping on -p FILE, keeping the best epoch's model (the default, except with --libffm)"),
     OPTION_FLAG(CMD_TRAIN, NULL, "--no-auto-stop", no_auto_stop, "-p FILE only reports: every epoch trains and the last is kept (LIBFFM's -p)"),
@@ -728,6 +730,7 @@ static int check_train_settings(const settings *s) {
     if (s->libffm && s->model && s->model != MFM_MODEL_FFM) return usage_error("--libffm trains an FFM; drop --model");
     if (s->no_normalize && (s->p.normalize_rows || s->libffm))
         return usage_error("--no-normalize contradicts %s, which scales the rows: give one", s->libffm ? "--libffm" : "--normalize");
+    if (s->p.hogwild && s->p.thread_chunks) return usage_error("--hogwild and --thread-chunks are two schedules of the threads: give one");
     if (s->p.hogwild && s->p.deterministic)
         return usage_error("--hogwild (CPU threads whose results vary run to run) and --deterministic (bit-identical GPU runs) contradict each other: give one");
     if (s->cache && is_std_stream(s->args[0])) return usage_error("--cache needs a training file, not standard input");
