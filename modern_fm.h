@@ -5353,6 +5353,7 @@ MFM__INLINE static int mfm__coords_room(mfm__coords *o, uint64_t more, uint64_t 
 
 /* Entries j .. j+n-1 (width floats each) back to zero sums and no flags, once stepped. */
 static void mfm__coords_zero(const mfm__coords *o, uint64_t j, uint64_t n, uint64_t width) {
+    if (!n) return; /* the buffers may not exist yet */
     memset(o->g + j * width, 0, (size_t)(n * width) * sizeof(float));
     if (o->parts) memset(o->flags + j * o->parts, 0, (size_t)(n * o->parts));
 }
@@ -6881,6 +6882,15 @@ static int mfm__chunk_keyed(const mfm__trainer *chunk, int t) {
     return t == MFM_TENSOR_V ? !chunk->workers[0].own[MFM_TENSOR_V].like_w : t == MFM_TENSOR_R && p->model == MFM_MODEL_FWFM;
 }
 
+/* The floats of one entry's sums in a worker's table of each tensor: w0's and w's (with the
+   line search, their squares too), v's (FFM by feature: every field's), r's. */
+static void mfm__sum_widths(const mfm__trainer *tr, const mfm__worker *wk, uint64_t width[MFM_TENSOR_COUNT]) {
+    const uint64_t C = tr->m->n_classes, parts = wk->own[MFM_TENSOR_V].parts;
+    width[MFM_TENSOR_W0] = width[MFM_TENSOR_W] = tr->line ? 2 * C : C;
+    width[MFM_TENSOR_V] = (parts ? parts : 1) * C * (uint64_t)tr->m->k;
+    width[MFM_TENSOR_R] = C;
+}
+
 /* The chunk's entries of tensor t grouped by owner, in entry order within a group (a counting
    sort). 0 when memory is short. */
 static int mfm__chunk_split(mfm__chunk *ch, int t, int owners) {
@@ -6899,13 +6909,17 @@ static int mfm__chunk_split(mfm__chunk *ch, int t, int owners) {
 }
 
 /* Steps 1 and 2 for chunk `index` of the batch (mfm__share's rows), then its entries grouped by
-   owner. The chunk's running loss is its worker's. */
+   owner. The chunk's running loss is its worker's. First the last batch's sums, which the owners
+   read, go back to zero: cleared here, by the core that writes them next, they do not travel to
+   the owner's core and back. */
 static void mfm__chunk_sum_task(void *ctx, int index) {
     const mfm__trainer *tr = (const mfm__trainer *)ctx;
     mfm__chunk *ch = &tr->chunks[index];
     mfm__worker *mine = &tr->workers[index], *wk = &ch->tr.workers[0];
-    uint64_t lo, hi;
+    uint64_t lo, hi, width[MFM_TENSOR_COUNT];
     int t;
+    mfm__sum_widths(&ch->tr, wk, width);
+    for (t = 0; t < MFM_TENSOR_COUNT; t++) mfm__coords_zero(&wk->own[t], 0, wk->own[t].n, width[t]);
     mfm__share(tr->n_batch, tr->n_workers, index, &lo, &hi);
     ch->tr.rows = tr->rows + lo, ch->tr.n_batch = hi - lo, ch->tr.stamp_batch = tr->stamp_batch;
     wk->loss = mine->loss, wk->weight = mine->weight;
@@ -6916,59 +6930,103 @@ static void mfm__chunk_sum_task(void *ctx, int index) {
         if (mfm__chunk_keyed(&ch->tr, t) && !mfm__chunk_split(ch, t, tr->n_workers)) mine->failed = 1;
 }
 
-/* Owner `me` adds up its coordinates' sums, chunk after chunk, into its tables (zero where the
-   batch touches them first); the chunks' sums go back to zero as they are read. */
-static void mfm__merge_task(void *ctx, int me) {
+/* Owner `me`, before any step of the batch (so that one that runs out of memory leaves the
+   model as it was): room in its tables for what the chunks hold of its coordinates, and each w
+   entry's place (merged_at; v's too where they are w's), with the last chunk that touches it
+   (wk->last_row, for tr->step_early). */
+static void mfm__merge_places_task(void *ctx, int me) {
     const mfm__trainer *tr = (const mfm__trainer *)ctx;
-    const mfm_model *m = tr->m;
-    const int T = tr->n_workers, with_v = !m->params.linear_only;
-    const uint64_t C = m->n_classes, k = (uint64_t)m->k, L = tr->line ? 2 * C : C;
+    const int T = tr->n_workers, like_w = !tr->m->params.linear_only && tr->workers[me].own[MFM_TENSOR_V].like_w;
     const uint32_t stamp = tr->stamp_batch;
     mfm__worker *wk = &tr->workers[me];
     mfm__coords *const w = &wk->own[MFM_TENSOR_W], *const v = &wk->own[MFM_TENSOR_V];
-    const uint64_t v_width = (v->parts ? v->parts : 1) * C * k, width[MFM_TENSOR_COUNT] = {L, L, v_width, C}; /* by tensor, as the sums lie */
-    uint64_t need[MFM_TENSOR_COUNT] = {0, 0, 0, 0};
+    uint64_t need[MFM_TENSOR_COUNT] = {1, 0, 0, 0}, width[MFM_TENSOR_COUNT]; /* w0: one entry */
+    uint32_t i;
     int c, t;
     mfm__gradient_start(wk);
+    mfm__sum_widths(tr, wk, width);
     for (c = 0; c < T; c++)
         for (t = MFM_TENSOR_W; t < MFM_TENSOR_COUNT; t++) need[t] += tr->chunks[c].start[t * (T + 1) + me + 1] - tr->chunks[c].start[t * (T + 1) + me];
-    if (!mfm__coords_room(&wk->own[MFM_TENSOR_W0], 1, L, stamp) || !mfm__coords_room(w, need[MFM_TENSOR_W], L, stamp) ||
-        (with_v && !mfm__coords_room(v, v->like_w ? need[MFM_TENSOR_W] : need[MFM_TENSOR_V], v_width, stamp)) ||
-        !mfm__coords_room(&wk->own[MFM_TENSOR_R], need[MFM_TENSOR_R], C, stamp)) {
+    if (like_w) need[MFM_TENSOR_V] = need[MFM_TENSOR_W];
+    for (t = 0; t < MFM_TENSOR_COUNT; t++)
+        if (!mfm__coords_room(&wk->own[t], need[t], width[t], stamp)) wk->failed = 1;
+    if (wk->failed ||
+        (tr->step_early && !mfm__reserve((void **)&wk->last_row, &wk->cap_last_row, need[MFM_TENSOR_W], sizeof(uint32_t)))) {
         wk->failed = 1;
         return;
     }
     for (c = 0; c < T; c++) {
-        mfm__chunk *ch = &tr->chunks[c];
-        mfm__coords *const from = ch->tr.workers[0].own;
-        if (me == 0 && from[MFM_TENSOR_W0].n) { /* w0: owner 0's */
-            mfm__axpy(mfm__own(&wk->own[MFM_TENSOR_W0], 0, stamp, L), 1.0f, from[MFM_TENSOR_W0].g, (int)L);
-            mfm__coords_zero(&from[MFM_TENSOR_W0], 0, 1, L);
-        }
-        for (t = MFM_TENSOR_W; t < MFM_TENSOR_COUNT; t++) {
-            const uint32_t *const start = ch->start + t * (T + 1) + me;
-            uint32_t i;
-            for (i = start[0]; i < start[1]; i++) {
-                const uint32_t j = ch->order[t][i];
-                const uint64_t id = from[t].ids[j];
-                mfm__axpy(mfm__own(&wk->own[t], id, stamp, width[t]), 1.0f, from[t].g + j * width[t], (int)width[t]);
-                mfm__coords_zero(&from[t], j, 1, width[t]);
-                if (t != MFM_TENSOR_W) continue;
-                ch->merged_at[j] = (uint32_t)w->last;
-                if (!with_v || !v->like_w) continue; /* else v keyed by feature: its entry is w's, here and in the chunk */
-                mfm__axpy(mfm__own_like_w(v, (uint32_t)w->last, id, v_width), 1.0f, from[MFM_TENSOR_V].g + j * v_width, (int)v_width);
-                if (v->parts) {
-                    uint32_t f;
-                    for (f = 0; f < v->parts; f++) v->flags[w->last * v->parts + f] |= from[MFM_TENSOR_V].flags[(uint64_t)j * v->parts + f];
-                }
-                mfm__coords_zero(&from[MFM_TENSOR_V], j, 1, v_width);
-            }
+        const mfm__chunk *ch = &tr->chunks[c];
+        const uint32_t *const start = ch->start + MFM_TENSOR_W * (T + 1) + me;
+        const uint64_t *const ids = ch->tr.workers[0].own[MFM_TENSOR_W].ids;
+        for (i = start[0]; i < start[1]; i++) {
+            const uint32_t j = ch->order[MFM_TENSOR_W][i];
+            mfm__own(w, ids[j], stamp, width[MFM_TENSOR_W]);
+            ch->merged_at[j] = (uint32_t)w->last;
+            if (like_w) mfm__own_like_w(v, (uint32_t)w->last, ids[j], width[MFM_TENSOR_V]);
+            if (tr->step_early) wk->last_row[w->last] = (uint32_t)c;
         }
     }
 }
 
+/* Owner `me` adds up its coordinates' sums, chunk after chunk, into the places
+   mfm__merge_places_task made (zero sums). v keyed by feature (tr->step_early) steps as soon as
+   its last chunk is added, while its sums are in cache: no chunk after that one has a term for
+   it. The chunks' entries, which other cores wrote, are asked for two ahead. */
+#define MFM__MERGE_STEPS 16 /* v entries stepped together */
+static void mfm__merge_task(void *ctx, int me) {
+    const mfm__trainer *tr = (const mfm__trainer *)ctx;
+    const int T = tr->n_workers, like_w = !tr->m->params.linear_only && tr->workers[me].own[MFM_TENSOR_V].like_w; /* v's entries are w's */
+    const uint32_t stamp = tr->stamp_batch;
+    mfm__worker *wk = &tr->workers[me];
+    mfm__coords *const w = &wk->own[MFM_TENSOR_W], *const v = &wk->own[MFM_TENSOR_V];
+    uint64_t width[MFM_TENSOR_COUNT], L, v_width;
+    uint32_t ending[MFM__MERGE_STEPS], n_ending = 0, i;
+    int c, t;
+    mfm__sum_widths(tr, wk, width);
+    L = width[MFM_TENSOR_W], v_width = width[MFM_TENSOR_V];
+    for (c = 0; c < T; c++) {
+        mfm__chunk *ch = &tr->chunks[c];
+        mfm__coords *const from = ch->tr.workers[0].own;
+        if (me == 0 && from[MFM_TENSOR_W0].n) /* w0: owner 0's */
+            mfm__axpy(mfm__own(&wk->own[MFM_TENSOR_W0], 0, stamp, L), 1.0f, from[MFM_TENSOR_W0].g, (int)L);
+        for (t = MFM_TENSOR_W; t < MFM_TENSOR_COUNT; t++) {
+            const uint32_t *const start = ch->start + t * (T + 1) + me, *const order = ch->order[t];
+            for (i = start[0]; i < start[1]; i++) {
+                const uint32_t j = order[i];
+                uint64_t e;
+                if (t != MFM_TENSOR_W) { /* v by slot, r: found as they come */
+                    mfm__axpy(mfm__own(&wk->own[t], from[t].ids[j], stamp, width[t]), 1.0f, from[t].g + j * width[t], (int)width[t]);
+                    continue;
+                }
+                if (i + 2 < start[1]) {
+                    const uint32_t ahead = order[i + 2];
+                    MFM__PREFETCH(from[t].g + ahead * width[t]);
+                    MFM__PREFETCH(w->g + (uint64_t)ch->merged_at[ahead] * L);
+                    if (like_w) {
+                        mfm__prefetch_range(from[MFM_TENSOR_V].g + ahead * v_width, 0, v_width, sizeof(float));
+                        mfm__prefetch_range(v->g + (uint64_t)ch->merged_at[ahead] * v_width, 0, v_width, sizeof(float));
+                    }
+                }
+                e = ch->merged_at[j];
+                mfm__axpy(w->g + e * L, 1.0f, from[t].g + j * L, (int)L);
+                if (!like_w) continue;
+                mfm__axpy(v->g + e * v_width, 1.0f, from[MFM_TENSOR_V].g + j * v_width, (int)v_width);
+                if (v->parts) {
+                    uint32_t f;
+                    for (f = 0; f < v->parts; f++) v->flags[e * v->parts + f] |= from[MFM_TENSOR_V].flags[(uint64_t)j * v->parts + f];
+                }
+                if (!tr->step_early || wk->last_row[e] != (uint32_t)c) continue;
+                ending[n_ending++] = (uint32_t)e;
+                if (n_ending == MFM__MERGE_STEPS) mfm__step_entries(tr, v, MFM_TENSOR_V, ending, n_ending), n_ending = 0;
+            }
+        }
+    }
+    if (n_ending) mfm__step_entries(tr, v, MFM_TENSOR_V, ending, n_ending);
+}
+
 /* Step 4 for chunk `index` (tr->line): the owners' linear steps back in the chunk's w entries,
-   where mfm__line_task reads them, its rows' slopes and curvatures, and the entries emptied. */
+   where mfm__line_task reads them, and its rows' slopes and curvatures. */
 static void mfm__chunk_line_task(void *ctx, int index) {
     const mfm__trainer *tr = (const mfm__trainer *)ctx;
     mfm__chunk *ch = &tr->chunks[index];
@@ -6980,8 +7038,6 @@ static void mfm__chunk_line_task(void *ctx, int index) {
     for (j = 0; j < w->n; j++)
         memcpy(w->g + j * 2 * C, tr->workers[mfm__owner(w->ids[j], tr->n_workers)].own[MFM_TENSOR_W].g + (uint64_t)ch->merged_at[j] * 2 * C, C * sizeof(float));
     mfm__line_task(&ch->tr, 0);
-    mfm__coords_zero(w0, 0, w0->n, 2 * C);
-    mfm__coords_zero(w, 0, w->n, 2 * C);
 }
 
 static void mfm__log(const mfm_params *p, mfm_log_level level, const char *fmt, ...) {
@@ -7208,6 +7264,7 @@ static int mfm__chunks_init(mfm__trainer *tr, mfm_model *m, const mfm_csr *d, co
             return 0;
         ch->tr.step_early = 0; /* a step waits for every chunk's sums */
     }
+    tr->step_early = !m->params.linear_only && tr->workers[0].own[MFM_TENSOR_V].like_w; /* in mfm__merge_task */
     return 1;
 }
 
@@ -7408,6 +7465,10 @@ static mfm_status mfm__pass(mfm__trainer *tr, mfm__pool *pool, const uint64_t *r
         for (w = 0; w < tr->n_workers; w++) loss += tr->workers[w].loss;
         if (!mfm__finite(loss)) /* before its steps, but for FFM's v that one worker stepped early */
             return mfm__diverged_at(tr, tr->rows, tr->n_batch, start / batch + 1, tr->step_early ? tr->workers[0].diverged : 0, err);
+        if (tr->chunks) mfm__pool_run(pool, mfm__merge_places_task, tr);
+        for (w = 0; w < tr->n_workers; w++)
+            if (tr->chunks && tr->workers[w].failed)
+                return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for the gradient buffers; the model holds the updates of the batches before it");
         if (tr->n_workers > 1) mfm__pool_run(pool, tr->chunks ? mfm__merge_task : mfm__gradient_task, tr);
         for (w = 0; w < tr->n_workers; w++)
             if (tr->workers[w].failed)

@@ -530,6 +530,33 @@ void test_batch_ffm_repeated_feature(void) {
     free(text);
 }
 
+/* mfm_partial_fit of the rows (one pass in order) on one thread and on T threads of a schedule
+   (params.hogwild or params.thread_chunks set in p): 1 when the two models hold the same bits, 0
+   when they differ, -1 when one could not be trained (a failed check says why). */
+static int one_thread_and_T_equal(const mfm_params *schedule, const mfm_csr *d, int T, uint32_t n_features, uint32_t n_fields) {
+    mfm_model *m[2] = {NULL, NULL};
+    snapshot one, many;
+    int i, equal = -1;
+    for (i = 0; i < 2; i++) {
+        mfm_params p = *schedule;
+        mfm_error e;
+        p.n_threads = i ? T : 1;
+        if (!i) p.hogwild = p.thread_chunks = 0;
+        m[i] = make_model(&p, n_features, n_fields, 1);
+        if (m[i] && !CHECK(mfm_partial_fit(m[i], d, &e) == MFM_OK, "mfm_partial_fit: %s", e.message)) mfm_model_free(m[i]), m[i] = NULL;
+    }
+    if (m[0] && m[1]) {
+        snapshot_take(&one, m[0]);
+        snapshot_take(&many, m[1]);
+        equal = snapshot_equal(&one, &many);
+        snapshot_free(&one);
+        snapshot_free(&many);
+    }
+    mfm_model_free(m[0]);
+    mfm_model_free(m[1]);
+    return equal;
+}
+
 /* params.thread_chunks, checked exactly: the batch's rows in T blocks, block b of every batch
    with features (ids 20 b ..) and fields (3 b ..) of its own, and pairs_only, so that w0 and w
    take zero steps. Then chunk b of a batch is block b, every coordinate's sum is one chunk's,
@@ -549,10 +576,7 @@ void test_thread_chunks_exact(void) {
                 data_spec spec = train_data(MFM_TASK_BINARY, 2, n_rows, 400 + (uint64_t)(mi * 10 + T));
                 mfm_params p;
                 test_data td;
-                snapshot one, chunks;
-                mfm_model *m[2] = {NULL, NULL};
                 uint64_t r, j;
-                int i;
                 spec.feature_range = BLOCK_FEATURES;
                 spec.n_fields = BLOCK_FIELDS;
                 spec.min_nnz = 2;
@@ -572,32 +596,18 @@ void test_thread_chunks_exact(void) {
                 p.batch_size = BLOCK_ROWS * T;
                 p.optimizer = opt == 0 ? MFM_OPTIMIZER_ADAGRAD : opt == 1 ? MFM_OPTIMIZER_SGD : MFM_OPTIMIZER_ADAM;
                 p.seed = 9;
-                for (i = 0; i < 2; i++) {
-                    mfm_error e;
-                    p.n_threads = i ? T : 1;
-                    p.thread_chunks = i;
-                    m[i] = make_model(&p, (uint32_t)(BLOCK_FEATURES * T), (uint32_t)(BLOCK_FIELDS * T), 1);
-                    if (m[i]) CHECK(mfm_partial_fit(m[i], &td.csr, &e) == MFM_OK, "mfm_partial_fit: %s", e.message);
-                }
-                if (m[0] && m[1]) {
-                    snapshot_take(&one, m[0]);
-                    snapshot_take(&chunks, m[1]);
-                    CHECK(snapshot_equal(&one, &chunks), "%s k=%d, optimizer %d: the chunks of %d threads on disjoint blocks differ from one thread",
-                          model_name(p.model), p.k, opt, T);
-                    snapshot_free(&one);
-                    snapshot_free(&chunks);
-                }
-                mfm_model_free(m[0]);
-                mfm_model_free(m[1]);
+                p.thread_chunks = 1;
+                CHECK(one_thread_and_T_equal(&p, &td.csr, T, (uint32_t)(BLOCK_FEATURES * T), (uint32_t)(BLOCK_FIELDS * T)) != 0,
+                      "%s k=%d, optimizer %d: the chunks of %d threads on disjoint blocks differ from one thread", model_name(p.model), p.k, opt, T);
                 data_free(&td);
             }
 }
 
 /* params.thread_chunks: the same thread count gives the same bits run after run (3 threads,
-   batch 32 and a last batch of 24, twice, every model, multiclass FM, AdaGrad's line search);
+   batch 32 and a short last batch, twice, every model, multiclass FM, AdaGrad's line search);
    one thread's chunk is the shared batch (its bits); 3 threads' chunks add the same gradients in
    another order, so they differ from 1 thread's, in rounding only (test_validation.c refuses
-   2, Hogwild with them, and the GPU). */
+   2, Hogwild with them, and the GPU). Quick runs (the sanitizers') take 300 rows. */
 void test_thread_chunks_reproducible(void) {
     int which;
     for (which = 0; which < 4; which++) {
@@ -607,7 +617,7 @@ void test_thread_chunks_reproducible(void) {
         data_spec spec;
         snapshot shared, a, b;
         determinism_params(which, &p, &task);
-        spec = train_data(task, 3, 600, 117);
+        spec = train_data(task, 3, runner_quick() ? 300 : 600, 117);
         data_random(&td, &spec);
         p.batch_size = 32;
         p.n_threads = 1;
@@ -654,10 +664,7 @@ void test_hogwild_disjoint_shares_exact(void) {
                     data_spec spec = train_data(MFM_TASK_BINARY, 2, (uint64_t)BLOCK_ROWS * T, 300 + (uint64_t)(mi * 10 + T));
                     mfm_params p;
                     test_data td;
-                    snapshot one, shared;
-                    mfm_model *m[2] = {NULL, NULL};
                     uint64_t r, j;
-                    int i;
                     spec.feature_range = BLOCK_FEATURES;
                     spec.n_fields = BLOCK_FIELDS;
                     data_random(&td, &spec);
@@ -673,23 +680,10 @@ void test_hogwild_disjoint_shares_exact(void) {
                     p.batch_size = batch;
                     p.optimizer = opt ? MFM_OPTIMIZER_SGD : MFM_OPTIMIZER_ADAGRAD;
                     p.seed = 9;
-                    for (i = 0; i < 2; i++) {
-                        mfm_error e;
-                        p.n_threads = i ? T : 1;
-                        p.hogwild = i;
-                        m[i] = make_model(&p, (uint32_t)(BLOCK_FEATURES * T), (uint32_t)(BLOCK_FIELDS * T), 1);
-                        if (m[i]) CHECK(mfm_partial_fit(m[i], &td.csr, &e) == MFM_OK, "mfm_partial_fit: %s", e.message);
-                    }
-                    if (m[0] && m[1]) {
-                        snapshot_take(&one, m[0]);
-                        snapshot_take(&shared, m[1]);
-                        CHECK(snapshot_equal(&one, &shared), "%s, %s, batch %d: %d Hogwild threads on disjoint blocks differ from one thread",
-                              model_name(p.model), opt ? "SGD" : "AdaGrad", batch, T);
-                        snapshot_free(&one);
-                        snapshot_free(&shared);
-                    }
-                    mfm_model_free(m[0]);
-                    mfm_model_free(m[1]);
+                    p.hogwild = 1;
+                    CHECK(one_thread_and_T_equal(&p, &td.csr, T, (uint32_t)(BLOCK_FEATURES * T), (uint32_t)(BLOCK_FIELDS * T)) != 0,
+                          "%s, %s, batch %d: %d Hogwild threads on disjoint blocks differ from one thread", model_name(p.model),
+                          opt ? "SGD" : "AdaGrad", batch, T);
                     data_free(&td);
                 }
 }
