@@ -7813,10 +7813,11 @@ static mfm_status mfm__fit(mfm_model *m, const mfm_csr *d, const mfm_csr *valida
                  "training %s %s on %" PRIu64 " rows (%" PRIu64 " non-zeros), %u features, %u fields, k=%d, %s, batch %d, %d thread(s)%s%s, %d epoch(s)%s",
                  mfm__model_names[m->params.model], mfm_task_name(m->params.task), n, info.nnz, (unsigned)m->n_features, (unsigned)m->n_fields, m->k,
                  mfm__optimizer_names[m->params.optimizer], m->params.batch_size, on_gpu ? 0 : n_shares > 1 ? n_shares : tr->n_workers,
-                 n_shares > 1                 ? " (Hogwild)"
-                 : m->params.hogwild && on_gpu ? " (Hogwild is for CPU threads: not used)"
-                 : tr && tr->chunks            ? " (a chunk of each batch per thread)"
-                                               : "",
+                 n_shares > 1                        ? " (Hogwild)"
+                 : m->params.hogwild && on_gpu       ? " (Hogwild is for CPU threads: not used)"
+                 : m->params.thread_chunks && on_gpu ? " (chunks are for CPU threads: not used)"
+                 : tr && tr->chunks                  ? " (a chunk of each batch per thread)"
+                                                     : "",
                  !on_gpu ? "" : m->params.n_devices > 1 ? (m->params.deterministic ? " on several GPUs (deterministic)" : " on several GPUs")
                            : (m->params.deterministic ? " on the GPU (deterministic)" : " on the GPU"), n_epochs, valid ? ", early stopping" : "");
     for (e = 0; e < n_epochs && st == MFM_OK; e++) {

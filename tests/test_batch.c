@@ -383,7 +383,7 @@ void test_determinism_same_seed(void) {
         mfm_task task;
         test_data td;
         data_spec spec;
-        snapshot a, b, c;
+        snapshot a = {NULL, 0}, b = {NULL, 0}, c = {NULL, 0}; /* freed whether or not a fit made them */
         determinism_params(which, &p, &task);
         spec = train_data(task, 3, 300, 111);
         data_random(&td, &spec);
@@ -430,7 +430,7 @@ void test_determinism_fixed_threads(void) {
         mfm_task task;
         test_data td;
         data_spec spec;
-        snapshot a, b;
+        snapshot a = {NULL, 0}, b = {NULL, 0};
         determinism_params(which, &p, &task);
         spec = train_data(task, 3, 600, 112);
         data_random(&td, &spec);
@@ -563,8 +563,7 @@ static int one_thread_and_T_equal(const mfm_params *schedule, const mfm_csr *d, 
    added to the owner's zero, and T threads' chunks must give one thread's bits: every sum,
    FFM's touched slots (by feature, and by slot at k = 512) and FwFM's r must reach their owner
    once. FM, FFM and FwFM; AdaGrad, SGD and Adam; 2 and 3 threads; three batches in one
-   mfm_partial_fit (rows in order), the last of them short. And the chunks follow the rows: with
-   the rows of the blocks mixed, 3 threads differ from one; with 1 thread they give its bits. */
+   mfm_partial_fit (rows in order), the last of them short. */
 void test_thread_chunks_exact(void) {
     static const mfm_model_type models[4] = {MFM_MODEL_FM, MFM_MODEL_FFM, MFM_MODEL_FWFM, MFM_MODEL_FFM};
     enum { BLOCK_ROWS = 40, BLOCK_FEATURES = 20, BLOCK_FIELDS = 3 };
@@ -615,7 +614,7 @@ void test_thread_chunks_reproducible(void) {
         mfm_task task;
         test_data td;
         data_spec spec;
-        snapshot shared, a, b;
+        snapshot shared = {NULL, 0}, a = {NULL, 0}, b = {NULL, 0};
         determinism_params(which, &p, &task);
         spec = train_data(task, 3, runner_quick() ? 300 : 600, 117);
         data_random(&td, &spec);
