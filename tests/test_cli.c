@@ -385,6 +385,19 @@ void test_cli_errors(void) {
     scratch_clean();
 }
 
+/* `mfm train ... model_path` refused: exit status rc, an error naming `word` (and `word2` unless
+   NULL), and no model file written. */
+static void check_train_refused(const char *cmd, int rc_wanted, const char *word, const char *word2, const char *model_path) {
+    char out[4096], errs[4096];
+    const int rc = run_tool(cmd, out, sizeof out, errs, sizeof errs);
+    FILE *f;
+    CHECK(rc == rc_wanted && strstr(errs, word) && (!word2 || strstr(errs, word2)), "'%s' should fail with %d naming %s%s%s (exit %d): %s", cmd, rc_wanted,
+          word, word2 ? " and " : "", word2 ? word2 : "", rc, errs);
+    f = fopen(model_path, "rb");
+    CHECK(f == NULL, "the refused '%s' wrote %s", cmd, model_path);
+    if (f) fclose(f);
+}
+
 /* --thread-chunks: 3 threads summing a chunk of every batch of 64 give the bits of the API's
    mfm_train with params.thread_chunks and the same threads; with --hogwild it is refused, naming
    both, and no model file is written. */
@@ -396,7 +409,6 @@ void test_cli_thread_chunks(void) {
     mfm_error e;
     mfm_csr tr;
     snapshot a, b;
-    FILE *f;
     int rc;
     REQUIRE(cli_data(), "cannot write the data files");
     if (!(train = tool_read_data(SVM_TRAIN, MFM_TASK_BINARY))) goto done;
@@ -422,11 +434,7 @@ void test_cli_thread_chunks(void) {
     snapshot_free(&a), snapshot_free(&b);
     scratch_path(model_path, sizeof model_path, "chunks-hogwild.model");
     snprintf(cmd, sizeof cmd, "%s train --model fm --batch 64 --thread-chunks --hogwild -s 2 --quiet %s %s", MFM_TOOL, SVM_TRAIN, model_path);
-    rc = run_tool(cmd, out, sizeof out, errs, sizeof errs);
-    CHECK(rc == 2 && strstr(errs, "--hogwild") && strstr(errs, "--thread-chunks"), "'%s' should fail naming both (exit %d): %s", cmd, rc, errs);
-    f = fopen(model_path, "rb");
-    CHECK(f == NULL, "a refused --thread-chunks --hogwild run wrote %s", model_path);
-    if (f) fclose(f);
+    check_train_refused(cmd, 2, "--hogwild", "--thread-chunks", model_path);
 done:
     mfm_model_free(tool_model);
     mfm_model_free(api_model);
@@ -445,7 +453,6 @@ void test_cli_hogwild(void) {
     mfm_params p;
     mfm_error e;
     mfm_csr tr, te;
-    FILE *f;
     int rc;
     REQUIRE(cli_data(), "cannot write the data files");
     train = tool_read_data(SVM_TRAIN, MFM_TASK_BINARY);
@@ -472,11 +479,7 @@ void test_cli_hogwild(void) {
         CHECK(tool_met.auc >= api_met.auc - 0.02, "--hogwild -s 2: test AUC %.4f against one thread's %.4f", tool_met.auc, api_met.auc);
     scratch_path(model_path, sizeof model_path, "hogwild-cuda.model");
     snprintf(cmd, sizeof cmd, "%s train --model fm -k 4 --hogwild -s 2 --backend cuda --quiet %s %s", MFM_TOOL, SVM_TRAIN, model_path);
-    rc = run_tool(cmd, out, sizeof out, errs, sizeof errs);
-    CHECK(rc == 1 && strstr(errs, "hogwild") != NULL, "'%s' should fail naming hogwild (exit %d): %s", cmd, rc, errs);
-    f = fopen(model_path, "rb");
-    CHECK(f == NULL, "a refused --hogwild --backend cuda run wrote %s", model_path);
-    if (f) fclose(f);
+    check_train_refused(cmd, 1, "hogwild", NULL, model_path);
 done:
     mfm_model_free(tool_model);
     mfm_model_free(api_model);
