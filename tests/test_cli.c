@@ -385,6 +385,21 @@ void test_cli_errors(void) {
     scratch_clean();
 }
 
+/* `mfm train OPTIONS --validation-fraction 0 --quiet SVM_TRAIN scratch/NAME`, then the model
+   loaded back; NULL (after a failed check) when either fails. */
+static mfm_model *train_with_tool(const char *options, const char *name) {
+    char model_path[512], cmd[1600], out[4096], errs[4096];
+    mfm_model *m = NULL;
+    mfm_error e;
+    int rc;
+    scratch_path(model_path, sizeof model_path, name);
+    snprintf(cmd, sizeof cmd, "%s train %s --validation-fraction 0 --quiet %s %s", MFM_TOOL, options, SVM_TRAIN, model_path);
+    rc = run_tool(cmd, out, sizeof out, errs, sizeof errs);
+    if (!CHECK(rc == 0, "'%s' exited with %d: %s", cmd, rc, errs)) return NULL;
+    if (!CHECK(mfm_model_load(model_path, &m, &e) == MFM_OK, "%s", e.message)) return NULL;
+    return m;
+}
+
 /* `mfm train ... model_path` refused: exit status rc, an error naming `word` (and `word2` unless
    NULL), and no model file written. */
 static void check_train_refused(const char *cmd, int rc_wanted, const char *word, const char *word2, const char *model_path) {
@@ -402,23 +417,17 @@ static void check_train_refused(const char *cmd, int rc_wanted, const char *word
    mfm_train with params.thread_chunks and the same threads; with --hogwild it is refused, naming
    both, and no model file is written. */
 void test_cli_thread_chunks(void) {
-    char model_path[512], cmd[1600], out[4096], errs[4096];
+    char model_path[512], cmd[1600];
     mfm_dataset *train = NULL;
     mfm_model *tool_model = NULL, *api_model = NULL;
     mfm_params p;
     mfm_error e;
     mfm_csr tr;
     snapshot a, b;
-    int rc;
     REQUIRE(cli_data(), "cannot write the data files");
     if (!(train = tool_read_data(SVM_TRAIN, MFM_TASK_BINARY))) goto done;
     tr = mfm_dataset_csr(train);
-    scratch_path(model_path, sizeof model_path, "chunks.model");
-    snprintf(cmd, sizeof cmd, "%s train --model fm -k 4 -t 3 --seed 5 --batch 64 --thread-chunks -s 3 --validation-fraction 0 --quiet %s %s", MFM_TOOL,
-             SVM_TRAIN, model_path);
-    rc = run_tool(cmd, out, sizeof out, errs, sizeof errs);
-    if (!CHECK(rc == 0, "'%s' exited with %d: %s", cmd, rc, errs)) goto done;
-    if (!CHECK(mfm_model_load(model_path, &tool_model, &e) == MFM_OK, "%s", e.message)) goto done;
+    if (!(tool_model = train_with_tool("--model fm -k 4 -t 3 --seed 5 --batch 64 --thread-chunks -s 3", "chunks.model"))) goto done;
     memset(&p, 0, sizeof p);
     p.model = MFM_MODEL_FM;
     p.k = 4;
@@ -446,25 +455,20 @@ done:
    one-thread model of the same settings (the bits vary from run to run); with --backend cuda it
    is refused by name, and no model file is written. */
 void test_cli_hogwild(void) {
-    char model_path[512], cmd[1600], out[4096], errs[4096];
+    char model_path[512], cmd[1600];
     mfm_dataset *train = NULL, *test = NULL;
     mfm_model *tool_model = NULL, *api_model = NULL;
     mfm_metrics tool_met, api_met;
     mfm_params p;
     mfm_error e;
     mfm_csr tr, te;
-    int rc;
     REQUIRE(cli_data(), "cannot write the data files");
     train = tool_read_data(SVM_TRAIN, MFM_TASK_BINARY);
     test = tool_read_data(SVM_TEST, MFM_TASK_BINARY);
     if (!train || !test) goto done;
     tr = mfm_dataset_csr(train);
     te = mfm_dataset_csr(test);
-    scratch_path(model_path, sizeof model_path, "hogwild.model");
-    snprintf(cmd, sizeof cmd, "%s train --model fm -k 4 -t 12 -r 0.2 --seed 5 --hogwild -s 2 --validation-fraction 0 --quiet %s %s", MFM_TOOL, SVM_TRAIN, model_path);
-    rc = run_tool(cmd, out, sizeof out, errs, sizeof errs);
-    if (!CHECK(rc == 0, "'%s' exited with %d: %s", cmd, rc, errs)) goto done;
-    if (!CHECK(mfm_model_load(model_path, &tool_model, &e) == MFM_OK, "%s", e.message)) goto done;
+    if (!(tool_model = train_with_tool("--model fm -k 4 -t 12 -r 0.2 --seed 5 --hogwild -s 2", "hogwild.model"))) goto done;
     memset(&p, 0, sizeof p);
     p.model = MFM_MODEL_FM;
     p.k = 4;
