@@ -372,6 +372,16 @@ static void determinism_params(int which, mfm_params *p, mfm_task *task) {
     p->seed = 7;
 }
 
+/* Case `which` of determinism_params, and its random data: n_rows rows of n_classes classes
+   (multiclass) from the seed. */
+static void determinism_data(int which, uint32_t n_classes, uint64_t n_rows, uint64_t seed, mfm_params *p, test_data *td) {
+    mfm_task task;
+    data_spec spec;
+    determinism_params(which, p, &task);
+    spec = train_data(task, n_classes, n_rows, seed);
+    data_random(td, &spec);
+}
+
 /* The same seed gives bit-identical parameters and state (memcmp), with batch 1 and with
    batch 4, and so does one Hogwild thread (the ordinary schedule); another seed gives others,
    and that also through the row order alone: two models of seeds 7 and 8 given the same
@@ -380,13 +390,9 @@ void test_determinism_same_seed(void) {
     int which;
     for (which = 0; which < 4; which++) {
         mfm_params p;
-        mfm_task task;
         test_data td;
-        data_spec spec;
         snapshot a = {NULL, 0}, b = {NULL, 0}, c = {NULL, 0}; /* freed whether or not a fit made them */
-        determinism_params(which, &p, &task);
-        spec = train_data(task, 3, 300, 111);
-        data_random(&td, &spec);
+        determinism_data(which, 3, 300, 111, &p, &td);
         p.batch_size = which == 1 ? 4 : 1;
         if (train_snapshot(&p, &td.csr, &a) && train_snapshot(&p, &td.csr, &b)) {
             CHECK(snapshot_equal(&a, &b), "case %d: two runs with the same seed differ", which);
@@ -427,13 +433,9 @@ void test_determinism_fixed_threads(void) {
     int which;
     for (which = 0; which < 4; which++) {
         mfm_params p;
-        mfm_task task;
         test_data td;
-        data_spec spec;
         snapshot a = {NULL, 0}, b = {NULL, 0};
-        determinism_params(which, &p, &task);
-        spec = train_data(task, 3, 600, 112);
-        data_random(&td, &spec);
+        determinism_data(which, 3, 600, 112, &p, &td);
         p.batch_size = 32;
         p.n_threads = 2;
         if (train_snapshot(&p, &td.csr, &a) && train_snapshot(&p, &td.csr, &b))
@@ -611,13 +613,9 @@ void test_thread_chunks_reproducible(void) {
     int which;
     for (which = 0; which < 4; which++) {
         mfm_params p;
-        mfm_task task;
         test_data td;
-        data_spec spec;
         snapshot shared = {NULL, 0}, a = {NULL, 0}, b = {NULL, 0};
-        determinism_params(which, &p, &task);
-        spec = train_data(task, 3, runner_quick() ? 300 : 600, 117);
-        data_random(&td, &spec);
+        determinism_data(which, 3, runner_quick() ? 300 : 600, 117, &p, &td);
         p.batch_size = 32;
         p.n_threads = 1;
         if (train_snapshot(&p, &td.csr, &shared)) {
@@ -762,16 +760,12 @@ void test_train_is_create_plus_fit(void) {
     int which;
     for (which = 0; which < 4; which++) {
         mfm_params p;
-        mfm_task task;
         test_data td;
-        data_spec spec;
         snapshot trained, fitted;
         mfm_model *m = NULL;
         uint32_t max_feature = 0, max_field = 0, max_label = 0;
         uint64_t j, r;
-        determinism_params(which, &p, &task);
-        spec = train_data(task, 4, 200, 114);
-        data_random(&td, &spec);
+        determinism_data(which, 4, 200, 114, &p, &td);
         for (j = 0; j < td.offsets[td.csr.n_rows]; j++) {
             max_feature = td.features[j] > max_feature ? td.features[j] : max_feature;
             max_field = td.fields[j] > max_field ? td.fields[j] : max_field;
@@ -793,7 +787,7 @@ void test_train_is_create_plus_fit(void) {
             mfm_model_info info;
             mfm_model_get_info(m, &info);
             CHECK(info.n_features == 100, "case %d: data.n_features = 100 gave a model of %u features", which, (unsigned)info.n_features);
-            CHECK(info.n_classes == (task == MFM_TASK_MULTICLASS ? max_label + 1 : 1u), "case %d: %u classes", which, (unsigned)info.n_classes);
+            CHECK(info.n_classes == (p.task == MFM_TASK_MULTICLASS ? max_label + 1 : 1u), "case %d: %u classes", which, (unsigned)info.n_classes);
             CHECK(info.epochs_trained == 2, "case %d: epochs_trained = %u after 2 epochs", which, (unsigned)info.epochs_trained);
         }
         mfm_model_free(m);
