@@ -270,7 +270,8 @@ typedef struct mfm_params {
     int thread_chunks;          /* 0: as hogwild 0; 1: each of the n_threads threads sums the
                                    gradients of its contiguous chunk of every batch, and the
                                    chunks' sums are added in chunk order before the one step
-                                   (faster on many cores: docs/PERFORMANCE.md). Runs with the
+                                   (FFM and FwFM train faster on many cores, FM slower:
+                                   docs/PERFORMANCE.md). Runs with the
                                    same n_threads give the same bits; other thread counts differ
                                    in rounding only. CPU training; at batch_size 1 a batch is one
                                    chunk, trained as 0 trains it */

@@ -289,7 +289,7 @@ static const option options[] = {
                   "threads, 0 = every core; results do not depend on it, Hogwild aside (every core)"),
     OPTION_FLAG(CMD_TRAIN, NULL, "--hogwild", p.hogwild, "threads train their shares of the rows lock-free (LIBFFM's way; results vary run to run)"),
     OPTION_FLAG(CMD_TRAIN, NULL, "--thread-chunks", p.thread_chunks,
-                "with --batch N: each thread sums a chunk of every batch (faster on many cores; the same bits for the same -s)"),
+                "with --batch N: each thread sums a chunk of every batch (FFM and FwFM faster on many cores; the same bits for the same -s)"),
     OPTION_TEXT(CMD_TRAIN, "-p", "--validation", validation, "FILE", "validation metrics after every epoch, and early stopping on them"),
     OPTION_FLAG(CMD_TRAIN, NULL, "--auto-stop", auto_stop, "early stopping on -p FILE, keeping the best epoch's model (the default, except with --libffm)"),
     OPTION_FLAG(CMD_TRAIN, NULL, "--no-auto-stop", no_auto_stop, "-p FILE only reports: every epoch trains and the last is kept (LIBFFM's -p)"),
