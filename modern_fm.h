@@ -6934,10 +6934,11 @@ static void mfm__chunk_sum_task(void *ctx, int index) {
 /* Owner `me`, before any step of the batch (so that one that runs out of memory leaves the
    model as it was): room in its tables for what the chunks hold of its coordinates, and each w
    entry's place (merged_at; v's too where they are w's), with the last chunk that touches it
-   (wk->last_row, for tr->step_early). */
+   (wk->last_row). tr->step_early (mfm__chunks_init): v is keyed by feature, its entries are
+   w's, and it steps in the merge. */
 static void mfm__merge_places_task(void *ctx, int me) {
     const mfm__trainer *tr = (const mfm__trainer *)ctx;
-    const int T = tr->n_workers, like_w = !tr->m->params.linear_only && tr->workers[me].own[MFM_TENSOR_V].like_w;
+    const int T = tr->n_workers, like_w = tr->step_early;
     const uint32_t stamp = tr->stamp_batch;
     mfm__worker *wk = &tr->workers[me];
     mfm__coords *const w = &wk->own[MFM_TENSOR_W], *const v = &wk->own[MFM_TENSOR_V];
@@ -6951,11 +6952,8 @@ static void mfm__merge_places_task(void *ctx, int me) {
     if (like_w) need[MFM_TENSOR_V] = need[MFM_TENSOR_W];
     for (t = 0; t < MFM_TENSOR_COUNT; t++)
         if (!mfm__coords_room(&wk->own[t], need[t], width[t], stamp)) wk->failed = 1;
-    if (wk->failed ||
-        (tr->step_early && !mfm__reserve((void **)&wk->last_row, &wk->cap_last_row, need[MFM_TENSOR_W], sizeof(uint32_t)))) {
-        wk->failed = 1;
-        return;
-    }
+    if (like_w && !mfm__reserve((void **)&wk->last_row, &wk->cap_last_row, need[MFM_TENSOR_W], sizeof(uint32_t))) wk->failed = 1;
+    if (wk->failed) return;
     for (c = 0; c < T; c++) {
         const mfm__chunk *ch = &tr->chunks[c];
         const uint32_t *const start = ch->start + MFM_TENSOR_W * (T + 1) + me;
@@ -6964,8 +6962,9 @@ static void mfm__merge_places_task(void *ctx, int me) {
             const uint32_t j = ch->order[MFM_TENSOR_W][i];
             mfm__own(w, ids[j], stamp, width[MFM_TENSOR_W]);
             ch->merged_at[j] = (uint32_t)w->last;
-            if (like_w) mfm__own_like_w(v, (uint32_t)w->last, ids[j], width[MFM_TENSOR_V]);
-            if (tr->step_early) wk->last_row[w->last] = (uint32_t)c;
+            if (!like_w) continue;
+            mfm__own_like_w(v, (uint32_t)w->last, ids[j], width[MFM_TENSOR_V]);
+            wk->last_row[w->last] = (uint32_t)c;
         }
     }
 }
@@ -6977,7 +6976,7 @@ static void mfm__merge_places_task(void *ctx, int me) {
 #define MFM__MERGE_STEPS 16 /* v entries stepped together */
 static void mfm__merge_task(void *ctx, int me) {
     const mfm__trainer *tr = (const mfm__trainer *)ctx;
-    const int T = tr->n_workers, like_w = !tr->m->params.linear_only && tr->workers[me].own[MFM_TENSOR_V].like_w; /* v's entries are w's */
+    const int T = tr->n_workers, like_w = tr->step_early; /* v's entries are w's, and it steps here */
     const uint32_t stamp = tr->stamp_batch;
     mfm__worker *wk = &tr->workers[me];
     mfm__coords *const w = &wk->own[MFM_TENSOR_W], *const v = &wk->own[MFM_TENSOR_V];
@@ -7017,7 +7016,7 @@ static void mfm__merge_task(void *ctx, int me) {
                     uint32_t f;
                     for (f = 0; f < v->parts; f++) v->flags[e * v->parts + f] |= from[MFM_TENSOR_V].flags[(uint64_t)j * v->parts + f];
                 }
-                if (!tr->step_early || wk->last_row[e] != (uint32_t)c) continue;
+                if (wk->last_row[e] != (uint32_t)c) continue;
                 ending[n_ending++] = (uint32_t)e;
                 if (n_ending == MFM__MERGE_STEPS) mfm__step_entries(tr, v, MFM_TENSOR_V, ending, n_ending), n_ending = 0;
             }
@@ -7252,6 +7251,13 @@ static int mfm__trainer_init(mfm__trainer *tr, mfm_model *m, const mfm_csr *d, c
     return 1;
 }
 
+/* Whether a worker of the batch ran short of memory. */
+static int mfm__workers_failed(const mfm__trainer *tr) {
+    int w, failed = 0;
+    for (w = 0; w < tr->n_workers; w++) failed |= tr->workers[w].failed;
+    return failed;
+}
+
 /* params.thread_chunks: a trainer of one worker per chunk, for the chunk's share of a batch of
    the pass's rows. 0 when memory is short. */
 static int mfm__chunks_init(mfm__trainer *tr, mfm_model *m, const mfm_csr *d, const uint64_t *rows, uint64_t n_rows, const mfm__data_info *info) {
@@ -7459,21 +7465,16 @@ static mfm_status mfm__pass(mfm__trainer *tr, mfm__pool *pool, const uint64_t *r
             tr->stamp_batch = 1;
         }
         mfm__pool_run(pool, tr->chunks ? mfm__chunk_sum_task : tr->n_workers == 1 ? mfm__score_and_sum_task : mfm__score_task, tr);
-        for (w = 0; w < tr->n_workers; w++)
-            if (tr->workers[w].failed && tr->n_workers > 1)
-                return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for %s; the model holds the updates of the batches before it",
-                                 tr->chunks ? "a chunk's gradient buffers" : "the batch's lists of owned non-zeros or the owners' streams");
+        if (tr->n_workers > 1 && mfm__workers_failed(tr))
+            return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for %s; the model holds the updates of the batches before it",
+                             tr->chunks ? "a chunk's gradient buffers" : "the batch's lists of owned non-zeros or the owners' streams");
         for (w = 0; w < tr->n_workers; w++) loss += tr->workers[w].loss;
         if (!mfm__finite(loss)) /* before its steps, but for FFM's v that one worker stepped early */
             return mfm__diverged_at(tr, tr->rows, tr->n_batch, start / batch + 1, tr->step_early ? tr->workers[0].diverged : 0, err);
-        if (tr->chunks) mfm__pool_run(pool, mfm__merge_places_task, tr);
-        for (w = 0; w < tr->n_workers; w++)
-            if (tr->chunks && tr->workers[w].failed)
-                return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for the gradient buffers; the model holds the updates of the batches before it");
-        if (tr->n_workers > 1) mfm__pool_run(pool, tr->chunks ? mfm__merge_task : mfm__gradient_task, tr);
-        for (w = 0; w < tr->n_workers; w++)
-            if (tr->workers[w].failed)
-                return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for the gradient buffers; the model holds the updates of the batches before it");
+        if (tr->chunks) mfm__pool_run(pool, mfm__merge_places_task, tr); /* every owner's room, before the merge's first step */
+        if (tr->n_workers > 1 && !mfm__workers_failed(tr)) mfm__pool_run(pool, tr->chunks ? mfm__merge_task : mfm__gradient_task, tr);
+        if (mfm__workers_failed(tr))
+            return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory for the gradient buffers; the model holds the updates of the batches before it");
         mfm__pool_run(pool, mfm__apply_task, tr);
         if (tr->line) {
             mfm__pool_run(pool, tr->chunks ? mfm__chunk_line_task : mfm__line_task, tr);
