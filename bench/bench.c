@@ -37,6 +37,7 @@ typedef struct options {
     double lr;
     int optimizer; /* mfm_optimizer */
     uint64_t seed;
+    double zipf; /* skew of the ids within a field; 0: uniform */
     list models, k, batch, threads;
 } options;
 
@@ -90,6 +91,8 @@ static void usage(int code) {
            "  --threads LIST e.g. 1,2,2h (default; 2h: two Hogwild threads; 2c: two threads summing a chunk of each batch)\n"
            "  --repeat N     runs of each row, the thread counts taking turns; the fastest is reported (default 1)\n"
            "  --seed N       data seed (default 1)\n"
+           "  --zipf S       Zipf exponent of the ids within a field (default 1.1, Criteo-like; 0: uniform, no\n"
+           "                 feature more common than another)\n"
            "  --io-rows N    rows of the data-file table (default 500000, about 230 MB of text; 0 skips it)\n"
            "  --io-only      only the data-file table\n"
            "  --roofline     measure memory bandwidth and latency at each thread count (bench/roofline.h) and give\n"
@@ -111,6 +114,7 @@ static void parse_options(int argc, char **argv, options *o) {
     o->lr = 0; /* the library's default: rows normalized, FFM 0.2, FM and FwFM 0.5 */
     o->optimizer = MFM_OPTIMIZER_ADAGRAD;
     o->seed = 1;
+    o->zipf = 1.1;
     set_list(&o->models, 3, models);
     set_list(&o->k, 3, ks);
     set_list(&o->batch, 2, batches);
@@ -151,6 +155,8 @@ static void parse_options(int argc, char **argv, options *o) {
             ok = (o->optimizer = bench_parse_optimizer(v)) >= 0;
         else if (strcmp(a, "--seed") == 0)
             o->seed = strtoull(v, NULL, 10);
+        else if (strcmp(a, "--zipf") == 0)
+            ok = (o->zipf = strtod(v, NULL)) >= 0 && o->zipf <= 4;
         else if (strcmp(a, "--models") == 0)
             ok = parse_list(v, bench_parse_model, &o->models);
         else if (strcmp(a, "--k") == 0)
@@ -425,7 +431,7 @@ int main(int argc, char **argv) {
     s.n_fields = 39; /* Criteo: 13 integer + 26 categorical fields, one id each */
     s.n_features = o.features;
     s.per_field = 1;
-    s.zipf_s = 1.1;
+    s.zipf_s = o.zipf;
     s.hidden_k = 4;
     s.signal = 1.0;
     s.base_rate = 0.22;
