@@ -6377,26 +6377,14 @@ static void mfm__divide(float *out, const float *x, uint64_t n, float d) {
 /* AdaGrad on the touched blocks of entries of a one-class tensor, many at a time: their mean
    gradients side by side in `mean`, then mfm__adagrad_blocks, which steps single coordinates and
    blocks of four eight wide, the next entries' blocks asked for meanwhile. Blocks of at most
-   MFM__APPLY_FLOATS floats. FFM by feature steps each entry's flagged slots where they lie, from
-   their sums in place (a record of F neighbouring slots, 1248 bytes at 39 fields and k = 4,
-   asked for two entries ahead): copying its slots' sums side by side first bought nothing (one
-   worker at batch 4096 on the 2-core VM, three turns: its steps at the rows' last rows 0.73-0.87
-   G cycles in place against 0.83-0.92 G copied; epoch rates within the VM's noise). */
+   MFM__APPLY_FLOATS floats. */
 #define MFM__APPLY_FLOATS 1024
 static void mfm__apply_adagrad(const mfm__trainer *tr, const mfm__coords *o, mfm_tensor t, const uint32_t *list, uint64_t n_entries, float rows, float l2) {
-    const uint32_t len = tr->m->t[t].len, per = MFM__APPLY_FLOATS / len < 64 ? MFM__APPLY_FLOATS / len : 64, parts = o->parts;
+    const uint32_t len = tr->m->t[t].len, per = MFM__APPLY_FLOATS / len < 64 ? MFM__APPLY_FLOATS / len : 64;
     const size_t bytes = (size_t)tr->m->t[t].stride * sizeof(float);
     float *blk[64], mean[MFM__APPLY_FLOATS];
     uint64_t i, j;
     uint32_t n = 0, f;
-    for (i = 0; parts && i < n_entries; i++) {
-        float *const record = mfm__block(tr->m, t, 0, o->ids[j = MFM__ENTRY(list, i)] * parts);
-        if (i + 2 < n_entries) mfm__prefetch_range(mfm__block(tr->m, t, 0, o->ids[MFM__ENTRY(list, i + 2)] * parts), 0, bytes * parts, 1);
-        for (f = 0; f < parts; f++)
-            if (o->flags[j * parts + f]) mfm__adagrad(&tr->opt, record + (uint64_t)f * tr->m->t[t].stride, len, o->g + (j * parts + f) * len, rows, l2);
-        mfm__coords_zero(o, j, 1, (uint64_t)parts * len);
-    }
-    if (parts) return;
     for (i = 0; i < n_entries; i++) {
         j = MFM__ENTRY(list, i);
         if (i % per == 0) /* the next `per` entries' blocks, while these step */
@@ -6412,6 +6400,26 @@ static void mfm__apply_adagrad(const mfm__trainer *tr, const mfm__coords *o, mfm
     if (n) mfm__adagrad_blocks(&tr->opt, blk, mean, n, len, l2);
 }
 
+/* mfm__apply_adagrad for FFM keyed by feature: each entry's flagged slots step where they lie,
+   from their sums in place (a record of F neighbouring slots, 1248 bytes at 39 fields and
+   k = 4, asked for two entries ahead). Copying the slots' sums side by side first, as above,
+   bought nothing (one worker at batch 4096 on the 2-core VM, three turns: its steps at the rows'
+   last rows 0.73-0.87 G cycles in place against 0.83-0.92 G copied; on the 16-core host, FFM
+   80.2k and 74.9k rows/s against 66.3k and 75.1k). */
+static void mfm__apply_adagrad_records(const mfm__trainer *tr, const mfm__coords *o, const uint32_t *list, uint64_t n_entries, float rows, float l2) {
+    const mfm__table *V = &tr->m->t[MFM_TENSOR_V];
+    const uint32_t parts = o->parts;
+    uint64_t i, j;
+    uint32_t f;
+    for (i = 0; i < n_entries; i++) {
+        float *const record = mfm__block(tr->m, MFM_TENSOR_V, 0, o->ids[j = MFM__ENTRY(list, i)] * parts);
+        if (i + 2 < n_entries) mfm__prefetch_range(mfm__block(tr->m, MFM_TENSOR_V, 0, o->ids[MFM__ENTRY(list, i + 2)] * parts), 0, V->stride * parts, sizeof(float));
+        for (f = 0; f < parts; f++)
+            if (o->flags[j * parts + f]) mfm__adagrad(&tr->opt, record + (uint64_t)f * V->stride, V->len, o->g + (j * parts + f) * V->len, rows, l2);
+        mfm__coords_zero(o, j, 1, (uint64_t)parts * V->len);
+    }
+}
+
 /* One step for each of the entries (list, n) of the worker's table of tensor t, with the batch's
    mean gradient; AdaGrad's with the sum (MFM__BATCH_ROWS). The sums go back to zero. */
 static void mfm__step_entries(const mfm__trainer *tr, const mfm__coords *o, mfm_tensor t, const uint32_t *list, uint64_t n) {
@@ -6424,7 +6432,10 @@ static void mfm__step_entries(const mfm__trainer *tr, const mfm__coords *o, mfm_
     uint64_t i, j;
     uint32_t c, f;
     if (mfm__steps_as_adagrad(&tr->opt, len) && m->n_classes == 1 && len <= MFM__APPLY_FLOATS) {
-        mfm__apply_adagrad(tr, o, t, list, n, rows, l2);
+        if (o->parts)
+            mfm__apply_adagrad_records(tr, o, list, n, rows, l2);
+        else
+            mfm__apply_adagrad(tr, o, t, list, n, rows, l2);
         return;
     }
     for (i = 0; i < n; i++) {
