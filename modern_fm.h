@@ -824,6 +824,13 @@ typedef struct mfm_cuda_info {
 /* Describes the driver and one device; fails (saying what is missing) when there is none. */
 MFMDEF mfm_status mfm_cuda_get_info(int device, mfm_cuda_info *out, mfm_error *err);
 
+/* Makes `device` ready now, as its first use would: the driver loaded, the device's context
+   created (a quarter of a second on an H100), the kernels read from the cache or compiled. A
+   server calls it at start-up so that its first request does not wait; `mfm predict` calls it
+   on a thread of its own while it opens the model and reads the rows. Thread-safe; later calls
+   return at once. */
+MFMDEF mfm_status mfm_cuda_prepare(int device, mfm_error *err);
+
 /* Compiles the kernels for an architecture without any GPU (arch "sm_90", "90", or
    "compute_90" for PTX) and stores them in the cache, so that a container image can ship a
    warm cache. Needs NVRTC; an entry already in the cache is reported, not rebuilt. */
@@ -10755,6 +10762,15 @@ static mfm_status mfm__gpu_enter(int d, mfm__gpu_device **dev, mfm__cu_context *
 
 static void mfm__gpu_leave(mfm__cu_context saved) { mfm__cuda.cu.cuCtxSetCurrent(saved); }
 
+MFMDEF mfm_status mfm_cuda_prepare(int device, mfm_error *err) {
+    mfm__gpu_device *dev;
+    mfm__cu_context saved;
+    const mfm_status st = mfm__gpu_enter(device, &dev, &saved, err);
+    if (st != MFM_OK) return st;
+    mfm__gpu_leave(saved);
+    return mfm__ok(err);
+}
+
 /* Device memory, with the bytes asked for and free in the error. */
 static mfm_status mfm__gpu_alloc(mfm__cu_ptr *p, uint64_t bytes, const char *what, mfm_error *err) {
     mfm__cu_result r;
@@ -12331,6 +12347,10 @@ MFMDEF mfm_status mfm_cuda_configure(const mfm_cuda_config *config, mfm_error *e
 MFMDEF mfm_status mfm_cuda_get_info(int device, mfm_cuda_info *out, mfm_error *err) {
     (void)device;
     if (out) memset(out, 0, sizeof *out);
+    return mfm__fail(err, MFM_ERR_CUDA_UNAVAILABLE, MFM__NO_CUDA_SENTENCE);
+}
+MFMDEF mfm_status mfm_cuda_prepare(int device, mfm_error *err) {
+    (void)device;
     return mfm__fail(err, MFM_ERR_CUDA_UNAVAILABLE, MFM__NO_CUDA_SENTENCE);
 }
 MFMDEF mfm_status mfm_cuda_build_kernels(const char *arch, mfm_kernel_build *out, mfm_error *err) {

@@ -598,8 +598,8 @@ void test_cli_export(void) {
 }
 
 /* mfm cache builds, lists and clears the kernel cache (NVRTC is on CI's machine, no GPU needed);
-   without a driver, mfm gpu and --backend cuda fail saying so, and --backend auto predicts on
-   the CPU exactly as --backend cpu does. */
+   without a driver, mfm gpu and --backend cuda fail saying so (a model that does not open first
+   naming the model), and --backend auto predicts on the CPU exactly as --backend cpu does. */
 void test_cli_cache_and_backend(void) {
     char dir[512], model[512], cpu[512], autop[512], cmd[2400], out[4096], errs[4096];
     mfm_cuda_info info;
@@ -648,5 +648,13 @@ void test_cli_cache_and_backend(void) {
     CHECK(a && b && na > 100 && na == nb && memcmp(a, b, na) == 0, "auto and cpu predictions differ (%zu and %zu bytes)", na, nb);
     free(a);
     free(b);
+    /* the device is made ready on a thread of its own while the model opens: a model that does
+       not open is the error, and the thread ends with the command */
+    snprintf(cmd, sizeof cmd, "MFM_CUDA_LIBRARY=/nonexistent/libcuda.so.1 %s predict --backend cuda %s.missing %s %s", MFM_TOOL, model, FFM_TEST, autop);
+    rc = run_tool(cmd, out, sizeof out, errs, sizeof errs);
+    CHECK(rc == 1 && strstr(errs, ".missing") && !strstr(errs, "CUDA"), "--backend cuda, a model that is not there (exit %d): %s", rc, errs);
+    snprintf(cmd, sizeof cmd, "%s predict --backend auto --output prob %s %s %s", MFM_TOOL, model, FFM_TEST, autop);
+    rc = run_tool(cmd, out, sizeof out, errs, sizeof errs);
+    CHECK(rc == 0, "--backend auto --output prob (exit %d): %s", rc, errs);
     scratch_clean();
 }

@@ -299,6 +299,7 @@ static int no_driver_child(void) {
     if (mfm_predict(m, &d, MFM_OUTPUT_SCORE, other, 2, &e) != MFM_ERR_CUDA_UNAVAILABLE || !strstr(e.message, "no CUDA driver") ||
         !strstr(e.message, "/nonexistent/libcuda.so.1"))
         bad |= 16;
+    if (mfm_cuda_prepare(0, &e) != MFM_ERR_CUDA_UNAVAILABLE || !strstr(e.message, "/nonexistent/libcuda.so.1")) bad |= 16;
     p.backend = MFM_BACKEND_AUTO;
     if (mfm_model_set_params(m, &p, &e) != MFM_OK) bad |= 8;
     if (mfm_predict(m, &d, MFM_OUTPUT_SCORE, other, 2, &e) != MFM_OK || memcmp(cpu, other, sizeof cpu) != 0) bad |= 32;

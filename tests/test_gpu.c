@@ -344,7 +344,8 @@ void test_gpu_resident_repeated(void) {
 }
 
 /* How the device's kernels were had by a loader that starts afresh (as a new process's
-   would): 1 read from the cache, 2 compiled and stored, 3 compiled, not stored, 100 failed. */
+   would) and is made ready before any model (mfm_cuda_prepare): 1 read from the cache, 2
+   compiled and stored, 3 compiled, not stored, 100 failed. */
 static int start_afresh(void) {
     mfm_params p;
     mfm_model *m = NULL;
@@ -353,8 +354,8 @@ static int start_afresh(void) {
     int code;
     memset(&p, 0, sizeof p);
     test_cuda_forget();
-    if (mfm_model_create(&p, 10, 0, 1, &m, NULL) != MFM_OK || mfm_gpu_model_upload(m, 0, &gm, NULL) != MFM_OK ||
-        mfm_cuda_get_info(0, &info, NULL) != MFM_OK || !info.kernels_ready)
+    if (mfm_cuda_prepare(0, NULL) != MFM_OK || mfm_cuda_get_info(0, &info, NULL) != MFM_OK || !info.kernels_ready || info.context_seconds <= 0 ||
+        mfm_model_create(&p, 10, 0, 1, &m, NULL) != MFM_OK || mfm_gpu_model_upload(m, 0, &gm, NULL) != MFM_OK)
         code = 100;
     else
         code = info.kernels.from_cache ? 1 : info.kernels.stored ? 2 : 3;
@@ -436,6 +437,7 @@ void test_gpu_errors(void) {
     memset(&d, 0, sizeof d);
     REQUIRE(mfm_model_create(&p, 10, 0, 1, &m, &e) == MFM_OK, "%s", e.message);
     CHECK(mfm_gpu_model_upload(m, 999, &gm, &e) == MFM_ERR_CUDA_NO_DEVICE && strstr(e.message, "999") && gm == NULL, "device 999: %s", e.message);
+    CHECK(mfm_cuda_prepare(999, &e) == MFM_ERR_CUDA_NO_DEVICE && strstr(e.message, "999"), "mfm_cuda_prepare of device 999: %s", e.message);
     REQUIRE(mfm_gpu_model_upload(m, 0, &gm, &e) == MFM_OK, "%s", e.message);
     CHECK(mfm_gpu_predict(gm, &d, MFM_OUTPUT_SCORE, out, 0, &e) == MFM_OK, "zero rows: %s", e.message);
     mfm_gpu_model_free(gm);

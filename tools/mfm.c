@@ -548,16 +548,20 @@ static int task_metrics(mfm_task task, int brief, const mfm_metrics *m, const ch
    ============================================================================================ */
 
 /* Everything a command allocates; main frees it whatever happened. */
-/* predict's model on the GPU, uploaded by a thread of its own while the rows are read (on
-   Windows before they are read). */
+/* predict's model on the GPU. A thread of its own makes the device ready while the model is
+   opened (creating the context is most of a few rows' time), then uploads the model while the
+   rows are read; on Windows both happen once the model is open, before the rows are read. */
 typedef struct gpu_upload {
     const mfm_model *model;
-    int device, started, running;
-    mfm_gpu_model *gm;
+    int device, automatic; /* automatic: --backend auto, which needs a GPU to use one */
+    int started, running, given;
+    mfm_gpu_model *gm;     /* NULL after the upload: no GPU for --backend auto, or a failure (st) */
     mfm_status st;
     mfm_error e;
 #if !defined(_WIN32)
     pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t model_given;
 #endif
 } gpu_upload;
 
@@ -1272,27 +1276,65 @@ done:
    mfm predict and mfm eval
    ============================================================================================ */
 
+/* The device made ready, then (once upload_give has named it) the model uploaded. */
 static void *upload_main(void *arg) {
     gpu_upload *u = (gpu_upload *)arg;
-    u->st = mfm_gpu_model_upload(u->model, u->device, &u->gm, &u->e);
+    const mfm_model *model;
+    const int use = !u->automatic || mfm_cuda_available();
+    if (use) u->st = mfm_cuda_prepare(u->device, &u->e);
+#if !defined(_WIN32)
+    pthread_mutex_lock(&u->lock);
+    while (u->running && !u->given) pthread_cond_wait(&u->model_given, &u->lock);
+    pthread_mutex_unlock(&u->lock);
+#endif
+    model = u->model;
+    if (use && u->st == MFM_OK && model) u->st = mfm_gpu_model_upload(model, u->device, &u->gm, &u->e);
     return NULL;
 }
 
-static void upload_start(gpu_upload *u, const mfm_model *m, int device) {
-    u->model = m, u->device = device, u->started = 1;
+static void upload_start(gpu_upload *u, int device, int automatic) {
+    u->device = device, u->automatic = automatic, u->started = 1;
 #if !defined(_WIN32)
-    if (pthread_create(&u->thread, NULL, upload_main, u) == 0) {
-        u->running = 1;
+    if (pthread_mutex_init(&u->lock, NULL) != 0) return;
+    if (pthread_cond_init(&u->model_given, NULL) != 0) {
+        pthread_mutex_destroy(&u->lock);
+        return;
+    }
+    u->running = 1;
+    if (pthread_create(&u->thread, NULL, upload_main, u) != 0) {
+        u->running = 0;
+        pthread_cond_destroy(&u->model_given);
+        pthread_mutex_destroy(&u->lock);
+    }
+#endif
+}
+
+/* The model to upload (NULL: none, the command failed first). Without the thread, the work
+   happens here. */
+static void upload_give(gpu_upload *u, const mfm_model *m) {
+    if (!u->started || u->given) return;
+#if !defined(_WIN32)
+    if (u->running) {
+        pthread_mutex_lock(&u->lock);
+        u->model = m, u->given = 1;
+        pthread_cond_signal(&u->model_given);
+        pthread_mutex_unlock(&u->lock);
         return;
     }
 #endif
-    upload_main(u);
+    u->model = m, u->given = 1;
+    if (m) upload_main(u);
 }
 
 /* The upload's outcome, once it has ended. */
 static mfm_status upload_wait(gpu_upload *u) {
+    upload_give(u, NULL); /* a command that ended before its model was open */
 #if !defined(_WIN32)
-    if (u->running) pthread_join(u->thread, NULL);
+    if (u->running) {
+        pthread_join(u->thread, NULL);
+        pthread_cond_destroy(&u->model_given);
+        pthread_mutex_destroy(&u->lock);
+    }
 #endif
     u->running = 0;
     return u->st;
@@ -1352,6 +1394,7 @@ static int predict_or_eval(const settings *s, job *j) {
     if (predicting) {
         if ((rc = check_output(s->args[2], "OUT", model_path, "MODEL")) != 0 || (rc = check_output(s->args[2], "OUT", data_path, "DATA")) != 0) return rc;
         if (mfm_output_open(s->args[2], &j->out, &e) != MFM_OK) return fail("%s", e.message);
+        if (s->backend == MFM_BACKEND_CUDA || s->backend == MFM_BACKEND_AUTO) upload_start(&j->up, s->p.device, s->backend == MFM_BACKEND_AUTO);
     }
     if (mfm_model_map(model_path, &j->model, &e) != MFM_OK) return fail("%s", e.message); /* the parameters only, in place */
     mfm_model_get_info(j->model, &info);
@@ -1364,8 +1407,7 @@ static int predict_or_eval(const settings *s, job *j) {
     }
     if (s->output == MFM_OUTPUT_PROBABILITY && info.task == MFM_TASK_REGRESSION)
         return usage_error("--output prob needs a classification model, but %s is a regression model", model_path);
-    if (predicting && (s->backend == MFM_BACKEND_CUDA || (s->backend == MFM_BACKEND_AUTO && mfm_cuda_available())))
-        upload_start(&j->up, j->model, s->p.device); /* while the rows are read */
+    upload_give(&j->up, j->model); /* uploaded while the rows are read */
     if ((rc = read_data(data_path, info.task, s->format, &j->data)) != 0) return rc;
     if ((rc = check_data(data_path, j->data, !predicting, info.model != MFM_MODEL_FM, "the model")) != 0) return rc;
     csr = mfm_dataset_csr(j->data);
