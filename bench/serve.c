@@ -12,8 +12,9 @@
    - opening: mfm_model_load (for training: everything read and copied), mfm_model_map (for
      prediction: the parameters verified and mapped in place) and mfm_model_load_parameters
      (for prediction: verified and copied) of each file;
-   - the command line: `mfm predict FILE ROWS OUT` (--mfm, default build/mfm) of 100 and 200,000
-     rows, wall time from fork to exit and the process's peak memory;
+   - the command line: `mfm predict --backend cpu FILE ROWS OUT` (--mfm, default build/mfm) of 100
+     and 200,000 rows, and `--backend cuda` where a GPU is, wall time from fork to exit (the best
+     and the slowest of --repeat) and the process's peak memory;
    - one-row latency: for each count of --threads, that many threads at once, each predicting
      --calls single rows from the mapped serve.mfm and half.mfm and the copied half.mfm (every
      call timed, its row in the caller's buffer as a server's parser leaves it): p50, p99, p99.9,
@@ -125,8 +126,9 @@ static double time_open(const char *path, int way, int repeat) {
 
 /* ---- the command line ---- */
 
-/* Runs mfm predict MODEL ROWS OUT; the wall seconds from fork to exit, and its peak memory (MB). */
-static double time_predict(const options *o, const char *model, const char *rows, double *peak_mb) {
+/* Runs mfm predict --backend BACKEND MODEL ROWS OUT; the wall seconds from fork to exit, and its
+   peak memory (MB). */
+static double time_predict(const options *o, const char *backend, const char *model, const char *rows, double *peak_mb) {
     char out[1024];
     double t0 = bench_now(), t;
     struct rusage usage;
@@ -137,11 +139,11 @@ static double time_predict(const options *o, const char *model, const char *rows
     if (pid == 0) {
         int null = open("/dev/null", O_WRONLY);
         if (null >= 0) dup2(null, 2); /* the metrics line */
-        execl(o->mfm, o->mfm, "predict", model, rows, out, (char *)NULL);
+        execl(o->mfm, o->mfm, "predict", "--backend", backend, model, rows, out, (char *)NULL);
         _exit(127);
     }
     if (pid < 0 || wait4(pid, &status, 0, &usage) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        fprintf(stderr, "bench-serve: %s predict %s %s %s failed (build it with make build/mfm)\n", o->mfm, model, rows, out);
+        fprintf(stderr, "bench-serve: %s predict --backend %s %s %s %s failed (build it with make build/mfm)\n", o->mfm, backend, model, rows, out);
         exit(1);
     }
     t = bench_now() - t0;
@@ -258,7 +260,7 @@ int main(int argc, char **argv) {
     const char *files[3], *rows[2];
     static const char *const names[3] = {"model.mfm (with state)", "serve.mfm (parameters)", "half.mfm (float16 factors)"};
     double t0;
-    int i, j, turn;
+    int b, i, j, turn;
     parse_options(argc, argv, &o);
     mkdir(o.dir, 0755);
     path_in(model_path, sizeof model_path, &o, "model.mfm"), path_in(serve_path, sizeof serve_path, &o, "serve.mfm");
@@ -299,18 +301,22 @@ int main(int argc, char **argv) {
                time_open(files[i], OPEN_MAP, o.repeat), time_open(files[i], OPEN_COPY, o.repeat));
     }
 
-    printf("\n`mfm predict FILE ROWS OUT`, process start to output written (best of %d; peak memory of the best run):\n\n"
-           "| file | rows | seconds | rows/s | peak MB |\n|---|---|---|---|---|\n", o.repeat);
-    for (i = 0; i < 3; i++)
-        for (j = 0; j < 2; j++) {
-            double best = 1e30, best_peak = 0, peak;
-            int r;
-            for (r = 0; r < o.repeat; r++) {
-                double t = time_predict(&o, files[i], rows[j], &peak);
-                if (t < best) best = t, best_peak = peak;
+    printf("\n`mfm predict --backend B FILE ROWS OUT`, process start to output written (best of %d, slowest; peak memory of the best run):\n\n"
+           "| backend | file | rows | seconds | slowest | rows/s | peak MB |\n|---|---|---|---|---|---|---|\n", o.repeat);
+    for (b = 0; b < (mfm_cuda_available() ? 2 : 1); b++) /* the GPU's: context creation included */
+        for (i = 0; i < 3; i++)
+            for (j = 0; j < 2; j++) {
+                double best = 1e30, slowest = 0, best_peak = 0, peak;
+                int r;
+                for (r = 0; r < o.repeat; r++) {
+                    double t = time_predict(&o, b ? "cuda" : "cpu", files[i], rows[j], &peak);
+                    if (t < best) best = t, best_peak = peak;
+                    if (t > slowest) slowest = t;
+                }
+                printf("| %s | %.9s | %d | %.3f | %.3f | %.0f | %.0f |\n", b ? "cuda" : "cpu", names[i], j ? MANY_ROWS : FEW_ROWS, best, slowest,
+                       (j ? MANY_ROWS : FEW_ROWS) / best, best_peak);
             }
-            printf("| %.9s | %d | %.3f | %.0f | %.0f |\n", names[i], j ? MANY_ROWS : FEW_ROWS, best, (j ? MANY_ROWS : FEW_ROWS) / best, best_peak);
-        }
+    if (!mfm_cuda_available()) printf("\n(no GPU here: `--backend cuda` not measured)\n");
 
     memset(&read_options, 0, sizeof read_options);
     bench_check(mfm_dataset_read(many_path, &read_options, &held_out, &e), &e, "mfm_dataset_read");
