@@ -598,8 +598,9 @@ void test_cli_export(void) {
 }
 
 /* mfm cache builds, lists and clears the kernel cache (NVRTC is on CI's machine, no GPU needed);
-   without a driver, mfm gpu and --backend cuda fail saying so (a model that does not open first
-   naming the model), and --backend auto predicts on the CPU exactly as --backend cpu does. */
+   without a driver, mfm gpu and predict's and eval's --backend cuda fail saying so (a model that
+   does not open first naming the model), and --backend auto predicts on the CPU exactly as
+   --backend cpu does, and evaluates there. */
 void test_cli_cache_and_backend(void) {
     char dir[512], model[512], cpu[512], autop[512], cmd[2400], out[4096], errs[4096];
     mfm_cuda_info info;
@@ -656,5 +657,11 @@ void test_cli_cache_and_backend(void) {
     snprintf(cmd, sizeof cmd, "%s predict --backend auto --output prob %s %s %s", MFM_TOOL, model, FFM_TEST, autop);
     rc = run_tool(cmd, out, sizeof out, errs, sizeof errs);
     CHECK(rc == 0, "--backend auto --output prob (exit %d): %s", rc, errs);
+    snprintf(cmd, sizeof cmd, "MFM_CUDA_LIBRARY=/nonexistent/libcuda.so.1 %s eval --backend cuda %s %s", MFM_TOOL, model, FFM_TEST);
+    rc = run_tool(cmd, out, sizeof out, errs, sizeof errs);
+    CHECK(rc == 1 && strstr(errs, "no CUDA driver") && !strstr(out, "logloss"), "eval --backend cuda without a driver (exit %d): %s", rc, errs);
+    snprintf(cmd, sizeof cmd, "MFM_CUDA_LIBRARY=/nonexistent/libcuda.so.1 %s eval --backend auto %s %s", MFM_TOOL, model, FFM_TEST);
+    rc = run_tool(cmd, out, sizeof out, errs, sizeof errs);
+    CHECK(rc == 0 && strstr(out, "logloss"), "eval --backend auto without a driver (exit %d): %s%s", rc, out, errs);
     scratch_clean();
 }

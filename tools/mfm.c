@@ -548,9 +548,10 @@ static int task_metrics(mfm_task task, int brief, const mfm_metrics *m, const ch
    ============================================================================================ */
 
 /* Everything a command allocates; main frees it whatever happened. */
-/* predict's model on the GPU. A thread of its own makes the device ready while the model is
-   opened (creating the context is most of a few rows' time), then uploads the model while the
-   rows are read; on Windows both happen once the model is open, before the rows are read. */
+/* --backend cuda or auto in predict and eval: a thread of its own makes the device ready while
+   the model is opened (creating the context is most of a few rows' time); predict's then uploads
+   the model while the rows are read. On Windows both happen once the model is open, before the
+   rows are read, and only for predict. */
 typedef struct gpu_upload {
     const mfm_model *model;
     int device, automatic; /* automatic: --backend auto, which needs a GPU to use one */
@@ -1394,8 +1395,8 @@ static int predict_or_eval(const settings *s, job *j) {
     if (predicting) {
         if ((rc = check_output(s->args[2], "OUT", model_path, "MODEL")) != 0 || (rc = check_output(s->args[2], "OUT", data_path, "DATA")) != 0) return rc;
         if (mfm_output_open(s->args[2], &j->out, &e) != MFM_OK) return fail("%s", e.message);
-        if (s->backend == MFM_BACKEND_CUDA || s->backend == MFM_BACKEND_AUTO) upload_start(&j->up, s->p.device, s->backend == MFM_BACKEND_AUTO);
     }
+    if (s->backend == MFM_BACKEND_CUDA || s->backend == MFM_BACKEND_AUTO) upload_start(&j->up, s->p.device, s->backend == MFM_BACKEND_AUTO);
     if (mfm_model_map(model_path, &j->model, &e) != MFM_OK) return fail("%s", e.message); /* the parameters only, in place */
     mfm_model_get_info(j->model, &info);
     if (mfm_model_set_threads(j->model, s->p.n_threads, &e) != MFM_OK) return fail("%s", e.message); /* 0: every core */
@@ -1407,13 +1408,14 @@ static int predict_or_eval(const settings *s, job *j) {
     }
     if (s->output == MFM_OUTPUT_PROBABILITY && info.task == MFM_TASK_REGRESSION)
         return usage_error("--output prob needs a classification model, but %s is a regression model", model_path);
-    upload_give(&j->up, j->model); /* uploaded while the rows are read */
+    upload_give(&j->up, predicting ? j->model : NULL); /* predict: uploaded while the rows are read; eval: mfm_evaluate's */
     if ((rc = read_data(data_path, info.task, s->format, &j->data)) != 0) return rc;
     if ((rc = check_data(data_path, j->data, !predicting, info.model != MFM_MODEL_FM, "the model")) != 0) return rc;
     csr = mfm_dataset_csr(j->data);
     mfm_dataset_get_info(j->data, &data_info);
     if (predicting && (rc = predict_to_file(s, j, &csr, data_info.has_labels ? &m : NULL, &seconds)) != 0) return rc;
     if (!data_info.has_labels) return 0;
+    if (!predicting) upload_wait(&j->up); /* the device ready; a failure shows again, in mfm_evaluate's words */
     t0 = now_seconds();
     if (!predicting && mfm_evaluate(j->model, &csr, &m, &e) != MFM_OK) return fail("%s: %s", data_path, e.message);
     if (!predicting) seconds = now_seconds() - t0;
