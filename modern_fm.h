@@ -2001,17 +2001,23 @@ static int mfm__cores(void) {
 #endif
 }
 
-/* Threads for one pass over `bytes` of memory: every core, but none for less than 4 MB, the
-   most a thread's start pays for. */
-static int mfm__cores_for_bytes(uint64_t bytes) {
-    const uint64_t most = (bytes + (4u << 20) - 1) / (4u << 20);
-    const int cores = mfm__cores();
-    return most >= (uint64_t)cores ? cores : most ? (int)most : 1;
-}
-
 /* Every n_threads in the API means the same: 0 is every core of this machine, counted when the
    work starts (a model saved with 0 uses every core of the machine that loads it). */
 static int mfm__threads(int n_threads) { return n_threads > 0 ? n_threads : mfm__cores(); }
+
+/* Threads for one pass over `bytes` of memory: at most n_threads (0: no limit) and the cores,
+   and none for less than 4 MB, the most a thread's start pays for. The cores are counted only
+   for a pass long enough for two threads: counting them reads a file on Linux (sysconf), which
+   cost a one-row mfm_predict most of its time (2-core VM: 7.8 us a row, 72 % of it in the
+   kernel; 1.5-2.3 us without). */
+static int mfm__workers_for_bytes(uint64_t bytes, int n_threads) {
+    const uint64_t most = (bytes + (4u << 20) - 1) / (4u << 20);
+    int cores, limit;
+    if (most <= 1 || n_threads == 1) return 1;
+    cores = mfm__cores();
+    limit = n_threads > 0 && n_threads < cores ? n_threads : cores;
+    return most >= (uint64_t)limit ? limit : (int)most;
+}
 
 /* ============================================================================================
    >>params  Defaults and validation of mfm_params
@@ -2491,9 +2497,9 @@ static void mfm__fill_task(void *ctx, int index) {
 static void mfm__fill_tables(mfm_model *m, int what) {
     mfm__fill_job j;
     uint64_t bytes = 0;
-    int t, most = mfm__threads(m->params.n_threads);
+    int t;
     for (t = 0; t < MFM_TENSOR_COUNT; t++) bytes += mfm__table_floats(&m->t[t], m->n_classes) * sizeof(float);
-    j.m = m, j.what = what, j.n_workers = mfm__cores_for_bytes(bytes) < most ? mfm__cores_for_bytes(bytes) : most;
+    j.m = m, j.what = what, j.n_workers = mfm__workers_for_bytes(bytes, m->params.n_threads);
     mfm__run_shares(mfm__fill_task, &j, j.n_workers);
 }
 
@@ -2993,7 +2999,7 @@ static mfm_status mfm__check_csr(const mfm_csr *d, int need_fields, int n_thread
     mfm__scan_job job;
     mfm_status st = MFM_OK;
     uint64_t bytes;
-    int w, t, most = mfm__threads(n_threads);
+    int w, t;
     memset(info, 0, sizeof *info);
     if (!d) return mfm__fail(err, MFM_ERR_INVALID_ARGUMENT, "the data pointer is NULL");
     if (d->n_rows == 0) return MFM_OK;
@@ -3003,7 +3009,7 @@ static mfm_status mfm__check_csr(const mfm_csr *d, int need_fields, int n_thread
     bytes = d->n_rows * sizeof(uint64_t) + (d->row_offsets[d->n_rows] < UINT64_MAX / 16 ? d->row_offsets[d->n_rows] * 12 : UINT64_MAX / 4); /* a guess until the offsets pass */
     memset(&job, 0, sizeof job);
     job.d = d, job.need_fields = need_fields, job.rows = 1;
-    job.n_workers = mfm__cores_for_bytes(bytes) < most ? mfm__cores_for_bytes(bytes) : most;
+    job.n_workers = mfm__workers_for_bytes(bytes, n_threads);
     if (job.n_workers > 1 && !(part = (mfm__scan_part *)mfm__calloc((uint64_t)job.n_workers, sizeof *part)))
         part = &one_part, job.n_workers = 1; /* too short of memory to go faster: one pass */
     memset(part, 0, (size_t)job.n_workers * sizeof *part);
@@ -9115,7 +9121,7 @@ static mfm_status mfm__verify_sections(const unsigned char *b, const mfm__model_
         }
     total = j.first_chunk[j.n_sections];
     if (total == 0) return MFM_OK;
-    j.n_workers = mfm__cores_for_bytes(total * MFM__HASH_CHUNK);
+    j.n_workers = mfm__workers_for_bytes(total * MFM__HASH_CHUNK, 0);
     j.chunk_hash = (uint64_t *)mfm__alloc(2 * total, sizeof(uint64_t));
     if (!j.chunk_hash) return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory checking %s", name);
     j.not_finite_at = j.chunk_hash + total;
@@ -9423,7 +9429,7 @@ static int mfm__sections_map(const mfm__model_header *h, const mfm__model_layout
     return 1;
 }
 
-/* memcpy on every core, a share each (mfm__cores_for_bytes): the pages of a fresh table fault in
+/* memcpy on every core, a share each (mfm__workers_for_bytes): the pages of a fresh table fault in
    on all of them at once. */
 typedef struct mfm__copy_job {
     unsigned char *to;
@@ -9442,7 +9448,7 @@ static void mfm__copy_task(void *ctx, int index) {
 static void mfm__copy_on_cores(void *to, const void *from, uint64_t bytes) {
     mfm__copy_job j;
     j.to = (unsigned char *)to, j.from = (const unsigned char *)from, j.bytes = bytes;
-    j.n_workers = mfm__cores_for_bytes(bytes);
+    j.n_workers = mfm__workers_for_bytes(bytes, 0);
     mfm__run_shares(mfm__copy_task, &j, j.n_workers);
 }
 
