@@ -4448,7 +4448,6 @@ MFM__INLINE static void mfm__ffm_ask_rest(const void *table, const mfm__ffm_span
     for (a = 0; a < row->z; a++) {                                                                             \
         const T *const base_a = table + row->feat[a] * per_feature;                                            \
         const uint64_t field_a = row->field[a] * stride;                                                       \
-        mfm__ffm_ask(table, next, a);                                                                          \
         for (b = a + 1; b < row->z; b++) {                                                                     \
             const T *va = base_a + row->field[b] * stride, *vb = table + row->feat[b] * per_feature + field_a; \
             const float xx = row->x[a] * row->x[b];                                                            \
@@ -4457,29 +4456,27 @@ MFM__INLINE static void mfm__ffm_ask_rest(const void *table, const mfm__ffm_span
             for (; t < k; t++) rest += ONE(va[t]) * ONE(vb[t]) * xx;                                           \
         }                                                                                                      \
     }                                                                                                          \
-    mfm__ffm_ask_rest(table, next, row->z);                                                                    \
     return mfm__f4_sum(acc4) + rest;
 
 #define MFM__FLOAT(x) (x)
-MFM__INLINE static float mfm__ffm_pairs(const mfm_model *m, uint32_t c, const mfm__row *row, int k, const mfm__ffm_span *next) {
+MFM__INLINE static float mfm__ffm_pairs(const mfm_model *m, uint32_t c, const mfm__row *row, int k) {
     MFM__FFM_PAIRS(float, V->data, mfm__f4_load, MFM__FLOAT)
 }
 
 #define MFM__HALVES4(p) mfm__f4_set4(mfm__half_to_float((p)[0]), mfm__half_to_float((p)[1]), mfm__half_to_float((p)[2]), mfm__half_to_float((p)[3]))
-static float mfm__ffm_pairs_halves(const mfm_model *m, uint32_t c, const mfm__row *row, int k, const mfm__ffm_span *next) {
+static float mfm__ffm_pairs_halves(const mfm_model *m, uint32_t c, const mfm__row *row, int k) {
     MFM__FFM_PAIRS(uint16_t, V->halves, MFM__HALVES4, mfm__half_to_float)
 }
 
 #if defined(MFM__F16C) /* four halves to four floats in one instruction */
 #define MFM__HALVES4_F16C(p) _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(const void *)(p)))
-__attribute__((target("avx,f16c"), always_inline)) inline static float mfm__ffm_pairs_f16c_k(const mfm_model *m, uint32_t c, const mfm__row *row, int k,
-                                                                                           const mfm__ffm_span *next) {
+__attribute__((target("avx,f16c"), always_inline)) inline static float mfm__ffm_pairs_f16c_k(const mfm_model *m, uint32_t c, const mfm__row *row, int k) {
     MFM__FFM_PAIRS(uint16_t, V->halves, MFM__HALVES4_F16C, mfm__half_to_float)
 }
 
 /* k = 4 (the common case) gets its own copy, with the k-loop unrolled. */
-__attribute__((target("avx,f16c"))) static float mfm__ffm_pairs_f16c(const mfm_model *m, uint32_t c, const mfm__row *row, int k, const mfm__ffm_span *next) {
-    return k == 4 ? mfm__ffm_pairs_f16c_k(m, c, row, 4, next) : mfm__ffm_pairs_f16c_k(m, c, row, k, next);
+__attribute__((target("avx,f16c"))) static float mfm__ffm_pairs_f16c(const mfm_model *m, uint32_t c, const mfm__row *row, int k) {
+    return k == 4 ? mfm__ffm_pairs_f16c_k(m, c, row, 4) : mfm__ffm_pairs_f16c_k(m, c, row, k);
 }
 #endif
 
@@ -4706,9 +4703,8 @@ MFM__INLINE static float mfm__fm_pairs(const mfm_model *m, uint32_t c, const mfm
 }
 
 /* Score of class c. FM leaves sum[t] = sum_i v_it x_i (k values) for its gradient; FwFM, given
-   `keep`, its pair weights and dots (mfm__fwfm_pairs); FFM, given `next`, asks for the next
-   row's spans as it goes (mfm__ffm_span). */
-static float mfm__score(const mfm_model *m, uint32_t c, const mfm__row *row, float *sum, float *keep, const mfm__ffm_span *next) {
+   `keep`, its pair weights and dots (mfm__fwfm_pairs). */
+static float mfm__score(const mfm_model *m, uint32_t c, const mfm__row *row, float *sum, float *keep) {
     const int k = m->k;
     float s = 0;
     uint32_t a;
@@ -4721,11 +4717,11 @@ static float mfm__score(const mfm_model *m, uint32_t c, const mfm__row *row, flo
     case MFM_MODEL_FFM: /* k = 4 (the common case) gets its own copy, with the k-loop unrolled */
         if (m->t[MFM_TENSOR_V].halves) {
 #if defined(MFM__F16C)
-            if (m->f16c) return s + mfm__ffm_pairs_f16c(m, c, row, k, next);
+            if (m->f16c) return s + mfm__ffm_pairs_f16c(m, c, row, k);
 #endif
-            return s + mfm__ffm_pairs_halves(m, c, row, k, next);
+            return s + mfm__ffm_pairs_halves(m, c, row, k);
         }
-        return s + (k == 4 ? mfm__ffm_pairs(m, c, row, 4, next) : mfm__ffm_pairs(m, c, row, k, next));
+        return s + (k == 4 ? mfm__ffm_pairs(m, c, row, 4) : mfm__ffm_pairs(m, c, row, k));
     case MFM_MODEL_FWFM:
 #if defined(MFM__AVX)
         if (m->wide && k % 8 == 0) return s + mfm__fwfm_pairs_wide(m, c, row, k, keep);
@@ -6197,7 +6193,7 @@ static void mfm__row_loss(const mfm__trainer *tr, mfm__worker *wk, uint64_t r, c
     const float eps = tr->smoothing, y = tr->d->labels[r], weight = mfm__row_weight(tr, r);
     double loss;
     uint32_t c;
-    for (c = 0; c < C; c++) wk->score[c] = mfm__score(m, c, row, sums + (uint64_t)c * m->k, keep ? keep + c * mfm__kept_floats(row->z, m->k) : NULL, NULL);
+    for (c = 0; c < C; c++) wk->score[c] = mfm__score(m, c, row, sums + (uint64_t)c * m->k, keep ? keep + c * mfm__kept_floats(row->z, m->k) : NULL);
     if (m->params.task == MFM_TASK_MULTICLASS) {
         double lse = mfm__softmax(wk->score, C, wk->prob);
         loss = 0;
@@ -8119,7 +8115,7 @@ static void mfm__predict_task(void *ctx, int index) {
             mfm_model local;
             if (r + 1 < hi) mfm__prefetch_halves(m, pr->d, r + 1);
             row = mfm__row_widened(m, &whole, &local, buf, pr->ids + (uint64_t)index * pr->max_row_nnz);
-            for (c = 0; c < C; c++) score[c] = mfm__score(&local, c, &row, sum + (uint64_t)c * m->k, NULL, NULL);
+            for (c = 0; c < C; c++) score[c] = mfm__score(&local, c, &row, sum + (uint64_t)c * m->k, NULL);
             mfm__row_output(m, pr->kind, score, pr->out + r * width, prob);
         }
         return;
@@ -8128,10 +8124,8 @@ static void mfm__predict_task(void *ctx, int index) {
     for (r = lo; r < hi; r++) {
         mfm__row row = mfm__get_row(m, pr->d, r, pr->ones, pr->scaled + (uint64_t)index * pr->max_row_nnz);
         float *out = pr->out + r * width;
-        mfm__ffm_span next;
-        memset(&next, 0, sizeof next);
-        if (r + 1 < hi) mfm__prefetch_row(m, pr->d, r + 1, &next); /* FFM's spans: asked for by the score */
-        for (c = 0; c < C; c++) score[c] = mfm__score(m, c, &row, sum + (uint64_t)c * m->k, NULL, next.bytes ? &next : NULL);
+        if (r + 1 < hi) mfm__prefetch_row(m, pr->d, r + 1, NULL); /* the next row's, all at once while this one is scored (below) */
+        for (c = 0; c < C; c++) score[c] = mfm__score(m, c, &row, sum + (uint64_t)c * m->k, NULL);
         mfm__row_output(m, pr->kind, score, out, prob);
     }
 }
