@@ -4382,10 +4382,12 @@ static float mfm__fwfm_r(const mfm_model *m, uint32_t c, uint32_t fa, uint32_t f
 }
 
 /* The part of each FFM feature's vectors that a row's fields cover: a feature's F slots lie side
-   by side, so from the lowest field's slot to the end of the highest's. Prediction and batch 1
-   ask for the next row's spans one feature at a time inside this row's pair loop, the score's
-   or the steps' (mfm__ffm_ask): all at once, some 20 lines a feature, they would fill the core's
-   queue of outstanding misses, and the row's own loads would wait for it to drain. */
+   by side, so from the lowest field's slot to the end of the highest's. Training asks for the
+   next row's spans one feature at a time inside this row's loops, batch 1's steps or one
+   worker's sums (mfm__ffm_ask): all at once, some 20 lines a feature, they would fill the core's
+   queue of outstanding misses while the row's own loads wait behind them. Prediction, whose
+   row is a short score, asks for them all at once (mfm__prefetch_row): asked for inside the
+   score, they made it 1.4-1.8x slower (docs/PERFORMANCE.md). */
 typedef struct mfm__ffm_span {
     const uint32_t *feat; /* the row's features; NULL for no row */
     uint32_t z;
