@@ -71,13 +71,19 @@ static int predict_resident(mfm_model *model, const mfm_csr *data) {
     double largest = 0;
     int r, ok = 0;
 
+    /* A server makes the device ready when it starts (the driver's context takes a quarter of a
+       second), so that no request waits for it. The first GPU call would do it otherwise. */
+    if (mfm_cuda_prepare(0, &e) != MFM_OK) {
+        printf("the GPU could not be made ready: %s\n", e.message);
+        goto done;
+    }
     if (mfm_gpu_model_upload(model, 0, &gpu_model, &e) != MFM_OK || mfm_gpu_data_upload(gpu_model, data, &gpu_data, &e) != MFM_OK ||
         mfm_gpu_predict_resident(gpu_model, gpu_data, MFM_OUTPUT_PROBABILITY, gpu_answers, N_ROWS, &e) != MFM_OK) {
         printf("resident prediction failed: %s\n", e.message);
         goto done;
     }
     if (mfm_cuda_get_info(0, &info, &e) == MFM_OK && info.kernels_ready)
-        printf("kernels: %s for sm_%d, %s in %.3f s\n", info.kernels.kind, info.kernels.arch,
+        printf("context in %.3f s; kernels: %s for sm_%d, %s in %.3f s\n", info.context_seconds, info.kernels.kind, info.kernels.arch,
                info.kernels.from_cache ? "read from the cache" : "compiled by NVRTC", info.kernels.seconds);
 
     /* The same model on the CPU: only the backend changes (mfm_model_set_params). */
