@@ -8236,8 +8236,11 @@ static mfm_status mfm__predict_gpu(const mfm_model *m, const mfm_csr *d, mfm_out
 }
 
 /* A call of a few rows is a server's: it runs on the calling thread, its buffers on the stack
-   where they fit (no allocation, no thread start); threads start only for MFM__PREDICT_ROWS rows
-   each (a thread's start costs about as much as scoring 30 FFM rows). */
+   where they fit (no allocation, no thread start). A longer call starts a thread for each 4 MB
+   of parameters its rows read (mfm__workers_for_bytes; a non-zero reads its feature's record of
+   V, a line at least, in every class): on the 2-core VM a second thread's start cost about as
+   much as 30 FFM rows or 250 FM rows, and a thread every 32 rows, as before, made 2 threads
+   predict 33-128 FM rows 3-8x slower than one. */
 #define MFM__PREDICT_ROWS 32
 #define MFM__STACK_FLOATS 8192 /* and MFM__STACK_IDS ids: about 36 KB of the caller's stack */
 #define MFM__STACK_IDS 1024
@@ -8264,8 +8267,13 @@ static mfm_status mfm__predict(const mfm_model *m, const mfm_csr *d, mfm_output 
     pr.d = d;
     pr.kind = kind;
     pr.out = out;
-    pr.n_workers = d->n_rows <= MFM__PREDICT_ROWS ? 1 : mfm__threads(m->params.n_threads); /* counting the cores takes microseconds */
-    if ((uint64_t)pr.n_workers > (d->n_rows + MFM__PREDICT_ROWS - 1) / MFM__PREDICT_ROWS) pr.n_workers = (int)((d->n_rows + MFM__PREDICT_ROWS - 1) / MFM__PREDICT_ROWS);
+    if (d->n_rows <= MFM__PREDICT_ROWS) {
+        pr.n_workers = 1;
+    } else {
+        const mfm__table *V = &m->t[m->params.linear_only ? MFM_TENSOR_W : MFM_TENSOR_V];
+        const uint64_t record = V->feature_stride * (V->halves ? sizeof(uint16_t) : sizeof(float));
+        pr.n_workers = mfm__workers_for_bytes(info.nnz * (record > 64 ? record : 64) * m->n_classes, m->params.n_threads);
+    }
     pr.max_row_nnz = info.max_row_nnz;
     pr.widened_floats = mfm__widened_floats(m, info.max_row_nnz);
     stack_need = 2ull * info.max_row_nnz + (uint64_t)m->n_classes * (m->k + 1) + pr.widened_floats;

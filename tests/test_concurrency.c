@@ -110,21 +110,50 @@ void test_predict_from_many_threads(void) {
 }
 
 /* Prediction splits rows, never a row's sums, and batch_size 1 has nothing to split: models with
-   1 and 3 threads predict the same bits. */
+   1 and 3 threads predict the same bits. The 400 rows are predicted 30 times over in one call
+   (12,000 rows, some 13 MB of records read: a thread for each 4 MB, so 3 threads run), and the
+   copies must predict alike. */
 void test_predict_thread_count_invariant(void) {
+    enum { COPIES = 30 };
     test_data a, b;
     mfm_model *one, *three;
+    mfm_csr many;
     float *pa, *pb;
-    size_t n;
+    uint64_t *offsets = NULL, r, c, nnz;
+    size_t n, width;
     trained_ffm(&a, &one, 1);
     trained_ffm(&b, &three, 3);
     REQUIRE(one && three, "training failed");
-    n = (size_t)a.csr.n_rows * mfm_output_width(one, MFM_OUTPUT_PROBABILITY);
+    width = mfm_output_width(one, MFM_OUTPUT_PROBABILITY);
+    nnz = a.csr.row_offsets[a.csr.n_rows];
+    many = a.csr;
+    many.n_rows = a.csr.n_rows * COPIES;
+    offsets = (uint64_t *)malloc((many.n_rows + 1) * sizeof(uint64_t));
+    many.features = (uint32_t *)malloc(nnz * COPIES * sizeof(uint32_t));
+    many.fields = (uint32_t *)malloc(nnz * COPIES * sizeof(uint32_t));
+    many.values = (float *)malloc(nnz * COPIES * sizeof(float));
+    many.labels = (float *)malloc(many.n_rows * sizeof(float));
+    n = (size_t)many.n_rows * width;
     pa = (float *)malloc(n * sizeof(float));
     pb = (float *)malloc(n * sizeof(float));
-    CHECK(mfm_predict(one, &a.csr, MFM_OUTPUT_PROBABILITY, pa, n, NULL) == MFM_OK, "predict with 1 thread");
-    CHECK(mfm_predict(three, &a.csr, MFM_OUTPUT_PROBABILITY, pb, n, NULL) == MFM_OK, "predict with 3 threads");
-    CHECK(memcmp(pa, pb, n * sizeof(float)) == 0, "1 and 3 threads predict different bits");
+    if (CHECK(offsets && many.features && many.fields && many.values && many.labels && pa && pb, "out of memory")) {
+        for (c = 0; c < COPIES; c++) {
+            memcpy((uint32_t *)many.features + c * nnz, a.csr.features, nnz * sizeof(uint32_t));
+            memcpy((uint32_t *)many.fields + c * nnz, a.csr.fields, nnz * sizeof(uint32_t));
+            memcpy((float *)many.values + c * nnz, a.csr.values, nnz * sizeof(float));
+            memcpy((float *)many.labels + c * a.csr.n_rows, a.csr.labels, a.csr.n_rows * sizeof(float));
+            for (r = 0; r < a.csr.n_rows; r++) offsets[c * a.csr.n_rows + r] = c * nnz + a.csr.row_offsets[r];
+        }
+        offsets[many.n_rows] = COPIES * nnz;
+        many.row_offsets = offsets;
+        CHECK(mfm_predict(one, &many, MFM_OUTPUT_PROBABILITY, pa, n, NULL) == MFM_OK, "predict with 1 thread");
+        CHECK(mfm_predict(three, &many, MFM_OUTPUT_PROBABILITY, pb, n, NULL) == MFM_OK, "predict with 3 threads");
+        CHECK(memcmp(pa, pb, n * sizeof(float)) == 0, "1 and 3 threads predict different bits");
+        for (c = 1; c < COPIES; c++)
+            if (!CHECK(memcmp(pb, pb + c * a.csr.n_rows * width, a.csr.n_rows * width * sizeof(float)) == 0, "copy %d of the rows predicts other bits", (int)c)) break;
+    }
+    free(offsets);
+    free((void *)many.features), free((void *)many.fields), free((void *)many.values), free((void *)many.labels);
     free(pa);
     free(pb);
     mfm_model_free(one);
