@@ -1284,9 +1284,11 @@ static void *upload_main(void *arg) {
     const int use = !u->automatic || mfm_cuda_available();
     if (use) u->st = mfm_cuda_prepare(u->device, &u->e);
 #if !defined(_WIN32)
-    pthread_mutex_lock(&u->lock);
-    while (u->running && !u->given) pthread_cond_wait(&u->model_given, &u->lock);
-    pthread_mutex_unlock(&u->lock);
+    if (u->running) { /* on a thread of its own: the model comes later (called by upload_give, it is there) */
+        pthread_mutex_lock(&u->lock);
+        while (!u->given) pthread_cond_wait(&u->model_given, &u->lock);
+        pthread_mutex_unlock(&u->lock);
+    }
 #endif
     model = u->model;
     if (use && u->st == MFM_OK && model) u->st = mfm_gpu_model_upload(model, u->device, &u->gm, &u->e);
