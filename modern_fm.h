@@ -5436,8 +5436,8 @@ MFM__INLINE static void mfm__prefetch_range(const void *a, uint64_t lo, uint64_t
 }
 
 /* Rows come in shuffled order, so a row's own data is as far away as its parameters: the
-   pass asks for row i + 3's offsets, row i + 2's non-zeros and label, and row i + 1's
-   parameters, so that each has arrived by the time the next step needs it. */
+   pass asks for row i + 3's offsets and row i + 2's non-zeros and label here, and row i + 1's
+   parameters (mfm__prefetch_row), so that each has arrived by the time the next step needs it. */
 MFM__INLINE static void mfm__prefetch_data_ahead(const mfm__trainer *tr, const uint64_t *rows, uint64_t i, uint64_t n) {
     const mfm_csr *d = tr->d;
     if (i + 3 < n) MFM__PREFETCH(d->row_offsets + rows[i + 3]);
@@ -5449,11 +5449,6 @@ MFM__INLINE static void mfm__prefetch_data_ahead(const mfm__trainer *tr, const u
         MFM__PREFETCH(d->labels + r);
         if (d->weights) MFM__PREFETCH(d->weights + r);
     }
-}
-
-MFM__INLINE static void mfm__prefetch_ahead(const mfm__trainer *tr, const uint64_t *rows, uint64_t i, uint64_t n) {
-    mfm__prefetch_data_ahead(tr, rows, i, n);
-    if (i + 1 < n) mfm__prefetch_row(tr->m, tr->d, rows[i + 1], NULL);
 }
 
 /* y += c x over k values, four lanes at a time. */
@@ -6313,12 +6308,9 @@ static int mfm__score_batch_row(const mfm__trainer *tr, mfm__worker *wk, uint64_
     const float *vterms = NULL; /* what the streams take of the row's vectors (below) */
     uint64_t vstride = 0;
     memset(&wk->next_span, 0, sizeof wk->next_span);
-    if (tr->n_workers == 1 && wk->own[MFM_TENSOR_V].parts) { /* the next row's spans, asked for feature by feature by this row's sums, as batch 1's steps do */
-        mfm__prefetch_data_ahead(tr, tr->rows, q, hi);
-        if (q + 1 < hi) mfm__prefetch_row(tr->m, tr->d, tr->rows[q + 1], &wk->next_span);
-    } else {
-        mfm__prefetch_ahead(tr, tr->rows, q, hi);
-    }
+    mfm__prefetch_data_ahead(tr, tr->rows, q, hi);
+    if (q + 1 < hi) /* one worker's FFM by feature: the next row's spans, asked for feature by feature by this row's sums, as batch 1's steps do */
+        mfm__prefetch_row(tr->m, tr->d, tr->rows[q + 1], tr->n_workers == 1 && wk->own[MFM_TENSOR_V].parts ? &wk->next_span : NULL);
     if (tr->n_workers > 1 && !tr->stream_width && (wk->failed = !mfm__group_by_owner(tr, wk, q, row)) != 0) return 0;
     mfm__row_loss(tr, wk, tr->rows[q], row, tr->dlds + q * C, tr->sums ? tr->sums + q * C * k : wk->sum, keeps ? wk->pair_keep : NULL);
     if (tr->line) memcpy(tr->scores + q * C, wk->score, C * sizeof(float));
