@@ -344,7 +344,7 @@ int main(int argc, char **argv) {
                time_open(files[i], OPEN_MAP, o.repeat), time_open(files[i], OPEN_COPY, o.repeat));
     }
 
-    printf("\n`mfm predict --backend B FILE ROWS OUT`, process start to output written (best of %d, slowest; peak memory of the best run):\n\n"
+    printf("\n`mfm predict --backend B FILE ROWS OUT`, fork to exit (best of %d, slowest; peak memory of the best run):\n\n"
            "| backend | file | rows | seconds | slowest | rows/s | peak MB |\n|---|---|---|---|---|---|---|\n", o.repeat);
     have_gpu = gpu_present();
     for (b = 0; b < (have_gpu ? 3 : 1); b++) { /* cpu; cuda, context creation included: alone on the GPU, then beside a holder */
