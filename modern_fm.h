@@ -4294,20 +4294,26 @@ MFM__INLINE static mfm__f4 mfm__dot4(const float *a, const float *b0, const floa
 #define MFM__AVX_INLINE __attribute__((target("avx"), always_inline)) inline
 #endif
 
-/* Asks for the line at p, for writing, into every cache level; MFM__PREFETCH_L2 as far as the
-   core's second level (the first level's few misses in flight are then left to the lines
-   needed first), for reading: where the target has PREFETCHW a write prefetch goes to the
-   first level whatever its hint. */
+/* Asks for the line at p, for writing, into every cache level; MFM__PREFETCH_READ the same for
+   reading; MFM__PREFETCH_L2 as far as the core's second level (the first level's few misses in
+   flight are then left to the lines needed first), for reading: where the target has PREFETCHW
+   a write prefetch goes to the first level whatever its hint. Prediction asks to read: a write
+   prefetch takes the line from every other core that holds it, and prediction's threads read
+   the same common features' lines. MFM__PREFETCH_FOR(p, write) picks one (write a constant). */
 #if defined(__GNUC__) || defined(__clang__)
 #define MFM__PREFETCH(p) __builtin_prefetch((p), 1, 3)
+#define MFM__PREFETCH_READ(p) __builtin_prefetch((p), 0, 3)
 #define MFM__PREFETCH_L2(p) __builtin_prefetch((p), 0, 2)
 #elif defined(MFM__SSE2)
 #define MFM__PREFETCH(p) _mm_prefetch((const char *)(p), _MM_HINT_T0)
+#define MFM__PREFETCH_READ(p) _mm_prefetch((const char *)(p), _MM_HINT_T0)
 #define MFM__PREFETCH_L2(p) _mm_prefetch((const char *)(p), _MM_HINT_T1)
 #else
 #define MFM__PREFETCH(p) ((void)(p))
+#define MFM__PREFETCH_READ(p) ((void)(p))
 #define MFM__PREFETCH_L2(p) ((void)(p))
 #endif
+#define MFM__PREFETCH_FOR(p, write) do { if (write) MFM__PREFETCH(p); else MFM__PREFETCH_READ(p); } while (0)
 
 static int mfm__use_avx(void) {
 #if defined(MFM__AVX)
@@ -4417,20 +4423,21 @@ static mfm__ffm_span mfm__ffm_span_of(const mfm_model *m, const mfm_csr *d, uint
 /* The span of the row's a-th feature in `table` (one class's V); nothing past the row's end. Its
    first line comes into every level, the rest into the second: a row asks for some 200 lines
    at once, and the first level holds only a few misses in flight (asked for into it, each
-   line waits for one to free; one-row prediction on the 2-core VM took a third less time). */
-MFM__INLINE static void mfm__ffm_ask(const void *table, const mfm__ffm_span *s, uint32_t a) {
+   line waits for one to free; one-row prediction on the 2-core VM took a third less time);
+   `write`: whether the caller will write it (training), else prediction's read. */
+MFM__INLINE static void mfm__ffm_ask(const void *table, const mfm__ffm_span *s, uint32_t a, int write) {
     const char *p;
     uint64_t at;
     if (!s || a >= s->z || !s->bytes) return;
     p = (const char *)table + s->feat[a] * s->feature_bytes + s->first;
-    MFM__PREFETCH(p);
+    MFM__PREFETCH_FOR(p, write);
     for (at = 64; at < s->bytes; at += 64) MFM__PREFETCH_L2(p + at);
     MFM__PREFETCH_L2(p + s->bytes - 1); /* a span that starts inside a line ends one line further */
 }
 
 /* ... and those of its features from the a-th on: what a shorter row's pair loop left. */
 MFM__INLINE static void mfm__ffm_ask_rest(const void *table, const mfm__ffm_span *s, uint32_t a) {
-    for (; s && a < s->z; a++) mfm__ffm_ask(table, s, a);
+    for (; s && a < s->z; a++) mfm__ffm_ask(table, s, a, 1);
 }
 
 /* FFM's pair term: every pair adds into the same four lanes, and one sum ends it; with a's pairs
@@ -4950,7 +4957,7 @@ MFM__INLINE static void mfm__ffm_pair_adagrad(float lr, float *va, float *vb, fl
         float *const base_a = table + vectors[a];                                                               \
         const uint64_t field_a = slot[a];                                                                       \
         const float ga = dlds * x[a];                                                                           \
-        mfm__ffm_ask(table, next, a);                                                                           \
+        mfm__ffm_ask(table, next, a, 1);                                                                        \
         for (b = a + 1; b < z; b++) PAIR_STEP(lr, base_a + slot[b], table + vectors[b] + field_a, ga * x[b], k, l2); \
     }                                                                                                           \
     mfm__ffm_ask_rest(table, next, z);
@@ -5402,16 +5409,17 @@ static float *mfm__own_like_w(mfm__coords *o, uint32_t w_entry, uint64_t id, uin
    leaves the spans to the caller (`later`; mfm__ffm_span).
    The prefetching functions are inlined: GCC takes a function that does nothing but prefetch
    for one without effects and drops every call to it. */
-/* Feature id's w and (FM, FwFM) v in class c: one line where w is v's guest (>>model). */
-MFM__INLINE static void mfm__prefetch_feature(const mfm_model *m, uint32_t c, uint32_t id) {
-    MFM__PREFETCH(mfm__w_at(m, c, id));
-    if (!m->params.linear_only && m->params.model != MFM_MODEL_FFM && !m->t[MFM_TENSOR_W].guest) MFM__PREFETCH(mfm__block(m, MFM_TENSOR_V, c, id));
+/* Feature id's w and (FM, FwFM) v in class c: one line where w is v's guest (>>model); `write`
+   as for mfm__ffm_ask. */
+MFM__INLINE static void mfm__prefetch_feature(const mfm_model *m, uint32_t c, uint32_t id, int write) {
+    MFM__PREFETCH_FOR(mfm__w_at(m, c, id), write);
+    if (!m->params.linear_only && m->params.model != MFM_MODEL_FFM && !m->t[MFM_TENSOR_W].guest) MFM__PREFETCH_FOR(mfm__block(m, MFM_TENSOR_V, c, id), write);
 }
 
 /* Asked for all at once, FFM's spans go in two passes: each feature's first line (with its w),
    then the rest. Every feature's page is then looked up at the start, side by side, rather than
    each lookup waiting behind the lines of the features before it. */
-MFM__INLINE static void mfm__prefetch_row(const mfm_model *m, const mfm_csr *d, uint64_t r, mfm__ffm_span *later) {
+MFM__INLINE static void mfm__prefetch_row(const mfm_model *m, const mfm_csr *d, uint64_t r, mfm__ffm_span *later, int write) {
     const mfm__ffm_span span = mfm__ffm_span_of(m, d, r);
     const mfm__table *V = &m->t[MFM_TENSOR_V];
     uint32_t c, a;
@@ -5419,10 +5427,10 @@ MFM__INLINE static void mfm__prefetch_row(const mfm_model *m, const mfm_csr *d, 
         const uint64_t at = (uint64_t)c * m->n_features * V->feature_stride; /* class c's V: floats, or a float16 model's halves */
         const char *table = V->halves ? (const char *)(V->halves + at) : (const char *)(V->data + at);
         for (a = 0; a < span.z; a++) {
-            mfm__prefetch_feature(m, c, span.feat[a]);
-            if (!later && span.bytes) MFM__PREFETCH(table + span.feat[a] * span.feature_bytes + span.first);
+            mfm__prefetch_feature(m, c, span.feat[a], write);
+            if (!later && span.bytes) MFM__PREFETCH_FOR(table + span.feat[a] * span.feature_bytes + span.first, write);
         }
-        for (a = 0; !later && span.bytes && a < span.z; a++) mfm__ffm_ask(table, &span, a);
+        for (a = 0; !later && span.bytes && a < span.z; a++) mfm__ffm_ask(table, &span, a, write);
     }
     if (later) *later = span;
 }
@@ -5811,7 +5819,7 @@ MFM__INLINE static void mfm__ffm_feature_sums_k(const mfm__trainer *tr, mfm__wor
     for (i = 0; i < n_owned; i++) {
         const uint32_t a = owned[i];
         float *const sums = mfm__own_like_w(v, wk->entry[i], row->feat[a], width) + (uint64_t)c * k;
-        mfm__ffm_ask(table, next, i);
+        mfm__ffm_ask(table, next, i, 1);
         unsigned char *const touched = v->flags + (uint64_t)wk->entry[i] * F;
         const float *const partners = table + nz[a].field * stride; /* + a partner's vectors: its slot for a's field */
         const float xa = nz[a].x;
@@ -6118,7 +6126,7 @@ static void mfm__update_row(const mfm__trainer *tr, mfm__worker *wk, uint32_t c,
             break;
         }
         for (a = 0; a < row->z; a++) {
-            mfm__ffm_ask(table, next, a);
+            mfm__ffm_ask(table, next, a, 1);
             for (b = a + 1; b < row->z; b++) {
                 float *va = mfm__block(m, MFM_TENSOR_V, c, (uint64_t)row->feat[a] * m->n_fields + row->field[b]);
                 float *vb = mfm__block(m, MFM_TENSOR_V, c, (uint64_t)row->feat[b] * m->n_fields + row->field[a]);
@@ -6310,7 +6318,7 @@ static int mfm__score_batch_row(const mfm__trainer *tr, mfm__worker *wk, uint64_
     memset(&wk->next_span, 0, sizeof wk->next_span);
     mfm__prefetch_data_ahead(tr, tr->rows, q, hi);
     if (q + 1 < hi) /* one worker's FFM by feature: the next row's spans, asked for feature by feature by this row's sums, as batch 1's steps do */
-        mfm__prefetch_row(tr->m, tr->d, tr->rows[q + 1], tr->n_workers == 1 && wk->own[MFM_TENSOR_V].parts ? &wk->next_span : NULL);
+        mfm__prefetch_row(tr->m, tr->d, tr->rows[q + 1], tr->n_workers == 1 && wk->own[MFM_TENSOR_V].parts ? &wk->next_span : NULL, 1);
     if (tr->n_workers > 1 && !tr->stream_width && (wk->failed = !mfm__group_by_owner(tr, wk, q, row)) != 0) return 0;
     mfm__row_loss(tr, wk, tr->rows[q], row, tr->dlds + q * C, tr->sums ? tr->sums + q * C * k : wk->sum, keeps ? wk->pair_keep : NULL);
     if (tr->line) memcpy(tr->scores + q * C, wk->score, C * sizeof(float));
@@ -6709,7 +6717,7 @@ static void mfm__gradient_task(void *ctx, int index) {
                     if (tr->kept[q + 1])
                         MFM__PREFETCH(tr->terms + ((q + 1) * C + c) * tr->terms_row + (uint64_t)next[a] * (uint64_t)tr->m->k);
                     else
-                        mfm__prefetch_feature(tr->m, c, feat[next[a]]);
+                        mfm__prefetch_feature(tr->m, c, feat[next[a]], 1);
             for (a = 0; w->mask && a < n_next; a++) MFM__PREFETCH(w->slots + (mfm__mix(feat[next[a]]) & w->mask)); /* the first probes' slots */
             if (tr->kept[q + 1] && tr->pair_owner) mfm__prefetch_r_terms(tr, q + 1, index);
         }
@@ -7477,13 +7485,13 @@ static mfm_status mfm__pass(mfm__trainer *tr, mfm__pool *pool, const uint64_t *r
             mfm__row row = mfm__get_row(tr->m, tr->d, rows[start], tr->ones, NULL);
             mfm__prefetch_data_ahead(tr, rows, start, n);
             memset(&tr->next_span, 0, sizeof tr->next_span);
-            if (start + 1 < n) mfm__prefetch_row(tr->m, tr->d, rows[start + 1], &tr->next_span); /* FFM's spans: asked for by the steps */
+            if (start + 1 < n) mfm__prefetch_row(tr->m, tr->d, rows[start + 1], &tr->next_span, 1); /* FFM's spans: asked for by the steps */
             if (mfm__row_is_simple(tr, &row)) {
                 mfm__train_row(tr, &tr->workers[0], rows[start]);
                 if (!mfm__finite(tr->workers[0].loss)) return mfm__diverged_at(tr, rows + start, 1, 1, 0, err);
                 continue;
             }
-            if (tr->next_span.bytes) mfm__prefetch_row(tr->m, tr->d, rows[start + 1], NULL); /* the batched steps ask for no span: all now */
+            if (tr->next_span.bytes) mfm__prefetch_row(tr->m, tr->d, rows[start + 1], NULL, 1); /* the batched steps ask for no span: all now */
         }
         tr->rows = rows + start;
         tr->n_batch = n - start < batch ? n - start : batch;
@@ -8066,9 +8074,9 @@ static void mfm__prefetch_halves(const mfm_model *m, const mfm_csr *d, uint64_t 
     for (c = 0; c < m->n_classes; c++)
         for (j = d->row_offsets[r]; j < d->row_offsets[r + 1]; j++) {
             const char *p = (const char *)(V->halves + (c * V->n_blocks + d->features[j]) * V->stride);
-            MFM__PREFETCH(p);
-            MFM__PREFETCH(p + 2 * V->stride - 1); /* a block that starts inside a line ends one line further */
-            if (m->t[MFM_TENSOR_W].data) MFM__PREFETCH(mfm__block(m, MFM_TENSOR_W, c, d->features[j]));
+            MFM__PREFETCH_READ(p);
+            MFM__PREFETCH_READ(p + 2 * V->stride - 1); /* a block that starts inside a line ends one line further */
+            if (m->t[MFM_TENSOR_W].data) MFM__PREFETCH_READ(mfm__block(m, MFM_TENSOR_W, c, d->features[j]));
         }
 }
 
@@ -8114,11 +8122,11 @@ static void mfm__predict_task(void *ctx, int index) {
         }
         return;
     }
-    if (lo < hi) mfm__prefetch_row(m, pr->d, lo, NULL); /* the first row's lines, all at once (a lone row's latency) */
+    if (lo < hi) mfm__prefetch_row(m, pr->d, lo, NULL, 0); /* the first row's lines, all at once (a lone row's latency) */
     for (r = lo; r < hi; r++) {
         mfm__row row = mfm__get_row(m, pr->d, r, pr->ones, pr->scaled + (uint64_t)index * pr->max_row_nnz);
         float *out = pr->out + r * width;
-        if (r + 1 < hi) mfm__prefetch_row(m, pr->d, r + 1, NULL); /* the next row's, all at once while this one is scored (below) */
+        if (r + 1 < hi) mfm__prefetch_row(m, pr->d, r + 1, NULL, 0); /* the next row's, all at once while this one is scored (below) */
         for (c = 0; c < C; c++) score[c] = mfm__score(m, c, &row, sum + (uint64_t)c * m->k, NULL);
         mfm__row_output(m, pr->kind, score, out, prob);
     }
