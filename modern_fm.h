@@ -4440,30 +4440,42 @@ MFM__INLINE static void mfm__ffm_ask_rest(const void *table, const mfm__ffm_span
     for (; s && a < s->z; a++) mfm__ffm_ask(table, s, a, 1);
 }
 
-/* FFM's pair term: every pair adds into the same four lanes, and one sum ends it; with a's pairs
-   the next row's a-th span is asked for (`next`, NULL for none). The body of a function with
-   mfm__ffm_pairs's parameters over V's elements of type T at TABLE (a class's V follows the
-   last's n_features records), LOAD4 and ONE giving four and one of them as floats: a float16 model
-   (mfm_model_save_half) is read in place, each half widened where it is used, as exact floats
-   and in the same order, so that it gives the bits of a float32 model holding the same values. */
+/* FFM's pair term: every pair adds into the same four lanes, and one sum ends it. The body of a
+   function with mfm__ffm_pairs's parameters over V's elements of type T at TABLE (a class's V
+   follows the last's n_features records), LOAD4 and ONE giving four and one of them as floats:
+   a float16 model (mfm_model_save_half) is read in place, each half widened where it is used,
+   as exact floats and in the same order, so that it gives the bits of a float32 model holding
+   the same values. The records and field offsets of a row's first MFM__FFM_AHEAD non-zeros
+   (every real row's) are worked out once, not at each pair: two multiplies a pair held a core
+   that issues them on one port (one row from 16 threads on the 16-core host: p50 2.9-3.4 us
+   against 3.4-3.9; docs/PERFORMANCE.md). The same products in the same order: the same bits. */
+#define MFM__FFM_AHEAD 256
+#define MFM__FFM_PAIR(T, LOAD4, ONE, VA, VB, XB)                                                               \
+    {                                                                                                          \
+        const T *const va = (VA), *const vb = (VB);                                                            \
+        const float xx = row->x[a] * (XB);                                                                     \
+        const mfm__f4 xx4 = mfm__f4_set1(xx);                                                                  \
+        for (t = 0; t + 4 <= k; t += 4) acc4 = mfm__f4_add(acc4, mfm__f4_mul(mfm__f4_mul(LOAD4(va + t), LOAD4(vb + t)), xx4)); \
+        for (; t < k; t++) rest += ONE(va[t]) * ONE(vb[t]) * xx;                                               \
+    }
 #define MFM__FFM_PAIRS(T, TABLE, LOAD4, ONE)                                                                   \
     const mfm__table *V = &m->t[MFM_TENSOR_V];                                                                 \
     const uint64_t stride = V->stride, per_feature = V->feature_stride;                                        \
     const T *const table = (TABLE) + (uint64_t)c * m->n_features * per_feature;                                \
+    const uint32_t ahead = row->z < MFM__FFM_AHEAD ? row->z : MFM__FFM_AHEAD;                                  \
+    const T *record[MFM__FFM_AHEAD];                                                                           \
+    uint64_t field_at[MFM__FFM_AHEAD];                                                                         \
     mfm__f4 acc4 = mfm__f4_set1(0.0f);                                                                         \
     float rest = 0;                                                                                            \
     uint32_t a, b;                                                                                             \
     int t;                                                                                                     \
+    for (b = 0; b < ahead; b++) record[b] = table + row->feat[b] * per_feature, field_at[b] = row->field[b] * stride; \
     for (a = 0; a < row->z; a++) {                                                                             \
         const T *const base_a = table + row->feat[a] * per_feature;                                            \
         const uint64_t field_a = row->field[a] * stride;                                                       \
-        for (b = a + 1; b < row->z; b++) {                                                                     \
-            const T *va = base_a + row->field[b] * stride, *vb = table + row->feat[b] * per_feature + field_a; \
-            const float xx = row->x[a] * row->x[b];                                                            \
-            const mfm__f4 xx4 = mfm__f4_set1(xx);                                                              \
-            for (t = 0; t + 4 <= k; t += 4) acc4 = mfm__f4_add(acc4, mfm__f4_mul(mfm__f4_mul(LOAD4(va + t), LOAD4(vb + t)), xx4)); \
-            for (; t < k; t++) rest += ONE(va[t]) * ONE(vb[t]) * xx;                                           \
-        }                                                                                                      \
+        for (b = a + 1; b < ahead; b++) MFM__FFM_PAIR(T, LOAD4, ONE, base_a + field_at[b], record[b] + field_a, row->x[b]) \
+        for (; b < row->z; b++) /* past MFM__FFM_AHEAD */                                                      \
+            MFM__FFM_PAIR(T, LOAD4, ONE, base_a + row->field[b] * stride, table + row->feat[b] * per_feature + field_a, row->x[b]) \
     }                                                                                                          \
     return mfm__f4_sum(acc4) + rest;
 

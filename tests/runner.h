@@ -107,6 +107,7 @@
     X(test_model_map_outlives_its_file)       \
     X(test_model_half_conversions)            \
     X(test_model_half_serving)                \
+    X(test_model_ffm_long_rows)               \
     X(test_model_half_files_before_records_load) \
     X(test_model_half_ffm_records)            \
     X(test_faults_output_writer) \

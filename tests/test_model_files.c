@@ -1181,6 +1181,70 @@ static uint64_t half_record(uint64_t n_fields, uint64_t k) {
     return record;
 }
 
+/* FFM rows longer than MFM__FFM_AHEAD (256 non-zeros), whose pairs past it find their records
+   one pair at a time: 12 rows of 240 to 300 non-zeros over 300 fields (repeated fields among
+   them), k = 4 and 5, score as the reference does; a float16 file of the model, mapped, scores
+   them as the float32 model holding its rounded values does, bit for bit, with F16C and without. */
+void test_model_ffm_long_rows(void) {
+    static const int ks[] = {4, 5};
+    char path[256];
+    size_t ki;
+    scratch_path(path, sizeof path, "long.mfm");
+    for (ki = 0; ki < 2; ki++) {
+        mfm_params p = file_params(MFM_MODEL_FFM, MFM_TASK_BINARY, MFM_OPTIMIZER_ADAGRAD);
+        mfm_model *m, *want = NULL, *mapped = NULL, *narrow = NULL;
+        uint64_t row, shortest = 1000, longest = 0;
+        data_spec spec;
+        test_data td;
+        ref_model r;
+        mfm_error e;
+        mfm_status st;
+        float *out;
+        char what[32];
+        p.k = ks[ki];
+        sprintf(what, "FFM k=%d, long rows", p.k);
+        memset(&spec, 0, sizeof spec);
+        spec.n_rows = 12, spec.feature_range = 400, spec.n_fields = 300, spec.min_nnz = 240, spec.max_nnz = 300;
+        spec.with_values = 1, spec.task = MFM_TASK_BINARY, spec.seed = 70 + ki;
+        data_random(&td, &spec);
+        for (row = 0; row < td.csr.n_rows; row++) {
+            const uint64_t z = td.offsets[row + 1] - td.offsets[row];
+            if (z < shortest) shortest = z;
+            if (z > longest) longest = z;
+        }
+        CHECK(shortest < 256 && longest > 257, "%s: rows of %llu to %llu non-zeros do not cross 256", what, (unsigned long long)shortest, (unsigned long long)longest);
+        if (!(m = make_model(&p, 400, 300, 1))) {
+            data_free(&td);
+            continue;
+        }
+        model_randomize(m, 80 + ki, 0.1);
+        ref_load(&r, m);
+        out = (float *)calloc(td.csr.n_rows, sizeof(float));
+        if (predict(m, &td.csr, MFM_OUTPUT_SCORE, out, td.csr.n_rows))
+            for (row = 0; row < td.csr.n_rows; row++)
+                CHECK_NEAR(out[row], ref_score(&r, 0, &td.csr, row), 1e-4, 1e-4, "%s: row %llu", what, (unsigned long long)row);
+        free(out);
+        ref_free(&r);
+        REQUIRE(mfm_model_clone(m, &want, &e) == MFM_OK, "clone: %s", e.message);
+        round_tensor_to_half(want, MFM_TENSOR_V);
+        round_tensor_to_half(want, MFM_TENSOR_W); /* w inside V's records */
+        st = mfm_model_save_half(m, path, &e);
+        if (CHECK(st == MFM_OK, "%s: save_half: %s", what, st ? e.message : "")) {
+            st = mfm_model_map(path, &mapped, &e);
+            if (CHECK(st == MFM_OK, "%s: map: %s", what, st ? e.message : "")) scores_equal(want, mapped, &td.csr, what);
+            setenv("MFM_SIMD", "sse2", 1); /* the halves widened one by one, as on a CPU without F16C */
+            st = mfm_model_map(path, &narrow, &e);
+            unsetenv("MFM_SIMD");
+            if (CHECK(st == MFM_OK, "%s: map with MFM_SIMD=sse2: %s", what, st ? e.message : "")) scores_equal(want, narrow, &td.csr, what);
+        }
+        mfm_model_free(narrow);
+        mfm_model_free(mapped);
+        mfm_model_free(want);
+        mfm_model_free(m);
+        data_free(&td);
+    }
+}
+
 /* mfm_model_save_half: V (and FM's and FwFM's w inside its blocks) as float16 in a file of the
    documented size. Mapped, the model holds exactly the values rounded to nearest (rounded here
    independently) and scores every row as a float32 model holding those values does, bit for
