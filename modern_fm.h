@@ -4423,21 +4423,24 @@ static mfm__ffm_span mfm__ffm_span_of(const mfm_model *m, const mfm_csr *d, uint
 /* The span of the row's a-th feature in `table` (one class's V); nothing past the row's end. Its
    first line comes into every level, the rest into the second: a row asks for some 200 lines
    at once, and the first level holds only a few misses in flight (asked for into it, each
-   line waits for one to free; one-row prediction on the 2-core VM took a third less time);
-   `write`: whether the caller will write it (training), else prediction's read. */
-MFM__INLINE static void mfm__ffm_ask(const void *table, const mfm__ffm_span *s, uint32_t a, int write) {
-    const char *p;
+   line waits for one to free; one-row prediction on the 2-core VM took a third less time).
+   mfm__ffm_ask_after_first: the lines of the span at p, `bytes` long, after its first. */
+MFM__INLINE static void mfm__ffm_ask_after_first(const char *p, uint64_t bytes) {
     uint64_t at;
+    for (at = 64; at < bytes; at += 64) MFM__PREFETCH_L2(p + at);
+    MFM__PREFETCH_L2(p + bytes - 1); /* a span that starts inside a line ends one line further */
+}
+MFM__INLINE static void mfm__ffm_ask(const void *table, const mfm__ffm_span *s, uint32_t a) {
+    const char *p;
     if (!s || a >= s->z || !s->bytes) return;
     p = (const char *)table + s->feat[a] * s->feature_bytes + s->first;
-    MFM__PREFETCH_FOR(p, write);
-    for (at = 64; at < s->bytes; at += 64) MFM__PREFETCH_L2(p + at);
-    MFM__PREFETCH_L2(p + s->bytes - 1); /* a span that starts inside a line ends one line further */
+    MFM__PREFETCH(p);
+    mfm__ffm_ask_after_first(p, s->bytes);
 }
 
 /* ... and those of its features from the a-th on: what a shorter row's pair loop left. */
 MFM__INLINE static void mfm__ffm_ask_rest(const void *table, const mfm__ffm_span *s, uint32_t a) {
-    for (; s && a < s->z; a++) mfm__ffm_ask(table, s, a, 1);
+    for (; s && a < s->z; a++) mfm__ffm_ask(table, s, a);
 }
 
 /* FFM's pair term: every pair adds into the same four lanes, and one sum ends it. The body of a
@@ -4969,7 +4972,7 @@ MFM__INLINE static void mfm__ffm_pair_adagrad(float lr, float *va, float *vb, fl
         float *const base_a = table + vectors[a];                                                               \
         const uint64_t field_a = slot[a];                                                                       \
         const float ga = dlds * x[a];                                                                           \
-        mfm__ffm_ask(table, next, a, 1);                                                                        \
+        mfm__ffm_ask(table, next, a);                                                                           \
         for (b = a + 1; b < z; b++) PAIR_STEP(lr, base_a + slot[b], table + vectors[b] + field_a, ga * x[b], k, l2); \
     }                                                                                                           \
     mfm__ffm_ask_rest(table, next, z);
@@ -5421,16 +5424,17 @@ static float *mfm__own_like_w(mfm__coords *o, uint32_t w_entry, uint64_t id, uin
    leaves the spans to the caller (`later`; mfm__ffm_span).
    The prefetching functions are inlined: GCC takes a function that does nothing but prefetch
    for one without effects and drops every call to it. */
-/* Feature id's w and (FM, FwFM) v in class c: one line where w is v's guest (>>model); `write`
-   as for mfm__ffm_ask. */
+/* Feature id's w and (FM, FwFM) v in class c: one line where w is v's guest (>>model); `write`:
+   whether the caller will write them (training), else prediction's read (MFM__PREFETCH_READ). */
 MFM__INLINE static void mfm__prefetch_feature(const mfm_model *m, uint32_t c, uint32_t id, int write) {
     MFM__PREFETCH_FOR(mfm__w_at(m, c, id), write);
     if (!m->params.linear_only && m->params.model != MFM_MODEL_FFM && !m->t[MFM_TENSOR_W].guest) MFM__PREFETCH_FOR(mfm__block(m, MFM_TENSOR_V, c, id), write);
 }
 
 /* Asked for all at once, FFM's spans go in two passes: each feature's first line (with its w),
-   then the rest. Every feature's page is then looked up at the start, side by side, rather than
-   each lookup waiting behind the lines of the features before it. */
+   then the rest (mfm__ffm_ask's lines after the first). Every feature's page is then looked up
+   at the start, side by side, rather than each lookup waiting behind the lines of the features
+   before it. */
 MFM__INLINE static void mfm__prefetch_row(const mfm_model *m, const mfm_csr *d, uint64_t r, mfm__ffm_span *later, int write) {
     const mfm__ffm_span span = mfm__ffm_span_of(m, d, r);
     const mfm__table *V = &m->t[MFM_TENSOR_V];
@@ -5442,7 +5446,7 @@ MFM__INLINE static void mfm__prefetch_row(const mfm_model *m, const mfm_csr *d, 
             mfm__prefetch_feature(m, c, span.feat[a], write);
             if (!later && span.bytes) MFM__PREFETCH_FOR(table + span.feat[a] * span.feature_bytes + span.first, write);
         }
-        for (a = 0; !later && span.bytes && a < span.z; a++) mfm__ffm_ask(table, &span, a, write);
+        for (a = 0; !later && span.bytes && a < span.z; a++) mfm__ffm_ask_after_first(table + span.feat[a] * span.feature_bytes + span.first, span.bytes);
     }
     if (later) *later = span;
 }
@@ -5831,7 +5835,7 @@ MFM__INLINE static void mfm__ffm_feature_sums_k(const mfm__trainer *tr, mfm__wor
     for (i = 0; i < n_owned; i++) {
         const uint32_t a = owned[i];
         float *const sums = mfm__own_like_w(v, wk->entry[i], row->feat[a], width) + (uint64_t)c * k;
-        mfm__ffm_ask(table, next, i, 1);
+        mfm__ffm_ask(table, next, i);
         unsigned char *const touched = v->flags + (uint64_t)wk->entry[i] * F;
         const float *const partners = table + nz[a].field * stride; /* + a partner's vectors: its slot for a's field */
         const float xa = nz[a].x;
@@ -6138,7 +6142,7 @@ static void mfm__update_row(const mfm__trainer *tr, mfm__worker *wk, uint32_t c,
             break;
         }
         for (a = 0; a < row->z; a++) {
-            mfm__ffm_ask(table, next, a, 1);
+            mfm__ffm_ask(table, next, a);
             for (b = a + 1; b < row->z; b++) {
                 float *va = mfm__block(m, MFM_TENSOR_V, c, (uint64_t)row->feat[a] * m->n_fields + row->field[b]);
                 float *vb = mfm__block(m, MFM_TENSOR_V, c, (uint64_t)row->feat[b] * m->n_fields + row->field[a]);
