@@ -711,8 +711,11 @@ MFMDEF mfm_status mfm_model_save_half(const mfm_model *model, const char *path, 
    checksums and values on every core, so that a damaged file is still refused with a sentence.
    The model predicts, evaluates and is inspected like any other, from many threads at once,
    and saves without its state; it does not train or take new tensors (MFM_ERR_INVALID_ARGUMENT:
-   load the file with mfm_model_load for that). A file of format 1, of another byte order or of
-   another layout is read into memory instead, with the same results. mfm_model_free unmaps.
+   load the file with mfm_model_load for that). On Linux the mapping starts on a 2 MB boundary
+   and asks for huge pages, which it gets where the page cache holds the file in 2 MB folios
+   (a file this library wrote, on XFS or ext4 since Linux 6.16; docs/FORMATS.md). A file of
+   format 1, of another byte order or of another layout is read into memory instead, with the
+   same results. mfm_model_free unmaps.
    Replace a mapped file by renaming a new one over it (mfm_model_save does): one rewritten in
    place is read as it changes, and one cut short ends the process (SIGBUS). */
 MFMDEF mfm_status mfm_model_map(const char *path, mfm_model **out, mfm_error *err);
@@ -1507,6 +1510,19 @@ static uint64_t mfm__checksum(const void *data, size_t n) {
 /* The last error of the C library or the system, as a phrase. */
 static const char *mfm__os_error(void) { return strerror(errno); }
 
+/* Linux: asks that [p, p + bytes), p on a 2 MB boundary, be backed by 2 MB pages (MADV_HUGEPAGE)
+   where it holds whole ones; elsewhere nothing. Training and prediction read a few lines from
+   each of thousands of scattered pages per row: with 4 KB pages most of those reads would first
+   miss the TLB. The whole range is marked (its tail too), so that it stays one range. */
+#define MFM__HUGE_PAGE ((uint64_t)2 << 20)
+static void mfm__ask_huge_pages(void *p, uint64_t bytes) {
+#if defined(__linux__) && (!defined(__GLIBC__) || defined(__USE_XOPEN2K)) /* declared where POSIX 2001 is */
+    if (bytes >= MFM__HUGE_PAGE) posix_madvise(p, (size_t)bytes, 14); /* MADV_HUGEPAGE; glibc and musl pass it on */
+#else
+    (void)p, (void)bytes;
+#endif
+}
+
 /* A whole file mapped read-only (an empty file maps to no bytes). */
 typedef struct mfm__mapping {
     const unsigned char *bytes;
@@ -1515,6 +1531,33 @@ typedef struct mfm__mapping {
     HANDLE file, map;
 #endif
 } mfm__mapping;
+
+#if !defined(_WIN32)
+/* The file's `size` bytes mapped read-only, from a 2 MB boundary where the file is 2 MB or more
+   (Linux), and asked for huge pages: where the page cache holds the file in 2 MB folios (one
+   written by the library, MFM__WRITE_BUFFER, on a file system that keeps large folios; a cold
+   file read through such a mapping), each 2 MB of parameters then takes one TLB entry instead of
+   512. A range 2 MB longer is reserved first and the file mapped over it at the boundary. */
+static void *mfm__map_file(int fd, size_t size) {
+#if defined(__linux__)
+    const size_t huge = (size_t)MFM__HUGE_PAGE, page = (size_t)sysconf(_SC_PAGESIZE); /* from the process's auxiliary vector: no file read */
+    char *area = size >= huge && size <= SIZE_MAX - 2 * huge && page ? (char *)mmap(NULL, size + huge, PROT_NONE, MAP_PRIVATE, fd, 0) : (char *)MAP_FAILED;
+    if (area != (char *)MAP_FAILED) {
+        char *const at = area + (huge - (uintptr_t)area % huge) % huge, *const end = at + (size + page - 1) / page * page;
+        void *p = mmap(at, size, PROT_READ, MAP_PRIVATE | MAP_FIXED, fd, 0);
+        if (p == MAP_FAILED) {
+            munmap(area, size + huge);
+        } else {
+            if (at > area) munmap(area, (size_t)(at - area));
+            if (area + size + huge > end) munmap(end, (size_t)(area + size + huge - end));
+            mfm__ask_huge_pages(p, size);
+            return p;
+        }
+    }
+#endif
+    return mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+}
+#endif
 
 static mfm_status mfm__map(const char *path, mfm__mapping *m, mfm_error *err) {
     memset(m, 0, sizeof *m);
@@ -1555,7 +1598,7 @@ static mfm_status mfm__map(const char *path, mfm__mapping *m, mfm_error *err) {
             close(fd);
             return m->size ? mfm__fail(err, MFM_ERR_IO, "%s is too large to map on this machine", path) : MFM_OK;
         }
-        p = mmap(NULL, (size_t)m->size, PROT_READ, MAP_PRIVATE, fd, 0);
+        p = mfm__map_file(fd, (size_t)m->size);
         close(fd); /* the mapping keeps the file */
         if (p == MAP_FAILED) return mfm__fail(err, MFM_ERR_IO, "cannot map %s into memory: %s", path, mfm__os_error());
         m->bytes = (const unsigned char *)p;
@@ -1599,6 +1642,7 @@ typedef struct mfm__writer {
     int failed;       /* a write came up short: the error is reported at commit */
     int failed_errno;
     int temp_slot;    /* temp's place in the table below, or -1 */
+    char *buffer;     /* the stream's buffer, for a new file (MFM__WRITE_BUFFER) */
     int unhashed;     /* the bytes carry checksums of their own (model files): no whole-file hash */
     mfm__hash hash;
 } mfm__writer;
@@ -1724,6 +1768,7 @@ static char *mfm__follow_links(const char *path, int *descriptor) {
 /* Leaves any old file at path untouched. */
 static void mfm__writer_abort(mfm__writer *w) {
     if (w->f && w->f != stdout) fclose(w->f);
+    MFM_FREE(w->buffer); /* after the close that flushed it */
     if (w->temp) remove(w->temp);
     mfm__temp_unregister(w->temp_slot);
     MFM_FREE(w->temp);
@@ -1731,6 +1776,12 @@ static void mfm__writer_abort(mfm__writer *w) {
     memset(w, 0, sizeof *w);
     w->temp_slot = -1;
 }
+
+/* A new file is written through a buffer of 4 MB, so that the system receives whole 4 MB writes
+   at multiples of 4 MB: a file system that keeps large folios (XFS; ext4 since Linux 6.16) then
+   holds the file in the page cache in 2 MB folios, which mfm_model_map maps whole (mfm__map_file),
+   where writes of a few KB leave it in 4 KB pages. */
+#define MFM__WRITE_BUFFER ((size_t)4 << 20)
 
 /* Creates w->temp beside path, exclusively: a name that exists is skipped, never reused. */
 static mfm_status mfm__writer_create_temp(mfm__writer *w, const char *path, mfm_error *err) {
@@ -1794,6 +1845,7 @@ static mfm_status mfm__writer_create_temp(mfm__writer *w, const char *path, mfm_
         mfm__writer_abort(w);
         return st;
     }
+    if ((w->buffer = (char *)mfm__alloc(MFM__WRITE_BUFFER, 1)) != NULL) setvbuf(w->f, w->buffer, _IOFBF, MFM__WRITE_BUFFER); /* else the default's */
     return MFM_OK;
 }
 
@@ -2510,19 +2562,15 @@ MFMDEF void mfm_model_reset_state(mfm_model *m) {
 }
 
 /* A table of `floats` floats, zeroed unless the caller fills it (`zeroed` 0), 64-byte aligned so
-   that a block of k = 4 (AdaGrad: 32 bytes) never splits lines. On Linux a table of 2 MB or more
-   starts on a 2 MB boundary and asks for huge pages: training reads a few lines from each of
-   thousands of scattered pages per row, and with 4 KB pages most of those reads would first miss
-   the TLB. NULL when memory is short. */
+   that a block of k = 4 (AdaGrad: 32 bytes) never splits lines; a table of 2 MB or more starts on
+   a 2 MB boundary and asks for huge pages (mfm__ask_huge_pages). NULL when memory is short. */
 static float *mfm__table_alloc(uint64_t floats, int zeroed, void **allocation) {
-    const uint64_t huge = (uint64_t)2 << 20, align = floats * sizeof(float) >= huge ? huge : 64;
+    const uint64_t huge = MFM__HUGE_PAGE, align = floats * sizeof(float) >= huge ? huge : 64;
     char *p;
     *allocation = floats < (UINT64_MAX - align) / sizeof(float) ? mfm__alloc(floats * sizeof(float) + align, 1) : NULL;
     if (!*allocation) return NULL;
     p = (char *)*allocation + (align - (uintptr_t)*allocation % align) % align;
-#if defined(__linux__) && (!defined(__GLIBC__) || defined(__USE_XOPEN2K)) /* declared where POSIX 2001 is */
-    if (align == huge) posix_madvise(p, floats * sizeof(float) / huge * huge, 14); /* MADV_HUGEPAGE; glibc and musl pass it on */
-#endif
+    if (align == huge) mfm__ask_huge_pages(p, floats * sizeof(float));
     if (zeroed) memset(p, 0, floats * sizeof(float));
     return (float *)p;
 }

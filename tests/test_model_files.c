@@ -1005,16 +1005,23 @@ void test_model_files_of_format_1_load(void) {
     scratch_clean();
 }
 
-/* Whether /proc/self/maps names `path` (Linux; -1 where it cannot be read). */
-static int mapped_now(const char *path) {
+/* How many of /proc/self/maps's ranges name `path` (Linux; -1 where it cannot be read), and the
+   first one's start and end. */
+static int mapped_ranges(const char *path, unsigned long long *start, unsigned long long *end) {
     FILE *f = fopen("/proc/self/maps", "r");
     char line[4096];
     int found = 0;
     if (!f) return -1;
     while (fgets(line, sizeof line, f))
-        if (strstr(line, path)) found = 1;
+        if (strstr(line, path) && found++ == 0) sscanf(line, "%llx-%llx", start, end);
     fclose(f);
     return found;
+}
+
+static int mapped_now(const char *path) {
+    unsigned long long start, end;
+    int n = mapped_ranges(path, &start, &end);
+    return n > 0 ? 1 : n;
 }
 
 /* A mapped model depends on nothing but itself: a model saved over its file while it is open
@@ -1049,6 +1056,19 @@ void test_model_map_outlives_its_file(void) {
     full = realpath(path, NULL);
     REQUIRE(full != NULL, "realpath of %s", path);
     CHECK(mapped_now(full) != 0, "/proc/self/maps does not list the mapped model %s", full);
+    { /* one range, the file's pages, from a 2 MB boundary (mfm__map_file): nothing left of the range reserved around it */
+        unsigned long long start = 0, end = 0, page = 4096;
+        size_t file_bytes = 0;
+        unsigned char *whole = read_whole_file(path, &file_bytes);
+        const int ranges = mapped_ranges(full, &start, &end);
+        free(whole);
+        if (ranges >= 0) {
+            CHECK(ranges == 1, "/proc/self/maps lists %d ranges of %s, not one", ranges, full);
+            CHECK(start % (2ull << 20) == 0, "the mapping of %s starts at %#llx, not at a 2 MB boundary", full, start);
+            CHECK(end - start == (file_bytes + page - 1) / page * page, "the mapping of %s spans %llu bytes for a file of %llu", full, end - start,
+                  (unsigned long long)file_bytes);
+        }
+    }
     predict(a, &td.csr, MFM_OUTPUT_SCORE, before, n);
     CHECK(mfm_model_save(b, path, 1, &e) == MFM_OK, "save over the mapped file: %s", e.message);
     predict(mapped, &td.csr, MFM_OUTPUT_SCORE, after, n);
