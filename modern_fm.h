@@ -1540,8 +1540,9 @@ typedef struct mfm__mapping {
    512. A range 2 MB longer is reserved first and the file mapped over it at the boundary. */
 static void *mfm__map_file(int fd, size_t size) {
 #if defined(__linux__)
-    const size_t huge = (size_t)MFM__HUGE_PAGE, page = (size_t)sysconf(_SC_PAGESIZE); /* from the process's auxiliary vector: no file read */
-    char *area = size >= huge && size <= SIZE_MAX - 2 * huge && page ? (char *)mmap(NULL, size + huge, PROT_NONE, MAP_PRIVATE, fd, 0) : (char *)MAP_FAILED;
+    const long page_size = sysconf(_SC_PAGESIZE); /* from the process's auxiliary vector: no file read */
+    const size_t huge = (size_t)MFM__HUGE_PAGE, page = page_size > 0 && huge % (size_t)page_size == 0 ? (size_t)page_size : 0;
+    char *area = page && size >= huge && size <= SIZE_MAX - 2 * huge ? (char *)mmap(NULL, size + huge, PROT_NONE, MAP_PRIVATE, fd, 0) : (char *)MAP_FAILED;
     if (area != (char *)MAP_FAILED) {
         char *const at = area + (huge - (uintptr_t)area % huge) % huge, *const end = at + (size + page - 1) / page * page;
         void *p = mmap(at, size, PROT_READ, MAP_PRIVATE | MAP_FIXED, fd, 0);

@@ -18,7 +18,8 @@
      --repeat) and the process's peak memory;
    - one-row latency: for each count of --threads, that many threads at once, each predicting
      --calls single rows from serve.mfm and half.mfm, each mapped and copied (every call timed,
-     its row in the caller's buffer as a server's parser leaves it): p50, p99, p99.9, max;
+     its row in the caller's buffer as a server's parser leaves it): p50, p99, p99.9, max, after
+     a line saying how much of each mapped file lies in 2 MB pages (Linux; docs/FORMATS.md);
      --turns N measures them N times in turn (a shared host's tails vary from one minute to the
      next, so a comparison is made within turns). */
 #define _DEFAULT_SOURCE /* wait4: a child's own peak memory */
@@ -123,6 +124,31 @@ static double time_open(const char *path, int way, int repeat) {
         if (t < best) best = t;
     }
     return best;
+}
+
+/* Linux: the MB of `path`'s mappings in this process that are mapped in 2 MB pages (the
+   FilePmdMapped and ShmemPmdMapped of /proc/self/smaps: mfm_model_map gets them where the page
+   cache holds the file in 2 MB folios, docs/FORMATS.md); -1 where that cannot be read. */
+static double mapped_in_huge_pages_mb(const char *path) {
+    char line[4096], *full = realpath(path, NULL);
+    FILE *f = full ? fopen("/proc/self/smaps", "r") : NULL;
+    double kb = 0;
+    int in_file = 0;
+    if (!f) {
+        free(full);
+        return -1;
+    }
+    while (fgets(line, sizeof line, f)) {
+        unsigned long long lo, hi, n;
+        char key[64];
+        if (sscanf(line, "%llx-%llx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' ')) /* a range's first line */
+            in_file = strstr(line, full) != NULL;
+        else if (in_file && sscanf(line, "%63[^:]: %llu kB", key, &n) == 2 && (strcmp(key, "FilePmdMapped") == 0 || strcmp(key, "ShmemPmdMapped") == 0))
+            kb += (double)n;
+    }
+    fclose(f);
+    free(full);
+    return kb * 1024 / 1e6;
 }
 
 /* ---- the command line ---- */
@@ -380,6 +406,13 @@ int main(int argc, char **argv) {
     held_out_rows = mfm_dataset_csr(held_out);
     for (j = 0; j < 4; j++) /* serve.mfm and half.mfm, each mapped and copied */
         bench_check((j & 1 ? mfm_model_load_parameters : mfm_model_map)(files[1 + j / 2], &served[j], &e), &e, j & 1 ? "mfm_model_load_parameters" : "mfm_model_map");
+    for (j = 0; j < 2; j++) {
+        struct stat st;
+        const double mb = mapped_in_huge_pages_mb(files[1 + j]);
+        stat(files[1 + j], &st);
+        if (mb >= 0) printf("%s%s mapped: %.0f of its %.0f MB in 2 MB pages", j ? ", " : "\n", names[1 + j], mb, (double)st.st_size / 1e6);
+    }
+    printf("\n");
     for (turn = 1; turn <= o.turns; turn++) {
         printf("\nOne row per mfm_predict call, every thread at once, %d calls each", o.calls);
         if (o.turns > 1) printf(" (turn %d of %d)", turn, o.turns);
