@@ -723,8 +723,9 @@ MFMDEF mfm_status mfm_model_map(const char *path, mfm_model **out, mfm_error *er
    bit, the same read-only model), then copies the parameters, float16 records as they are, into
    memory of the model's own (2 MB pages where Linux gives them) and closes the file. Opening
    costs the copy (about 0.1 s for 320 MB); the model then depends on no file, which may be
-   rewritten or deleted, and a row's scattered records no longer each cost a TLB miss: one-row
-   p99 from 16 threads about 10 % below the mapped file's (docs/PERFORMANCE.md). Each process
+   rewritten or deleted, and a row's scattered records no longer each cost a TLB miss, as they do
+   from a file mapped in 4 KB pages: one-row p99 from 16 threads about 10 % below such a mapped
+   file's (docs/PERFORMANCE.md). Each process
    holds its own copy, where processes mapping one file share its pages. */
 MFMDEF mfm_status mfm_model_load_parameters(const char *path, mfm_model **out, mfm_error *err);
 
