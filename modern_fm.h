@@ -1536,7 +1536,7 @@ typedef struct mfm__mapping {
 #if !defined(_WIN32)
 /* The file's `size` bytes mapped read-only, from a 2 MB boundary where the file is 2 MB or more
    (Linux), and asked for huge pages: where the page cache holds the file in 2 MB folios (one
-   written by the library, MFM__WRITE_BUFFER, on a file system that keeps large folios; a cold
+   written by the library, mfm__writer_in_large_writes, on a file system that keeps large folios; a cold
    file read through such a mapping), each 2 MB of parameters then takes one TLB entry instead of
    512. A range 2 MB longer is reserved first and the file mapped over it at the boundary. */
 static void *mfm__map_file(int fd, size_t size) {
@@ -1644,7 +1644,8 @@ typedef struct mfm__writer {
     int failed;       /* a write came up short: the error is reported at commit */
     int failed_errno;
     int temp_slot;    /* temp's place in the table below, or -1 */
-    char *buffer;     /* the stream's buffer, for a new file (MFM__WRITE_BUFFER) */
+    char *buffer;     /* the stream's buffer, for a model file (mfm__writer_in_large_writes) */
+    int started;      /* a byte was written */
     int unhashed;     /* the bytes carry checksums of their own (model files): no whole-file hash */
     mfm__hash hash;
 } mfm__writer;
@@ -1779,12 +1780,6 @@ static void mfm__writer_abort(mfm__writer *w) {
     w->temp_slot = -1;
 }
 
-/* A new file is written through a buffer of 4 MB, so that the system receives whole 4 MB writes
-   at multiples of 4 MB: a file system that keeps large folios (XFS; ext4 since Linux 6.16) then
-   holds the file in the page cache in 2 MB folios, which mfm_model_map maps whole (mfm__map_file),
-   where writes of a few KB leave it in 4 KB pages. */
-#define MFM__WRITE_BUFFER ((size_t)4 << 20)
-
 /* Creates w->temp beside path, exclusively: a name that exists is skipped, never reused. */
 static mfm_status mfm__writer_create_temp(mfm__writer *w, const char *path, mfm_error *err) {
     const char *base = path, *c;
@@ -1847,7 +1842,6 @@ static mfm_status mfm__writer_create_temp(mfm__writer *w, const char *path, mfm_
         mfm__writer_abort(w);
         return st;
     }
-    if ((w->buffer = (char *)mfm__alloc(MFM__WRITE_BUFFER, 1)) != NULL) setvbuf(w->f, w->buffer, _IOFBF, MFM__WRITE_BUFFER); /* else the default's */
     return MFM_OK;
 }
 
@@ -1897,8 +1891,23 @@ static mfm_status mfm__writer_open(mfm__writer *w, const char *path, mfm_error *
     return mfm__writer_create_temp(w, path, err);
 }
 
+/* A new model or binary data file is written through a buffer of 4 MB, so that the system receives whole 4 MB
+   writes at multiples of 4 MB: a file system that keeps large folios (XFS; ext4 since Linux 6.16)
+   then holds the file in the page cache in 2 MB folios, which mfm_model_map maps whole
+   (mfm__map_file), where writes of a few KB leave it in 4 KB pages. Asked for before the first
+   byte; other outputs keep stdio's buffer (a program may hold many open). */
+#define MFM__WRITE_BUFFER ((size_t)4 << 20)
+static void mfm__writer_in_large_writes(mfm__writer *w) {
+    if (w->started || !w->temp || w->buffer || !(w->buffer = (char *)mfm__alloc(MFM__WRITE_BUFFER, 1))) return;
+    if (setvbuf(w->f, w->buffer, _IOFBF, MFM__WRITE_BUFFER) != 0) { /* the default's, then */
+        MFM_FREE(w->buffer);
+        w->buffer = NULL;
+    }
+}
+
 static void mfm__write(mfm__writer *w, const void *p, size_t n) {
     if (w->failed || n == 0) return;
+    w->started = 1;
     if (!w->unhashed) mfm__hash_update(&w->hash, p, n);
     if (fwrite(p, 1, n, w->f) != n) {
         w->failed = 1;
@@ -3953,6 +3962,7 @@ static mfm_status mfm__write_binary(const mfm_csr *d, const char *path, mfm_task
     arrays[MFM__SEC_FIELDS] = d->fields;
     arrays[MFM__SEC_VALUES] = d->values;
     if ((st = mfm__writer_open(&w, path, err)) != MFM_OK) return st;
+    mfm__writer_in_large_writes(&w); /* mapped when read, as models are */
     mfm__write(&w, h, sizeof h);
     for (s = 0; s < MFM__SECTIONS; s++) {
         static const uint64_t zero_offset = 0;
@@ -9002,6 +9012,7 @@ static mfm_status mfm__model_write(const mfm_model *m, mfm__writer *w, int with_
     if (!(buf = (float *)mfm__alloc(MFM__SAVE_FLOATS + widest, sizeof(float))))
         return mfm__fail(err, MFM_ERR_OUT_OF_MEMORY, "out of memory saving a model");
     w->unhashed = 1; /* the checksums are the sections' and the header's own */
+    mfm__writer_in_large_writes(w);
     mfm__hash_init(&head);
     mfm__emit_head(w, &head, header, header_bytes);
     for (i = 0; i < h.n_class_weights; i++) {
