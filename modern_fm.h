@@ -725,8 +725,8 @@ MFMDEF mfm_status mfm_model_map(const char *path, mfm_model **out, mfm_error *er
    costs the copy (about 0.1 s for 320 MB); the model then depends on no file, which may be
    rewritten or deleted, and a row's scattered records no longer each cost a TLB miss, as they do
    from a file mapped in 4 KB pages: one-row p99 from 16 threads about 10 % below such a mapped
-   file's (docs/PERFORMANCE.md). Each process
-   holds its own copy, where processes mapping one file share its pages. */
+   file's (docs/PERFORMANCE.md). Each process holds its own copy, where processes mapping one
+   file share its pages. */
 MFMDEF mfm_status mfm_model_load_parameters(const char *path, mfm_model **out, mfm_error *err);
 
 typedef struct mfm_model_file_info {
@@ -1535,8 +1535,8 @@ typedef struct mfm__mapping {
 
 #if !defined(_WIN32)
 /* The file's `size` bytes mapped read-only, from a 2 MB boundary where the file is 2 MB or more
-   (Linux), and asked for huge pages: where the page cache holds the file in 2 MB folios (one
-   written by the library, mfm__writer_in_large_writes, on a file system that keeps large folios; a cold
+   (Linux), and asked for huge pages: where the page cache holds the file in 2 MB folios (one the
+   library wrote, mfm__writer_in_large_writes, on a file system that keeps large folios; a cold
    file read through such a mapping), each 2 MB of parameters then takes one TLB entry instead of
    512. A range 2 MB longer is reserved first and the file mapped over it at the boundary. */
 static void *mfm__map_file(int fd, size_t size) {
@@ -1891,11 +1891,11 @@ static mfm_status mfm__writer_open(mfm__writer *w, const char *path, mfm_error *
     return mfm__writer_create_temp(w, path, err);
 }
 
-/* A new model or binary data file is written through a buffer of 4 MB, so that the system receives whole 4 MB
-   writes at multiples of 4 MB: a file system that keeps large folios (XFS; ext4 since Linux 6.16)
-   then holds the file in the page cache in 2 MB folios, which mfm_model_map maps whole
-   (mfm__map_file), where writes of a few KB leave it in 4 KB pages. Asked for before the first
-   byte; other outputs keep stdio's buffer (a program may hold many open). */
+/* A new model or binary data file is written through a buffer of 4 MB, so that the system
+   receives whole 4 MB writes at multiples of 4 MB: a file system that keeps large folios (XFS;
+   ext4 since Linux 6.16) then holds the file in the page cache in 2 MB folios, which mfm__map_file
+   maps whole, where writes of a few KB leave it in 4 KB pages. Asked for before the first byte;
+   other outputs keep stdio's buffer (a program may hold many open). */
 #define MFM__WRITE_BUFFER ((size_t)4 << 20)
 static void mfm__writer_in_large_writes(mfm__writer *w) {
     if (w->started || !w->temp || w->buffer || !(w->buffer = (char *)mfm__alloc(MFM__WRITE_BUFFER, 1))) return;
