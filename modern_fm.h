@@ -1547,8 +1547,9 @@ static void *mfm__map_file(int fd, size_t size) {
     if (area != (char *)MAP_FAILED) {
         char *const at = area + (huge - (uintptr_t)area % huge) % huge, *const end = at + (size + page - 1) / page * page;
         void *p = mmap(at, size, PROT_READ, MAP_PRIVATE | MAP_FIXED, fd, 0);
-        if (p == MAP_FAILED) {
-            munmap(area, size + huge);
+        if (p == MAP_FAILED) { /* the reservation's head and tail back; its middle may be gone already, and another thread's now */
+            if (at > area) munmap(area, (size_t)(at - area));
+            if (area + size + huge > end) munmap(end, (size_t)(area + size + huge - end));
         } else {
             if (at > area) munmap(area, (size_t)(at - area));
             if (area + size + huge > end) munmap(end, (size_t)(area + size + huge - end));
@@ -1898,7 +1899,7 @@ static mfm_status mfm__writer_open(mfm__writer *w, const char *path, mfm_error *
    other outputs keep stdio's buffer (a program may hold many open). */
 #define MFM__WRITE_BUFFER ((size_t)4 << 20)
 static void mfm__writer_in_large_writes(mfm__writer *w) {
-    if (w->started || !w->temp || w->buffer || !(w->buffer = (char *)mfm__alloc(MFM__WRITE_BUFFER, 1))) return;
+    if (w->started || !w->temp || w->buffer || ftell(w->f) != 0 || !(w->buffer = (char *)mfm__alloc(MFM__WRITE_BUFFER, 1))) return; /* ftell: written through mfm_output_stream */
     if (setvbuf(w->f, w->buffer, _IOFBF, MFM__WRITE_BUFFER) != 0) { /* the default's, then */
         MFM_FREE(w->buffer);
         w->buffer = NULL;

@@ -409,8 +409,7 @@ int main(int argc, char **argv) {
     for (j = 0; j < 2; j++) {
         struct stat st;
         const double mb = mapped_in_huge_pages_mb(files[1 + j]);
-        stat(files[1 + j], &st);
-        if (mb >= 0) printf("%s%s mapped: %.0f of its %.0f MB in 2 MB pages", j ? ", " : "\n", names[1 + j], mb, (double)st.st_size / 1e6);
+        if (stat(files[1 + j], &st) == 0 && mb >= 0) printf("%s%s mapped: %.0f of its %.0f MB in 2 MB pages", j ? ", " : "\n", names[1 + j], mb, (double)st.st_size / 1e6);
     }
     printf("\n");
     for (turn = 1; turn <= o.turns; turn++) {

@@ -1057,7 +1057,7 @@ void test_model_map_outlives_its_file(void) {
     REQUIRE(full != NULL, "realpath of %s", path);
     CHECK(mapped_now(full) != 0, "/proc/self/maps does not list the mapped model %s", full);
     { /* one range, the file's pages, from a 2 MB boundary (mfm__map_file): nothing left of the range reserved around it */
-        unsigned long long start = 0, end = 0, page = 4096;
+        unsigned long long start = 0, end = 0, page = (unsigned long long)sysconf(_SC_PAGESIZE);
         size_t file_bytes = 0;
         unsigned char *whole = read_whole_file(path, &file_bytes);
         const int ranges = mapped_ranges(full, &start, &end);
