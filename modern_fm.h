@@ -1547,12 +1547,9 @@ static void *mfm__map_file(int fd, size_t size) {
     if (area != (char *)MAP_FAILED) {
         char *const at = area + (huge - (uintptr_t)area % huge) % huge, *const end = at + (size + page - 1) / page * page;
         void *p = mmap(at, size, PROT_READ, MAP_PRIVATE | MAP_FIXED, fd, 0);
-        if (p == MAP_FAILED) { /* the reservation's head and tail back; its middle may be gone already, and another thread's now */
-            if (at > area) munmap(area, (size_t)(at - area));
-            if (area + size + huge > end) munmap(end, (size_t)(area + size + huge - end));
-        } else {
-            if (at > area) munmap(area, (size_t)(at - area));
-            if (area + size + huge > end) munmap(end, (size_t)(area + size + huge - end));
+        if (at > area) munmap(area, (size_t)(at - area)); /* the reservation's head and tail back (where the map failed, its */
+        if (area + size + huge > end) munmap(end, (size_t)(area + size + huge - end)); /* middle may be gone already, and another thread's now) */
+        if (p != MAP_FAILED) {
             mfm__ask_huge_pages(p, size);
             return p;
         }
